@@ -1,0 +1,592 @@
+//! The worker's local block store: tiers (MEM on a tmpfs directory, then SSD and HDD
+//! directories), one file per block, quotas, LRU eviction between a high and a low
+//! watermark with demotion to the next lower tier, pinning, and leases that keep a block
+//! in place while a reader (short-circuit mmap or the data path) uses it.
+//!
+//! Blocks on every tier are found again when the store reopens, so a restarted worker
+//! reports them to the master without re-reading the UFS.
+//!
+//! No networking here, and no dependency on other Locus crates except `locus-common`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use locus_common::config::{TierAlias, TierConfig};
+use locus_common::{Error, ErrorKind, Result};
+use parking_lot::Mutex;
+
+/// A change the worker must tell the master about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The block is now on this tier (new, promoted or demoted).
+    Stored {
+        block_id: u64,
+        tier: TierAlias,
+        len: u64,
+    },
+    /// The block left this worker.
+    Removed { block_id: u64 },
+}
+
+/// Usage of one tier.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierUsage {
+    pub alias: TierAlias,
+    pub capacity: u64,
+    pub used: u64,
+    pub blocks: u64,
+}
+
+#[derive(Debug)]
+struct Tier {
+    alias: TierAlias,
+    dir: PathBuf,
+    quota: u64,
+    used: u64,
+    reserved: u64,
+}
+
+#[derive(Debug)]
+struct Meta {
+    tier: usize,
+    len: u64,
+    last_access: u64,
+    leases: u32,
+    remove_when_free: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    tiers: Vec<Tier>,
+    blocks: HashMap<u64, Meta>,
+    tick: u64,
+    pinned_versions: HashSet<u64>,
+    changes: Vec<Change>,
+    evictions: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<State>,
+    high: f64,
+    low: f64,
+}
+
+/// The block store. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct BlockStore {
+    inner: Arc<Inner>,
+}
+
+/// A reader's hold on a block: while it lives the block is neither evicted nor moved.
+#[derive(Debug)]
+pub struct Lease {
+    inner: Arc<Inner>,
+    pub block_id: u64,
+    pub path: PathBuf,
+    pub len: u64,
+    pub tier: TierAlias,
+}
+
+/// A block being written. Space is reserved on the top tier; [`TempBlock::commit`]
+/// publishes it, dropping it without commit discards it.
+#[derive(Debug)]
+pub struct TempBlock {
+    inner: Arc<Inner>,
+    pub block_id: u64,
+    pub path: PathBuf,
+    reserved: u64,
+    tier: usize,
+    done: bool,
+}
+
+fn block_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join("blocks").join(id.to_string())
+}
+
+fn pinned(state: &State, id: u64) -> bool {
+    state
+        .pinned_versions
+        .contains(&locus_common::split_block_id(id).0)
+}
+
+/// Move a file between tiers; tiers may sit on different file systems.
+fn move_file(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(18) => {
+            // EXDEV: copy to a temporary name, then rename into place.
+            let tmp = to.with_extension("moving");
+            std::fs::copy(from, &tmp)?;
+            std::fs::rename(&tmp, to)?;
+            std::fs::remove_file(from)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl BlockStore {
+    /// Open the tiers, creating their directories and finding the blocks already there.
+    pub fn open(
+        tiers: &[TierConfig],
+        high_watermark: f64,
+        low_watermark: f64,
+    ) -> Result<BlockStore> {
+        if tiers.is_empty() {
+            return Err(Error::invalid("a worker needs at least one tier"));
+        }
+        let mut sorted: Vec<&TierConfig> = tiers.iter().collect();
+        sorted.sort_by_key(|t| t.alias);
+        let mut state = State {
+            tiers: Vec::new(),
+            blocks: HashMap::new(),
+            tick: 0,
+            pinned_versions: HashSet::new(),
+            changes: Vec::new(),
+            evictions: 0,
+        };
+        for (i, t) in sorted.iter().enumerate() {
+            let blocks = t.dir.join("blocks");
+            std::fs::create_dir_all(&blocks)
+                .map_err(|e| Error::io(format!("create {}", blocks.display()), e))?;
+            let tmp = t.dir.join("tmp");
+            let _ = std::fs::remove_dir_all(&tmp); // unfinished writes of a previous run
+            std::fs::create_dir_all(&tmp)
+                .map_err(|e| Error::io(format!("create {}", tmp.display()), e))?;
+            let mut used = 0;
+            for entry in std::fs::read_dir(&blocks).map_err(|e| Error::io("scan tier", e))? {
+                let entry = entry.map_err(|e| Error::io("scan tier", e))?;
+                let name = entry.file_name();
+                let Some(id) = name.to_str().and_then(|s| s.parse::<u64>().ok()) else {
+                    let _ = std::fs::remove_file(entry.path());
+                    continue;
+                };
+                let len = entry
+                    .metadata()
+                    .map_err(|e| Error::io("stat block", e))?
+                    .len();
+                if state.blocks.contains_key(&id) {
+                    // The same block on two tiers (a crash mid-move): keep the upper copy.
+                    let _ = std::fs::remove_file(entry.path());
+                    continue;
+                }
+                used += len;
+                state.blocks.insert(
+                    id,
+                    Meta {
+                        tier: i,
+                        len,
+                        last_access: 0,
+                        leases: 0,
+                        remove_when_free: false,
+                    },
+                );
+            }
+            state.tiers.push(Tier {
+                alias: t.alias,
+                dir: t.dir.clone(),
+                quota: t.quota.as_u64(),
+                used,
+                reserved: 0,
+            });
+        }
+        Ok(BlockStore {
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                high: high_watermark,
+                low: low_watermark,
+            }),
+        })
+    }
+
+    /// Every block held, with its tier and length (the full block report).
+    pub fn report(&self) -> Vec<(u64, TierAlias, u64)> {
+        let s = self.inner.state.lock();
+        s.blocks
+            .iter()
+            .map(|(id, m)| (*id, s.tiers[m.tier].alias, m.len))
+            .collect()
+    }
+
+    pub fn usage(&self) -> Vec<TierUsage> {
+        let s = self.inner.state.lock();
+        s.tiers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| TierUsage {
+                alias: t.alias,
+                capacity: t.quota,
+                used: t.used,
+                blocks: s.blocks.values().filter(|m| m.tier == i).count() as u64,
+            })
+            .collect()
+    }
+
+    /// Blocks evicted (dropped or demoted) since the store opened.
+    pub fn evictions(&self) -> u64 {
+        self.inner.state.lock().evictions
+    }
+
+    /// Take the changes accumulated since the last call.
+    pub fn drain_changes(&self) -> Vec<Change> {
+        std::mem::take(&mut self.inner.state.lock().changes)
+    }
+
+    /// Replace the set of pinned file versions (blocks of these are never evicted).
+    pub fn set_pinned_versions(&self, versions: HashSet<u64>) {
+        self.inner.state.lock().pinned_versions = versions;
+    }
+
+    pub fn contains(&self, block_id: u64) -> bool {
+        self.inner
+            .state
+            .lock()
+            .blocks
+            .get(&block_id)
+            .is_some_and(|m| !m.remove_when_free)
+    }
+
+    /// Lease a block for reading; `promote` first moves it to the top tier if it can.
+    /// `None` when the block is not here.
+    pub fn lease(&self, block_id: u64, promote: bool) -> Result<Option<Lease>> {
+        let mut s = self.inner.state.lock();
+        let Some(m) = s.blocks.get(&block_id) else {
+            return Ok(None);
+        };
+        if m.remove_when_free {
+            return Ok(None);
+        }
+        if promote && m.tier > 0 && m.leases == 0 {
+            let len = m.len;
+            // Promotion is best effort: a full top tier leaves the block where it is.
+            if self.make_room(&mut s, 0, len).is_ok() {
+                self.move_block(&mut s, block_id, 0)?;
+            }
+        }
+        s.tick += 1;
+        let tick = s.tick;
+        let m = s.blocks.get_mut(&block_id).unwrap();
+        m.last_access = tick;
+        m.leases += 1;
+        let (tier, len) = (m.tier, m.len);
+        Ok(Some(Lease {
+            inner: self.inner.clone(),
+            block_id,
+            path: block_path(&s.tiers[tier].dir, block_id),
+            len,
+            tier: s.tiers[tier].alias,
+        }))
+    }
+
+    /// Reserve `len` bytes on the top tier for a new block, evicting if needed.
+    pub fn create(&self, block_id: u64, len: u64) -> Result<TempBlock> {
+        let mut s = self.inner.state.lock();
+        if s.blocks.contains_key(&block_id) {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("block {block_id} exists"),
+            ));
+        }
+        // Try tiers from the top; a block goes to the first one that can make room.
+        let mut last_err = None;
+        for tier in 0..s.tiers.len() {
+            match self.make_room(&mut s, tier, len) {
+                Ok(()) => {
+                    s.tiers[tier].reserved += len;
+                    let nonce = s.tick;
+                    s.tick += 1;
+                    let path = s.tiers[tier]
+                        .dir
+                        .join("tmp")
+                        .join(format!("{block_id}-{nonce}"));
+                    return Ok(TempBlock {
+                        inner: self.inner.clone(),
+                        block_id,
+                        path,
+                        reserved: len,
+                        tier,
+                        done: false,
+                    });
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap())
+    }
+
+    /// Drop a block (free, or stale after a UFS change). A leased block goes when its
+    /// last lease ends. Returns whether the block was here.
+    pub fn remove(&self, block_id: u64) -> Result<bool> {
+        let mut s = self.inner.state.lock();
+        let Some(m) = s.blocks.get_mut(&block_id) else {
+            return Ok(false);
+        };
+        if m.leases > 0 {
+            m.remove_when_free = true;
+            return Ok(true);
+        }
+        Self::delete_block(&mut s, block_id);
+        Ok(true)
+    }
+
+    fn delete_block(s: &mut State, block_id: u64) {
+        if let Some(m) = s.blocks.remove(&block_id) {
+            let t = &mut s.tiers[m.tier];
+            t.used -= m.len;
+            let _ = std::fs::remove_file(block_path(&t.dir, block_id));
+            s.changes.push(Change::Removed { block_id });
+        }
+    }
+
+    fn move_block(&self, s: &mut State, block_id: u64, to: usize) -> Result<()> {
+        let m = s.blocks.get(&block_id).unwrap();
+        let (from, len) = (m.tier, m.len);
+        let src = block_path(&s.tiers[from].dir, block_id);
+        let dst = block_path(&s.tiers[to].dir, block_id);
+        move_file(&src, &dst).map_err(|e| Error::io(format!("move block {block_id}"), e))?;
+        s.tiers[from].used -= len;
+        s.tiers[to].used += len;
+        s.blocks.get_mut(&block_id).unwrap().tier = to;
+        let alias = s.tiers[to].alias;
+        s.changes.push(Change::Stored {
+            block_id,
+            tier: alias,
+            len,
+        });
+        Ok(())
+    }
+
+    /// Make `need` bytes fit on `tier`: past the high watermark, evict least recently
+    /// used blocks (not pinned, not leased) down to the low watermark, demoting them to
+    /// the next tier when there is one.
+    fn make_room(&self, s: &mut State, tier: usize, need: u64) -> Result<()> {
+        let quota = s.tiers[tier].quota;
+        let high = (quota as f64 * self.inner.high) as u64;
+        let low = (quota as f64 * self.inner.low) as u64;
+        let occupied = |s: &State| s.tiers[tier].used + s.tiers[tier].reserved;
+        if need > quota {
+            return Err(Error::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "block of {need} bytes exceeds the {} tier quota of {quota} bytes",
+                    s.tiers[tier].alias.as_str()
+                ),
+            ));
+        }
+        if occupied(s) + need <= high {
+            return Ok(());
+        }
+        let target = low.saturating_sub(need);
+        let mut candidates: Vec<(u64, u64)> = s
+            .blocks
+            .iter()
+            .filter(|(id, m)| m.tier == tier && m.leases == 0 && !pinned(s, **id))
+            .map(|(id, m)| (m.last_access, *id))
+            .collect();
+        candidates.sort_unstable();
+        for (_, id) in candidates {
+            if occupied(s) <= target {
+                break;
+            }
+            let len = s.blocks[&id].len;
+            let demoted = tier + 1 < s.tiers.len()
+                && self.make_room(s, tier + 1, len).is_ok()
+                && self.move_block(s, id, tier + 1).is_ok();
+            if !demoted {
+                Self::delete_block(s, id);
+            }
+            s.evictions += 1;
+        }
+        if occupied(s) + need <= quota {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "{} tier is full: {} of {quota} bytes held by pinned or in-use blocks, {need} more needed",
+                    s.tiers[tier].alias.as_str(),
+                    occupied(s)
+                ),
+            ))
+        }
+    }
+}
+
+impl TempBlock {
+    /// Publish the block. `len` is its final length (at most the reservation).
+    pub fn commit(mut self, len: u64) -> Result<()> {
+        let inner = self.inner.clone();
+        let mut s = inner.state.lock();
+        self.done = true;
+        let t = &mut s.tiers[self.tier];
+        t.reserved -= self.reserved;
+        if len > self.reserved {
+            let _ = std::fs::remove_file(&self.path);
+            return Err(Error::internal(format!(
+                "block {} grew past its reservation",
+                self.block_id
+            )));
+        }
+        let dst = block_path(&t.dir, self.block_id);
+        if s.blocks.contains_key(&self.block_id) {
+            let _ = std::fs::remove_file(&self.path);
+            return Ok(()); // a concurrent writer won; same bytes
+        }
+        std::fs::rename(&self.path, &dst)
+            .map_err(|e| Error::io(format!("commit block {}", self.block_id), e))?;
+        s.tiers[self.tier].used += len;
+        s.tick += 1;
+        let tick = s.tick;
+        s.blocks.insert(
+            self.block_id,
+            Meta {
+                tier: self.tier,
+                len,
+                last_access: tick,
+                leases: 0,
+                remove_when_free: false,
+            },
+        );
+        let alias = s.tiers[self.tier].alias;
+        s.changes.push(Change::Stored {
+            block_id: self.block_id,
+            tier: alias,
+            len,
+        });
+        Ok(())
+    }
+}
+
+impl Drop for TempBlock {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner.state.lock().tiers[self.tier].reserved -= self.reserved;
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut s = self.inner.state.lock();
+        if let Some(m) = s.blocks.get_mut(&self.block_id) {
+            m.leases -= 1;
+            if m.leases == 0 && m.remove_when_free {
+                BlockStore::delete_block(&mut s, self.block_id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytesize::ByteSize;
+
+    fn tier(alias: TierAlias, dir: &Path, quota: u64) -> TierConfig {
+        TierConfig {
+            alias,
+            dir: dir.to_path_buf(),
+            quota: ByteSize::b(quota),
+        }
+    }
+
+    fn put(store: &BlockStore, id: u64, len: u64) -> Result<()> {
+        let t = store.create(id, len)?;
+        std::fs::write(&t.path, vec![7u8; len as usize]).unwrap();
+        t.commit(len)
+    }
+
+    #[test]
+    fn lru_eviction_between_watermarks() {
+        let d = tempfile::tempdir().unwrap();
+        let s = BlockStore::open(&[tier(TierAlias::MEM, d.path(), 1000)], 0.9, 0.5).unwrap();
+        for id in 1..=4 {
+            put(&s, id, 200).unwrap();
+        }
+        drop(s.lease(1, false).unwrap()); // touch 1: now 2 is least recently used
+        put(&s, 5, 200).unwrap(); // 800 + 200 > 900: evict down to 500 - 200 = 300
+        assert!(s.contains(1) && s.contains(5));
+        assert!(
+            !s.contains(2) && !s.contains(3),
+            "least recently used go first"
+        );
+        assert_eq!(s.evictions(), 3);
+        assert!(!block_path(d.path(), 2).exists());
+    }
+
+    #[test]
+    fn pinned_and_leased_blocks_stay() {
+        let d = tempfile::tempdir().unwrap();
+        let s = BlockStore::open(&[tier(TierAlias::MEM, d.path(), 1000)], 0.9, 0.5).unwrap();
+        let pinned_id = locus_common::block_id(9, 0);
+        put(&s, pinned_id, 400).unwrap();
+        put(&s, 2, 400).unwrap();
+        s.set_pinned_versions([9].into());
+        let lease = s.lease(2, false).unwrap().unwrap();
+        let e = s.create(3, 400).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ResourceExhausted);
+        assert!(s.contains(pinned_id) && s.contains(2));
+        drop(lease);
+        put(&s, 3, 400).unwrap();
+        assert!(s.contains(pinned_id), "pinned block survives eviction");
+        assert!(!s.contains(2));
+    }
+
+    #[test]
+    fn demotion_and_restart_recovery() {
+        let mem = tempfile::tempdir().unwrap();
+        let ssd = tempfile::tempdir().unwrap();
+        let tiers = [
+            tier(TierAlias::MEM, mem.path(), 500),
+            tier(TierAlias::SSD, ssd.path(), 5000),
+        ];
+        let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+        put(&s, 1, 200).unwrap();
+        put(&s, 2, 200).unwrap();
+        put(&s, 3, 200).unwrap(); // demotes 1 (and maybe 2) to SSD
+        let report: HashMap<u64, TierAlias> =
+            s.report().into_iter().map(|(id, t, _)| (id, t)).collect();
+        assert_eq!(report[&1], TierAlias::SSD);
+        assert_eq!(report[&3], TierAlias::MEM);
+        let changes = s.drain_changes();
+        assert!(changes.contains(&Change::Stored {
+            block_id: 1,
+            tier: TierAlias::SSD,
+            len: 200
+        }));
+        // promote brings it back up
+        let l = s.lease(1, true).unwrap().unwrap();
+        assert_eq!(l.tier, TierAlias::MEM);
+        assert_eq!(std::fs::read(&l.path).unwrap().len(), 200);
+        drop(l);
+        drop(s);
+        let s2 = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+        assert_eq!(s2.report().len(), 3, "blocks survive a restart");
+        assert_eq!(s2.usage().iter().map(|u| u.used).sum::<u64>(), 600);
+    }
+
+    #[test]
+    fn removal_waits_for_leases_and_temp_blocks_clean_up() {
+        let d = tempfile::tempdir().unwrap();
+        let s = BlockStore::open(&[tier(TierAlias::MEM, d.path(), 1000)], 0.9, 0.5).unwrap();
+        put(&s, 1, 100).unwrap();
+        let l = s.lease(1, false).unwrap().unwrap();
+        assert!(s.remove(1).unwrap());
+        assert!(l.path.exists(), "leased block stays readable");
+        assert!(s.lease(1, false).unwrap().is_none(), "but no new leases");
+        drop(l);
+        assert!(!block_path(d.path(), 1).exists());
+        let t = s.create(2, 100).unwrap();
+        std::fs::write(&t.path, b"x").unwrap();
+        let p = t.path.clone();
+        drop(t);
+        assert!(!p.exists());
+        assert_eq!(s.usage()[0].used, 0);
+        assert_eq!(
+            s.create(3, 2000).unwrap_err().kind(),
+            ErrorKind::ResourceExhausted
+        );
+    }
+}

@@ -1,0 +1,698 @@
+//! The one Locus client core: metadata from the master, bytes from workers. Reads go
+//! short-circuit (a lease over the worker's Unix socket, then mmap of the block file)
+//! when a worker holding the block shares this host, else over the data path; a read
+//! that loses its worker continues from another replica or from the UFS through another
+//! worker. All front ends (CLI, S3 gateway, FUSE, Python) use this crate.
+//!
+//! Depends only on `locus-common` and `locus-proto`; never on the master, worker or UFS
+//! crates.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use locus_common::config::{ClientConfig, Locality, ReadType};
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb::{self, master_client::MasterClient};
+use locus_proto::{from_error_info, from_status, read_frame, write_frame};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpStream, UnixStream};
+use tonic::transport::Channel;
+
+/// How long the worker list is trusted before it is fetched again.
+const WORKER_LIST_TTL: Duration = Duration::from_secs(2);
+/// Bytes per write frame sent to a worker.
+const WRITE_CHUNK: usize = 4 << 20;
+
+/// Per-read options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadOptions {
+    /// Overrides the client's default read type.
+    pub read_type: Option<ReadType>,
+}
+
+type DataConn = BufReader<BufWriter<TcpStream>>;
+
+#[derive(Default)]
+struct WorkerCache {
+    list: Vec<pb::WorkerAddress>,
+    fetched: Option<Instant>,
+    /// worker id → whether its Unix socket answered as that worker (co-located).
+    local: HashMap<u64, bool>,
+}
+
+/// A connection to a Locus cluster.
+pub struct Client {
+    cfg: ClientConfig,
+    master_address: String,
+    master: MasterClient<Channel>,
+    workers: Mutex<WorkerCache>,
+    conns: Mutex<HashMap<String, Vec<DataConn>>>,
+}
+
+fn rpc_err(addr: &str, s: tonic::Status) -> Error {
+    if s.code() == tonic::Code::Unavailable && s.metadata().get("x-locus-kind").is_none() {
+        return Error::unavailable(format!(
+            "cannot reach the master at {addr} (is it running? set --master or LOCUS_MASTER)"
+        ));
+    }
+    from_status(s)
+}
+
+impl Client {
+    /// A client of the master at `master_address` (`host:port`). Connects lazily.
+    pub fn new(master_address: &str, cfg: ClientConfig) -> Result<Client> {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{master_address}"))
+            .map_err(|e| Error::invalid(format!("bad master address {master_address:?}: {e}")))?
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(cfg.rpc_timeout)
+            .connect_lazy();
+        Ok(Client {
+            cfg,
+            master_address: master_address.to_string(),
+            master: MasterClient::new(ch).max_decoding_message_size(64 << 20),
+            workers: Mutex::new(WorkerCache::default()),
+            conns: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn m(&self) -> MasterClient<Channel> {
+        self.master.clone()
+    }
+
+    fn err(&self, s: tonic::Status) -> Error {
+        rpc_err(&self.master_address, s)
+    }
+
+    // ------------------------------------------------------------ metadata
+
+    pub async fn status(&self, path: &str, with_blocks: bool) -> Result<pb::FileInfo> {
+        let r = pb::GetStatusRequest {
+            path: path.into(),
+            with_blocks,
+        };
+        Ok(self
+            .m()
+            .get_status(r)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner())
+    }
+
+    /// One page of a listing.
+    pub async fn list_page(
+        &self,
+        path: &str,
+        start_after: &str,
+        limit: u32,
+    ) -> Result<(Vec<pb::FileInfo>, bool)> {
+        let r = pb::ListStatusRequest {
+            path: path.into(),
+            start_after: start_after.into(),
+            limit,
+        };
+        let r = self
+            .m()
+            .list_status(r)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        Ok((r.entries, r.truncated))
+    }
+
+    /// Visit every entry of a listing, page by page (optionally recursing into directories).
+    pub async fn list_each(
+        &self,
+        path: &str,
+        recursive: bool,
+        mut f: impl FnMut(&pb::FileInfo),
+    ) -> Result<()> {
+        let mut dirs = vec![path.to_string()];
+        while let Some(d) = dirs.pop() {
+            let mut after = String::new();
+            let mut subdirs = Vec::new();
+            loop {
+                let (page, more) = self.list_page(&d, &after, 0).await?;
+                for e in &page {
+                    f(e);
+                    if recursive && e.is_dir && e.path != d {
+                        subdirs.push(e.path.clone());
+                    }
+                }
+                match (more, page.last()) {
+                    (true, Some(l)) => after = l.name.clone(),
+                    _ => break,
+                }
+            }
+            subdirs.reverse();
+            dirs.extend(subdirs);
+        }
+        Ok(())
+    }
+
+    pub async fn mkdir(&self, path: &str, recursive: bool) -> Result<()> {
+        self.m()
+            .create_directory(pb::PathRequest {
+                path: path.into(),
+                recursive,
+            })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
+        self.m()
+            .delete(pb::PathRequest {
+                path: path.into(),
+                recursive,
+            })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
+        self.m()
+            .rename(pb::RenameRequest {
+                src: src.into(),
+                dst: dst.into(),
+            })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
+        Ok(self
+            .m()
+            .mount(req)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner())
+    }
+
+    pub async fn unmount(&self, path: &str) -> Result<()> {
+        self.m()
+            .unmount(pb::PathRequest {
+                path: path.into(),
+                recursive: false,
+            })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    pub async fn mount_table(&self) -> Result<Vec<pb::MountInfo>> {
+        Ok(self
+            .m()
+            .get_mount_table(pb::Empty {})
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner()
+            .mounts)
+    }
+
+    pub async fn set_pinned(&self, path: &str, pinned: bool, recursive: bool) -> Result<u64> {
+        let r = pb::SetPinnedRequest {
+            path: path.into(),
+            pinned,
+            recursive,
+        };
+        Ok(self
+            .m()
+            .set_pinned(r)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner()
+            .count)
+    }
+
+    pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
+        let r = pb::PathRequest {
+            path: path.into(),
+            recursive,
+        };
+        Ok(self
+            .m()
+            .free(r)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner()
+            .count)
+    }
+
+    pub async fn report(&self) -> Result<pb::Report> {
+        Ok(self
+            .m()
+            .get_report(pb::Empty {})
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner())
+    }
+
+    // ------------------------------------------------------------ workers
+
+    async fn workers(&self, refresh: bool) -> Result<Vec<pb::WorkerAddress>> {
+        {
+            let c = self.workers.lock();
+            if !refresh
+                && c.fetched.is_some_and(|t| t.elapsed() < WORKER_LIST_TTL)
+                && !c.list.is_empty()
+            {
+                return Ok(c.list.clone());
+            }
+        }
+        let list = self
+            .m()
+            .get_workers(pb::Empty {})
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner()
+            .workers;
+        let mut c = self.workers.lock();
+        c.list = list.clone();
+        c.fetched = Some(Instant::now());
+        Ok(list)
+    }
+
+    /// Whether worker `w` shares this host: its Unix socket answers as that worker.
+    async fn is_local(&self, w: &pb::WorkerAddress) -> bool {
+        if self.cfg.locality == Locality::Remote || w.uds_path.is_empty() {
+            return false;
+        }
+        if let Some(v) = self.workers.lock().local.get(&w.worker_id) {
+            return *v;
+        }
+        let v = async {
+            let mut s = UnixStream::connect(&w.uds_path).await.ok()?;
+            let req = pb::DataRequest {
+                req: Some(pb::data_request::Req::Hello(pb::Empty {})),
+            };
+            write_frame(&mut s, &req).await.ok()?;
+            let r: pb::DataResponse = read_frame(&mut s).await.ok()??;
+            Some(r.worker_id == w.worker_id)
+        }
+        .await
+        .unwrap_or(false);
+        self.workers.lock().local.insert(w.worker_id, v);
+        v
+    }
+
+    /// Worker to fill a block that no worker holds: a co-located one if any, else one
+    /// chosen by hashing the block id (so repeated reads meet the same cache).
+    async fn pick_worker(
+        &self,
+        block_id: u64,
+        exclude: &HashSet<u64>,
+    ) -> Result<pb::WorkerAddress> {
+        let ws: Vec<pb::WorkerAddress> = self
+            .workers(!exclude.is_empty())
+            .await?
+            .into_iter()
+            .filter(|w| !exclude.contains(&w.worker_id))
+            .collect();
+        if ws.is_empty() {
+            return Err(Error::unavailable("no live workers"));
+        }
+        for w in &ws {
+            if self.is_local(w).await {
+                return Ok(w.clone());
+            }
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        block_id.hash(&mut h);
+        Ok(ws[(h.finish() % ws.len() as u64) as usize].clone())
+    }
+
+    async fn conn(&self, addr: &str) -> Result<DataConn> {
+        if let Some(c) = self.conns.lock().get_mut(addr).and_then(|v| v.pop()) {
+            return Ok(c);
+        }
+        let s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
+        let _ = s.set_nodelay(true);
+        Ok(BufReader::with_capacity(1 << 20, BufWriter::new(s)))
+    }
+
+    fn put_conn(&self, addr: &str, c: DataConn) {
+        let mut m = self.conns.lock();
+        let v = m.entry(addr.to_string()).or_default();
+        if v.len() < 8 {
+            v.push(c);
+        }
+    }
+
+    // ------------------------------------------------------------ reads
+
+    /// Copy `len` bytes from `offset` of the file to `out`. `fi` must carry its blocks
+    /// (`status(path, true)`). Returns the bytes copied.
+    pub async fn read_to<W: AsyncWrite + Unpin>(
+        &self,
+        fi: &pb::FileInfo,
+        offset: u64,
+        len: u64,
+        opts: ReadOptions,
+        out: &mut W,
+    ) -> Result<u64> {
+        if fi.is_dir {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                format!("{} is a directory", fi.path),
+            ));
+        }
+        let end = offset.saturating_add(len).min(fi.length);
+        let mut pos = offset;
+        while pos < end {
+            let b = fi
+                .blocks
+                .iter()
+                .find(|b| b.offset <= pos && pos < b.offset + b.length)
+                .ok_or_else(|| {
+                    Error::internal(format!("no block covers offset {pos} of {}", fi.path))
+                })?;
+            let n = (b.offset + b.length).min(end) - pos;
+            self.read_block(fi, b, pos - b.offset, n, opts, out).await?;
+            pos += n;
+        }
+        out.flush()
+            .await
+            .map_err(|e| Error::io("write output", e))?;
+        Ok(end.saturating_sub(offset))
+    }
+
+    async fn read_block<W: AsyncWrite + Unpin>(
+        &self,
+        fi: &pb::FileInfo,
+        b: &pb::BlockInfo,
+        off: u64,
+        len: u64,
+        opts: ReadOptions,
+        out: &mut W,
+    ) -> Result<()> {
+        let read_type = opts.read_type.unwrap_or(self.cfg.read_type);
+        let mut done = 0u64;
+        let mut failed: HashSet<u64> = HashSet::new();
+        let mut last_err = None;
+        for _attempt in 0..5 {
+            let workers = self.workers(!failed.is_empty()).await?;
+            let by_id: HashMap<u64, &pb::WorkerAddress> =
+                workers.iter().map(|w| (w.worker_id, w)).collect();
+            // Holders of the block, co-located first.
+            let mut holders = Vec::new();
+            for l in &b.locations {
+                if let Some(w) = by_id.get(&l.worker_id) {
+                    if !failed.contains(&w.worker_id) {
+                        let local = self.is_local(w).await;
+                        holders.push(((!local) as u8, (*w).clone(), local));
+                    }
+                }
+            }
+            holders.sort_by_key(|h| (h.0, h.1.worker_id));
+            if self.cfg.short_circuit {
+                if let Some((_, w, true)) = holders.first() {
+                    match self
+                        .short_circuit(w, b.block_id, off + done, len - done, read_type, out)
+                        .await
+                    {
+                        Ok(()) => return Ok(()),
+                        Err(e) => {
+                            tracing::debug!(worker = w.worker_id, error = %e, "short-circuit read failed; using the data path");
+                        }
+                    }
+                }
+            }
+            let w = match holders.first() {
+                Some((_, w, _)) => w.clone(),
+                None => self.pick_worker(b.block_id, &failed).await?,
+            };
+            let local = self.is_local(&w).await;
+            let req = pb::ReadBlockRequest {
+                block_id: b.block_id,
+                offset: off + done,
+                length: len - done,
+                block_length: b.length,
+                file_offset: b.offset,
+                mount_id: fi.mount_id,
+                ufs_path: fi.ufs_path.clone(),
+                read_type: format!("{read_type:?}"),
+                client_local: local,
+                load_only: false,
+                fingerprint: fi.fingerprint.clone(),
+            };
+            match self.remote_read(&w.data_address, req, out, &mut done).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Unavailable || e.kind() == ErrorKind::Io => {
+                    tracing::warn!(worker = w.worker_id, error = %e, done, "worker failed mid-read; trying another source");
+                    failed.insert(w.worker_id);
+                    last_err = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| Error::unavailable("no worker could serve the block")))
+    }
+
+    async fn short_circuit<W: AsyncWrite + Unpin>(
+        &self,
+        w: &pb::WorkerAddress,
+        block_id: u64,
+        off: u64,
+        len: u64,
+        read_type: ReadType,
+        out: &mut W,
+    ) -> Result<()> {
+        let mut s = UnixStream::connect(&w.uds_path)
+            .await
+            .map_err(|e| Error::io("connect worker socket", e))?;
+        let req = pb::DataRequest {
+            req: Some(pb::data_request::Req::Lease(pb::LeaseRequest {
+                block_id,
+                length: len,
+                promote: read_type == ReadType::CACHE_PROMOTE,
+            })),
+        };
+        write_frame(&mut s, &req).await?;
+        let r: pb::DataResponse = read_frame(&mut s)
+            .await?
+            .ok_or_else(|| Error::unavailable("worker closed the socket"))?;
+        if let Some(e) = r.error {
+            return Err(from_error_info(e));
+        }
+        if off + len > r.length {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                "leased block is shorter than the read",
+            ));
+        }
+        let file =
+            std::fs::File::open(&r.path).map_err(|e| Error::io(format!("open {}", r.path), e))?;
+        // SAFETY: the worker keeps the block file in place while our lease (this open
+        // socket) lives; block files are never rewritten in place.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(off)
+                .len(len as usize)
+                .map(&file)
+        }
+        .map_err(|e| Error::io("map block", e))?;
+        out.write_all(&map)
+            .await
+            .map_err(|e| Error::io("write output", e))?;
+        drop(map);
+        drop(s); // releases the lease
+        Ok(())
+    }
+
+    async fn remote_read<W: AsyncWrite + Unpin>(
+        &self,
+        addr: &str,
+        req: pb::ReadBlockRequest,
+        out: &mut W,
+        done: &mut u64,
+    ) -> Result<()> {
+        let mut c = self.conn(addr).await?;
+        write_frame(
+            &mut c,
+            &pb::DataRequest {
+                req: Some(pb::data_request::Req::Read(req)),
+            },
+        )
+        .await?;
+        c.flush().await.map_err(|e| Error::io("send request", e))?;
+        let r: pb::DataResponse = read_frame(&mut c)
+            .await?
+            .ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+        if let Some(e) = r.error {
+            return Err(from_error_info(e));
+        }
+        let mut left = r.length;
+        while left > 0 {
+            let buf = c
+                .fill_buf()
+                .await
+                .map_err(|e| Error::io("read block data", e))?;
+            if buf.is_empty() {
+                return Err(Error::unavailable(format!(
+                    "worker {addr} closed the stream with {left} bytes to go"
+                )));
+            }
+            let n = buf.len().min(left as usize);
+            out.write_all(&buf[..n])
+                .await
+                .map_err(|e| Error::io("write output", e))?;
+            c.consume(n);
+            left -= n as u64;
+            *done += n as u64;
+        }
+        self.put_conn(addr, c);
+        Ok(())
+    }
+
+    /// Cache every block of the file on a worker. `progress` gets the bytes of each
+    /// block as it completes.
+    pub async fn load(&self, fi: &pb::FileInfo, mut progress: impl FnMut(u64)) -> Result<()> {
+        for b in &fi.blocks {
+            if !b.locations.is_empty() {
+                progress(b.length);
+                continue;
+            }
+            let mut failed = HashSet::new();
+            loop {
+                let w = self.pick_worker(b.block_id, &failed).await?;
+                let req = pb::ReadBlockRequest {
+                    block_id: b.block_id,
+                    offset: 0,
+                    length: b.length,
+                    block_length: b.length,
+                    file_offset: b.offset,
+                    mount_id: fi.mount_id,
+                    ufs_path: fi.ufs_path.clone(),
+                    read_type: "CACHE".into(),
+                    client_local: self.is_local(&w).await,
+                    load_only: true,
+                    fingerprint: fi.fingerprint.clone(),
+                };
+                let mut c = self.conn(&w.data_address).await?;
+                let res = async {
+                    write_frame(
+                        &mut c,
+                        &pb::DataRequest {
+                            req: Some(pb::data_request::Req::Read(req)),
+                        },
+                    )
+                    .await?;
+                    c.flush().await.map_err(|e| Error::io("send", e))?;
+                    let r: pb::DataResponse = read_frame(&mut c)
+                        .await?
+                        .ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+                    // One frame answers a load: cached, or the error that stopped the fill.
+                    match r.error {
+                        Some(e) => Err(from_error_info(e)),
+                        None => Ok(()),
+                    }
+                }
+                .await;
+                match res {
+                    Ok(()) => {
+                        self.put_conn(&w.data_address, c);
+                        break;
+                    }
+                    Err(e) if e.kind() == ErrorKind::Unavailable && failed.len() < 3 => {
+                        failed.insert(w.worker_id);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            progress(b.length);
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ writes
+
+    /// Write a new file from `input`, through a worker to the UFS.
+    pub async fn put<R: AsyncRead + Unpin>(
+        &self,
+        path: &str,
+        input: &mut R,
+        overwrite: bool,
+    ) -> Result<pb::FileInfo> {
+        let target = self
+            .m()
+            .create_file(pb::CreateFileRequest {
+                path: path.into(),
+                overwrite,
+            })
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        let w = self.pick_worker(0, &HashSet::new()).await?;
+        let mut c = self.conn(&w.data_address).await?;
+        let req = pb::WriteFileRequest {
+            mount_id: target.mount_id,
+            ufs_path: target.ufs_path.clone(),
+        };
+        write_frame(
+            &mut c,
+            &pb::DataRequest {
+                req: Some(pb::data_request::Req::Write(req)),
+            },
+        )
+        .await?;
+        c.flush().await.map_err(|e| Error::io("send", e))?;
+        let r: pb::DataResponse = read_frame(&mut c)
+            .await?
+            .ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+        if let Some(e) = r.error {
+            return Err(from_error_info(e));
+        }
+        let mut buf = vec![0u8; WRITE_CHUNK];
+        loop {
+            let mut n = 0;
+            while n < buf.len() {
+                let k = input
+                    .read(&mut buf[n..])
+                    .await
+                    .map_err(|e| Error::io("read input", e))?;
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            c.write_all(&(n as u32).to_be_bytes())
+                .await
+                .map_err(|e| Error::io("send", e))?;
+            if n == 0 {
+                break;
+            }
+            c.write_all(&buf[..n])
+                .await
+                .map_err(|e| Error::io("send", e))?;
+        }
+        c.flush().await.map_err(|e| Error::io("send", e))?;
+        let r: pb::DataResponse = read_frame(&mut c)
+            .await?
+            .ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+        if let Some(e) = r.error {
+            return Err(from_error_info(e));
+        }
+        self.put_conn(&w.data_address, c);
+        let req = pb::CompleteFileRequest {
+            path: target.path,
+            length: r.length,
+            etag: r.etag,
+            mtime_ms: r.mtime_ms,
+        };
+        Ok(self
+            .m()
+            .complete_file(req)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner())
+    }
+}
+
+use tokio::io::AsyncBufReadExt;

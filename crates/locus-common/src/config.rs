@@ -1,0 +1,394 @@
+//! Configuration: plain serde data with documented defaults.
+//!
+//! Sources override in this order: built-in defaults, then the TOML file
+//! (`--config FILE` or `LOCUS_CONFIG`), then `LOCUS_*` environment variables, then
+//! command-line flags. Environment keys use `__` between levels, for example
+//! `LOCUS_WORKER__DATA_DIR=/srv/locus` or `LOCUS_CLIENT__READ_TYPE=NO_CACHE`.
+//! `LOCUS_MASTER` is a shorthand for `master_address`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Default master RPC address. Clients and workers find the master here unless told otherwise.
+pub const DEFAULT_MASTER_ADDRESS: &str = "127.0.0.1:19998";
+/// Default address of the master's web status page and `/metrics`.
+pub const DEFAULT_WEB_ADDRESS: &str = "127.0.0.1:19999";
+/// Default worker data-path address (block reads and writes over TCP).
+pub const DEFAULT_WORKER_DATA_ADDRESS: &str = "127.0.0.1:29999";
+
+/// The whole configuration of every Locus role.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Master RPC address used by workers and clients. Default `127.0.0.1:19998`.
+    pub master_address: String,
+    pub master: MasterConfig,
+    pub worker: WorkerConfig,
+    pub client: ClientConfig,
+    /// Log as JSON lines instead of text. Default `false`.
+    pub log_json: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            master_address: DEFAULT_MASTER_ADDRESS.into(),
+            master: MasterConfig::default(),
+            worker: WorkerConfig::default(),
+            client: ClientConfig::default(),
+            log_json: false,
+        }
+    }
+}
+
+/// Master settings.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MasterConfig {
+    /// Address the master's gRPC service binds. Default `127.0.0.1:19998`.
+    pub rpc_address: String,
+    /// Address of the web status page and Prometheus `/metrics`. Default `127.0.0.1:19999`.
+    pub web_address: String,
+    /// Directory of the metadata store (redb). Default `./locus-data/master`.
+    pub meta_dir: PathBuf,
+    /// Block size of new files. Default 64 MiB.
+    pub block_size: ByteSize,
+    /// A worker whose last heartbeat is older than this is lost. Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub worker_timeout: Duration,
+    /// Metadata sync interval for mounts that do not set one. Default `60s`.
+    #[serde(with = "humantime_serde")]
+    pub default_sync_interval: Duration,
+    /// Time limit of one UFS metadata operation (stat, list, mount check). Default `20s`.
+    #[serde(with = "humantime_serde")]
+    pub ufs_timeout: Duration,
+    /// Size of redb's page cache. Bounds master memory whatever the file count. Default 64 MiB.
+    pub meta_cache_size: ByteSize,
+}
+
+impl Default for MasterConfig {
+    fn default() -> Self {
+        MasterConfig {
+            rpc_address: DEFAULT_MASTER_ADDRESS.into(),
+            web_address: DEFAULT_WEB_ADDRESS.into(),
+            meta_dir: PathBuf::from("./locus-data/master"),
+            block_size: ByteSize::mib(64),
+            worker_timeout: Duration::from_secs(10),
+            default_sync_interval: Duration::from_secs(60),
+            ufs_timeout: Duration::from_secs(20),
+            meta_cache_size: ByteSize::mib(64),
+        }
+    }
+}
+
+/// Storage tier of a worker directory, fastest first.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TierAlias {
+    MEM,
+    SSD,
+    HDD,
+}
+
+impl TierAlias {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TierAlias::MEM => "MEM",
+            TierAlias::SSD => "SSD",
+            TierAlias::HDD => "HDD",
+        }
+    }
+    pub fn parse(s: &str) -> Option<TierAlias> {
+        match s.to_ascii_uppercase().as_str() {
+            "MEM" => Some(TierAlias::MEM),
+            "SSD" => Some(TierAlias::SSD),
+            "HDD" => Some(TierAlias::HDD),
+            _ => None,
+        }
+    }
+}
+
+/// One tier directory with its quota.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    pub alias: TierAlias,
+    /// Directory holding the block files. For MEM this should be on tmpfs (e.g. /dev/shm).
+    pub dir: PathBuf,
+    /// Bytes of blocks this tier may hold.
+    pub quota: ByteSize,
+}
+
+/// Worker settings.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Address of the data path (TCP). Default `127.0.0.1:29999`; port 0 picks one.
+    pub data_address: String,
+    /// Host name the worker reports. Default: this machine's host name.
+    pub host: String,
+    /// Directory for the worker's identity file and default SSD tier. Default `./locus-data/worker`.
+    pub data_dir: PathBuf,
+    /// Unix socket for short-circuit leases. Default `<data_dir>/worker.sock`; empty disables.
+    pub uds_path: Option<PathBuf>,
+    /// Tiers, fastest first. Default: one MEM tier of 1 GiB under `/dev/shm/locus-<port>`
+    /// (chosen at start when the list is empty).
+    pub tiers: Vec<TierConfig>,
+    /// Eviction starts when a tier is fuller than this fraction of its quota. Default 0.95.
+    pub high_watermark: f64,
+    /// Eviction frees space down to this fraction of the quota. Default 0.85.
+    pub low_watermark: f64,
+    /// Interval between heartbeats to the master. Default `1s`.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// Size of data-path chunks. Default 4 MiB.
+    pub chunk_size: ByteSize,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            data_address: DEFAULT_WORKER_DATA_ADDRESS.into(),
+            host: default_host(),
+            data_dir: PathBuf::from("./locus-data/worker"),
+            uds_path: None,
+            tiers: Vec::new(),
+            high_watermark: 0.95,
+            low_watermark: 0.85,
+            heartbeat_interval: Duration::from_secs(1),
+            chunk_size: ByteSize::mib(4),
+        }
+    }
+}
+
+/// How a read uses the cache.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[allow(non_camel_case_types)]
+pub enum ReadType {
+    /// Cache blocks on the worker that serves them (default).
+    #[default]
+    CACHE,
+    /// Like CACHE, and move blocks found on a lower tier up to the top tier.
+    CACHE_PROMOTE,
+    /// Do not cache what is not cached already.
+    NO_CACHE,
+}
+
+impl ReadType {
+    pub fn parse(s: &str) -> Option<ReadType> {
+        match s.to_ascii_uppercase().as_str() {
+            "CACHE" => Some(ReadType::CACHE),
+            "CACHE_PROMOTE" => Some(ReadType::CACHE_PROMOTE),
+            "NO_CACHE" => Some(ReadType::NO_CACHE),
+            _ => None,
+        }
+    }
+}
+
+/// Which workers a client treats as co-located.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Locality {
+    /// A worker whose Unix socket this client can reach is local (default).
+    #[default]
+    Auto,
+    /// Treat every worker as remote: no short-circuit, no local preference.
+    Remote,
+}
+
+/// Client settings.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Read type of reads that do not set one. Default `CACHE`.
+    pub read_type: ReadType,
+    /// Read blocks of co-located workers by memory-mapping their files. Default `true`.
+    pub short_circuit: bool,
+    /// Which workers count as local. Default `auto`.
+    pub locality: Locality,
+    /// Time limit of one master RPC. Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub rpc_timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            read_type: ReadType::CACHE,
+            short_circuit: true,
+            locality: Locality::Auto,
+            rpc_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+fn default_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+impl Config {
+    /// Defaults, then `file` (if any), then `LOCUS_*` environment variables.
+    /// Merge flag values on top with [`Figment::merge`] before calling [`Config::extract`].
+    pub fn figment(file: Option<&Path>) -> Figment {
+        let mut f = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            f = f.merge(Toml::file_exact(file));
+        }
+        f.merge(Env::prefixed("LOCUS_").ignore(&["config"]).map(|k| {
+            if k == "master" {
+                "master_address".into()
+            } else {
+                k.as_str().replace("__", ".").into()
+            }
+        }))
+    }
+
+    /// Extract a validated configuration.
+    pub fn extract(f: &Figment) -> Result<Config> {
+        let c: Config = f
+            .extract()
+            .map_err(|e| Error::invalid(format!("bad configuration: {e}")))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Defaults + file + environment, no flags.
+    pub fn load(file: Option<&Path>) -> Result<Config> {
+        if let Some(p) = file {
+            if !p.exists() {
+                return Err(Error::not_found(format!(
+                    "config file {} does not exist",
+                    p.display()
+                )));
+            }
+        }
+        Self::extract(&Self::figment(file))
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let w = &self.worker;
+        if !(0.0 < w.low_watermark
+            && w.low_watermark <= w.high_watermark
+            && w.high_watermark <= 1.0)
+        {
+            return Err(Error::invalid(
+                "worker watermarks must satisfy 0 < low <= high <= 1",
+            ));
+        }
+        if self.master.block_size.as_u64() < 4096 {
+            return Err(Error::invalid("master.block_size must be at least 4 KiB"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for t in &w.tiers {
+            if !seen.insert(t.alias) {
+                return Err(Error::invalid(format!(
+                    "tier {} configured twice",
+                    t.alias.as_str()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+        assert_eq!(Config::default().master.block_size, ByteSize::mib(64));
+    }
+
+    /// One fixture that sets every field, so a field missing from the file format fails here.
+    #[test]
+    fn file_env_and_flags_override_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("locus.toml");
+        std::fs::write(
+            &file,
+            r#"
+master_address = "10.0.0.1:1"
+log_json = true
+[master]
+rpc_address = "0.0.0.0:1"
+web_address = "0.0.0.0:2"
+meta_dir = "/m"
+block_size = "1 MiB"
+worker_timeout = "3s"
+default_sync_interval = "5m"
+ufs_timeout = "7s"
+meta_cache_size = "8 MiB"
+[worker]
+data_address = "0.0.0.0:3"
+host = "h1"
+data_dir = "/w"
+uds_path = "/w/s.sock"
+high_watermark = 0.9
+low_watermark = 0.5
+heartbeat_interval = "2s"
+chunk_size = "1 MiB"
+[[worker.tiers]]
+alias = "MEM"
+dir = "/dev/shm/x"
+quota = "1 GiB"
+[[worker.tiers]]
+alias = "SSD"
+dir = "/ssd"
+quota = "10 GiB"
+[client]
+read_type = "NO_CACHE"
+short_circuit = false
+locality = "remote"
+rpc_timeout = "9s"
+"#,
+        )
+        .unwrap();
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("LOCUS_MASTER", "10.0.0.2:2");
+            jail.set_env("LOCUS_WORKER__HOST", "h2");
+            let f = Config::figment(Some(&file))
+                .merge(Serialized::default("client.read_type", "CACHE_PROMOTE"));
+            let c = Config::extract(&f).unwrap();
+            assert_eq!(c.master_address, "10.0.0.2:2", "env beats file");
+            assert_eq!(c.worker.host, "h2");
+            assert_eq!(
+                c.client.read_type,
+                ReadType::CACHE_PROMOTE,
+                "flags beat env and file"
+            );
+            assert!(c.log_json);
+            assert_eq!(c.master.block_size, ByteSize::mib(1));
+            assert_eq!(c.master.default_sync_interval, Duration::from_secs(300));
+            assert_eq!(c.worker.tiers.len(), 2);
+            assert_eq!(c.worker.tiers[1].alias, TierAlias::SSD);
+            assert_eq!(c.worker.uds_path.as_deref(), Some(Path::new("/w/s.sock")));
+            assert_eq!(c.client.locality, Locality::Remote);
+            assert!(!c.client.short_circuit);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        let mut c = Config::default();
+        c.worker.low_watermark = 0.99;
+        assert!(c.validate().is_err());
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("LOCUS_WORKER__NO_SUCH_FIELD", "1");
+            assert!(Config::load(None).is_err());
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,54 @@
+//! Shared foundations of Locus: the structured [`Error`] type, configuration structs
+//! with documented defaults, path rules, metric names, ids and named fault points.
+//!
+//! This crate must not depend on any other Locus crate, and must stay free of
+//! networking and storage code: everything else depends on it.
+
+pub mod config;
+pub mod error;
+pub mod job;
+pub mod metrics;
+pub mod path;
+
+pub use error::{Error, ErrorKind, Result};
+
+/// Re-exported so that crates can declare fault points with `locus_common::fail::fail_point!`.
+/// Fault points are compiled in only with the `failpoints` feature.
+pub use fail;
+
+/// Block ids pack a file version id and the block index: `version << 24 | index`.
+/// 2^24 blocks of the default 64 MiB size allow files of 1 PiB.
+pub const BLOCK_INDEX_BITS: u32 = 24;
+
+pub fn block_id(version: u64, index: u64) -> u64 {
+    (version << BLOCK_INDEX_BITS) | index
+}
+
+/// Split a block id into (file version id, block index).
+pub fn split_block_id(id: u64) -> (u64, u64) {
+    (id >> BLOCK_INDEX_BITS, id & ((1 << BLOCK_INDEX_BITS) - 1))
+}
+
+/// Install a `tracing` subscriber writing structured logs to stderr.
+/// `json` selects JSON lines; the filter comes from `RUST_LOG` (default `info`).
+pub fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        b.json().try_init()
+    } else {
+        b.try_init()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn block_ids_round_trip() {
+        let id = super::block_id(77, 5);
+        assert_eq!(super::split_block_id(id), (77, 5));
+    }
+}

@@ -1,0 +1,97 @@
+//! Rules for Locus paths: absolute, `/`-separated, no empty, `.` or `..` components.
+//!
+//! Rejecting `.` and `..` outright (rather than resolving them) is what guarantees that
+//! no request can reach outside a mount's root in the under file system.
+
+use crate::{Error, Result};
+
+/// Normalise and validate a Locus path. Returns it without a trailing slash (`/` for root).
+pub fn normalize(path: &str) -> Result<String> {
+    if !path.starts_with('/') {
+        return Err(Error::invalid(format!("path must be absolute: {path:?}")));
+    }
+    if path.len() > 4096 {
+        return Err(Error::invalid("path longer than 4096 bytes"));
+    }
+    let mut out = String::with_capacity(path.len());
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        if comp == "." || comp == ".." {
+            return Err(Error::invalid(format!(
+                "path must not contain '.' or '..': {path:?}"
+            )));
+        }
+        if comp.contains('\0') {
+            return Err(Error::invalid("path contains a NUL byte"));
+        }
+        out.push('/');
+        out.push_str(comp);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// Components of a normalised path (none for root).
+pub fn components(path: &str) -> impl Iterator<Item = &str> {
+    path.split('/').filter(|c| !c.is_empty())
+}
+
+/// Parent of a normalised path and the last component; `None` for root.
+pub fn split_parent(path: &str) -> Option<(&str, &str)> {
+    if path == "/" {
+        return None;
+    }
+    let i = path.rfind('/').unwrap();
+    Some((if i == 0 { "/" } else { &path[..i] }, &path[i + 1..]))
+}
+
+/// Join a normalised directory path and a child name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// If `path` is `prefix` or below it, the remainder relative to it (no leading `/`).
+pub fn strip_prefix<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+    if prefix == "/" {
+        return Some(path.trim_start_matches('/'));
+    }
+    let rest = path.strip_prefix(prefix)?;
+    if rest.is_empty() {
+        Some("")
+    } else {
+        rest.strip_prefix('/')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes() {
+        assert_eq!(normalize("/").unwrap(), "/");
+        assert_eq!(normalize("//a///b/").unwrap(), "/a/b");
+        assert!(normalize("a/b").is_err());
+        assert!(normalize("/a/../b").is_err());
+        assert!(normalize("/a/./b").is_err());
+        assert!(normalize("/a/..").is_err());
+    }
+
+    #[test]
+    fn splits_and_strips() {
+        assert_eq!(split_parent("/a"), Some(("/", "a")));
+        assert_eq!(split_parent("/a/b"), Some(("/a", "b")));
+        assert_eq!(split_parent("/"), None);
+        assert_eq!(strip_prefix("/data/x/y", "/data"), Some("x/y"));
+        assert_eq!(strip_prefix("/data", "/data"), Some(""));
+        assert_eq!(strip_prefix("/database", "/data"), None);
+        assert_eq!(strip_prefix("/x", "/"), Some("x"));
+        assert_eq!(join("/", "a"), "/a");
+        assert_eq!(join("/a", "b"), "/a/b");
+    }
+}

@@ -1,0 +1,117 @@
+//! The `Master` gRPC service: decodes requests, calls [`Master`], maps errors with
+//! `locus_proto::to_status` (the one place for that mapping).
+
+use locus_common::Result;
+use locus_proto::pb::{self, master_server::MasterServer};
+use locus_proto::to_status;
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+use crate::Master;
+
+type R<T> = std::result::Result<Response<T>, Status>;
+
+fn ok<T>(r: Result<T>) -> R<T> {
+    r.map(Response::new).map_err(to_status)
+}
+
+pub(crate) async fn serve(
+    master: Master,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .add_service(MasterServer::new(master).max_decoding_message_size(16 << 20))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(|e| locus_common::Error::internal(format!("master rpc server: {e}")))
+}
+
+#[tonic::async_trait]
+impl pb::master_server::Master for Master {
+    async fn get_status(&self, r: Request<pb::GetStatusRequest>) -> R<pb::FileInfo> {
+        let r = r.into_inner();
+        ok(Master::get_status(self, &r.path, r.with_blocks).await)
+    }
+    async fn list_status(&self, r: Request<pb::ListStatusRequest>) -> R<pb::ListStatusResponse> {
+        let r = r.into_inner();
+        ok(Master::list_status(self, &r.path, &r.start_after, r.limit)
+            .await
+            .map(|(entries, truncated)| pb::ListStatusResponse { entries, truncated }))
+    }
+    async fn create_directory(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
+        let r = r.into_inner();
+        ok(Master::create_directory(self, &r.path, r.recursive)
+            .await
+            .map(|_| pb::Empty {}))
+    }
+    async fn delete(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
+        let r = r.into_inner();
+        ok(Master::delete(self, &r.path, r.recursive)
+            .await
+            .map(|_| pb::Empty {}))
+    }
+    async fn rename(&self, r: Request<pb::RenameRequest>) -> R<pb::Empty> {
+        let r = r.into_inner();
+        ok(Master::rename(self, &r.src, &r.dst)
+            .await
+            .map(|_| pb::Empty {}))
+    }
+    async fn create_file(&self, r: Request<pb::CreateFileRequest>) -> R<pb::FileInfo> {
+        let r = r.into_inner();
+        ok(Master::create_file(self, &r.path, r.overwrite).await)
+    }
+    async fn complete_file(&self, r: Request<pb::CompleteFileRequest>) -> R<pb::FileInfo> {
+        ok(Master::complete_file(self, r.into_inner()).await)
+    }
+    async fn set_pinned(&self, r: Request<pb::SetPinnedRequest>) -> R<pb::CountResponse> {
+        let r = r.into_inner();
+        ok(Master::set_pinned(self, &r.path, r.pinned, r.recursive)
+            .await
+            .map(|count| pb::CountResponse { count }))
+    }
+    async fn free(&self, r: Request<pb::PathRequest>) -> R<pb::CountResponse> {
+        let r = r.into_inner();
+        ok(Master::free(self, &r.path, r.recursive)
+            .await
+            .map(|count| pb::CountResponse { count }))
+    }
+    async fn mount(&self, r: Request<pb::MountRequest>) -> R<pb::MountInfo> {
+        ok(Master::mount(self, r.into_inner()).await)
+    }
+    async fn unmount(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
+        ok(Master::unmount(self, &r.into_inner().path)
+            .await
+            .map(|_| pb::Empty {}))
+    }
+    async fn get_mount_table(&self, _: Request<pb::Empty>) -> R<pb::MountTable> {
+        ok(Ok(pb::MountTable {
+            mounts: self.mount_table(false),
+        }))
+    }
+    async fn get_mount(&self, r: Request<pb::GetMountRequest>) -> R<pb::MountInfo> {
+        ok(Master::get_mount(self, r.into_inner().mount_id))
+    }
+    async fn get_workers(&self, _: Request<pb::Empty>) -> R<pb::WorkerList> {
+        ok(Ok(pb::WorkerList {
+            workers: self.workers(),
+        }))
+    }
+    async fn get_report(&self, _: Request<pb::Empty>) -> R<pb::Report> {
+        ok(Ok(self.report()))
+    }
+    async fn register_worker(
+        &self,
+        r: Request<pb::RegisterWorkerRequest>,
+    ) -> R<pb::RegisterWorkerResponse> {
+        ok(Master::register_worker(self, r.into_inner())
+            .map(|worker_id| pb::RegisterWorkerResponse { worker_id }))
+    }
+    async fn worker_heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> R<pb::HeartbeatResponse> {
+        ok(self.heartbeat(r.into_inner()))
+    }
+    async fn commit_blocks(&self, r: Request<pb::CommitBlocksRequest>) -> R<pb::Empty> {
+        ok(Master::commit_blocks(self, r.into_inner()).map(|_| pb::Empty {}))
+    }
+}

@@ -1,0 +1,123 @@
+//! The master's web side: a small status page (`/`), Prometheus `/metrics`, and the
+//! cluster report as JSON (`/api/report`).
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+use locus_common::Result;
+use prometheus::Encoder;
+use tokio::net::TcpListener;
+
+use crate::Master;
+
+pub(crate) async fn serve(
+    master: Master,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let app = Router::new()
+        .route("/", get(index))
+        .route("/metrics", get(metrics))
+        .route("/api/report", get(report))
+        .with_state(master);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| locus_common::Error::io("web server", e))
+}
+
+/// Prometheus text exposition of the master's registry.
+pub fn render_metrics(m: &Master) -> String {
+    m.update_gauges();
+    let mut buf = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&m.inner.metrics.registry.gather(), &mut buf)
+        .unwrap();
+    String::from_utf8(buf).unwrap()
+}
+
+async fn metrics(State(m): State<Master>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        render_metrics(&m),
+    )
+}
+
+fn report_json(m: &Master) -> serde_json::Value {
+    locus_proto::report_json(&m.report(), &m.mount_table(false))
+}
+
+async fn report(State(m): State<Master>) -> impl IntoResponse {
+    axum::Json(report_json(&m))
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+async fn index(State(m): State<Master>) -> Html<String> {
+    let r = m.report();
+    let t = r.totals.unwrap_or_default();
+    let mut rows = String::new();
+    for w in &r.workers {
+        let a = w.address.clone().unwrap_or_default();
+        let tiers: Vec<String> = w
+            .tiers
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} {} / {}",
+                    t.alias,
+                    bytesize(t.used),
+                    bytesize(t.capacity)
+                )
+            })
+            .collect();
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            a.worker_id,
+            esc(&a.host),
+            esc(&a.data_address),
+            if w.live { "live" } else { "LOST" },
+            esc(&tiers.join(", "))
+        ));
+    }
+    let mut mounts = String::new();
+    for mi in m.mount_table(false) {
+        mounts.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&mi.path),
+            esc(&mi.uri),
+            mi.readonly
+        ));
+    }
+    Html(format!(
+        "<!doctype html><html><head><title>Locus</title><meta http-equiv=refresh content=5>\
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:4px 10px;border-bottom:1px solid #ddd;text-align:left}}</style></head>\
+<body><h1>Locus</h1><h2>Workers</h2><table><tr><th>id</th><th>host</th><th>data</th><th>state</th><th>tiers</th></tr>{rows}</table>\
+<h2>Bytes read by source</h2><table><tr><th>short_circuit</th><th>local_worker</th><th>remote_worker</th><th>ufs</th><th>hit ratio</th></tr>\
+<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td></tr></table>\
+<h2>Mounts</h2><table><tr><th>path</th><th>uri</th><th>read-only</th></tr>{mounts}</table>\
+<p><a href=/metrics>/metrics</a> · <a href=/api/report>/api/report</a></p></body></html>",
+        bytesize(t.short_circuit),
+        bytesize(t.local_worker),
+        bytesize(t.remote_worker),
+        bytesize(t.ufs),
+        t.hit_ratio()
+    ))
+}
+
+fn bytesize(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.1} {}", U[i])
+}

@@ -1,0 +1,842 @@
+//! The Locus worker: serves blocks over the data path (TCP) and short-circuit leases
+//! (Unix socket), fills its cache from the UFS on a miss (concurrent misses on one block
+//! cost one UFS read), writes files through to the UFS, and keeps the master informed
+//! with registration, heartbeats and block commits.
+//!
+//! Depends on `locus-common`, `locus-proto`, `locus-ufs` and `locus-blockstore`; it must
+//! never depend on `locus-master` or `locus-client`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use locus_blockstore::{BlockStore, Change, Lease};
+use locus_common::config::{ReadType, TierAlias, TierConfig, WorkerConfig};
+use locus_common::job::Job;
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb::{self, master_client::MasterClient};
+use locus_proto::{from_status, read_frame, to_error_info, write_frame};
+use locus_ufs::Ufs;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+/// Largest block the data path accepts.
+const MAX_BLOCK: u64 = 1 << 40;
+
+#[derive(Default)]
+struct Counters {
+    short_circuit: AtomicU64,
+    local_worker: AtomicU64,
+    remote_worker: AtomicU64,
+    ufs: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+}
+
+struct Inner {
+    cfg: WorkerConfig,
+    store: BlockStore,
+    master: MasterClient<Channel>,
+    id: AtomicU64,
+    data_address: String,
+    uds_path: Option<PathBuf>,
+    counters: Counters,
+    pin_epoch: AtomicU64,
+    ufs: Mutex<HashMap<u64, Ufs>>,
+    /// Blocks being filled from the UFS; followers wait for the leader's result.
+    inflight: Mutex<HashMap<u64, watch::Receiver<Option<bool>>>>,
+}
+
+/// Builds a [`Worker`].
+pub struct WorkerBuilder {
+    cfg: WorkerConfig,
+    master_address: String,
+}
+
+impl WorkerBuilder {
+    pub fn new(cfg: WorkerConfig, master_address: impl Into<String>) -> Self {
+        WorkerBuilder {
+            cfg,
+            master_address: master_address.into(),
+        }
+    }
+
+    /// Open the block store, bind the data listener and the Unix socket, and start.
+    /// Registration with the master is retried in the background until it succeeds.
+    pub async fn start(self) -> Result<Worker> {
+        let mut cfg = self.cfg;
+        std::fs::create_dir_all(&cfg.data_dir)
+            .map_err(|e| Error::io(format!("create {}", cfg.data_dir.display()), e))?;
+        let listener = TcpListener::bind(&cfg.data_address)
+            .await
+            .map_err(|e| Error::io(format!("bind worker data address {}", cfg.data_address), e))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| Error::io("local addr", e))?;
+        if cfg.tiers.is_empty() {
+            cfg.tiers.push(default_mem_tier(&cfg.data_dir));
+        }
+        let store = BlockStore::open(&cfg.tiers, cfg.high_watermark, cfg.low_watermark)?;
+        let uds_path = match &cfg.uds_path {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+            None => Some(cfg.data_dir.join("worker.sock")),
+        };
+        let uds = match &uds_path {
+            Some(p) => {
+                let _ = std::fs::remove_file(p);
+                Some(
+                    UnixListener::bind(p)
+                        .map_err(|e| Error::io(format!("bind {}", p.display()), e))?,
+                )
+            }
+            None => None,
+        };
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", self.master_address))
+                .map_err(|e| {
+                    Error::invalid(format!("bad master address {}: {e}", self.master_address))
+                })?
+                .connect_timeout(Duration::from_secs(3))
+                .timeout(Duration::from_secs(30))
+                .connect_lazy();
+        let saved_id = std::fs::read_to_string(cfg.data_dir.join("worker_id"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        let inner = Arc::new(Inner {
+            data_address: local.to_string(),
+            cfg,
+            store,
+            master: MasterClient::new(channel),
+            id: AtomicU64::new(saved_id.unwrap_or(0)),
+            uds_path,
+            counters: Counters::default(),
+            pin_epoch: AtomicU64::new(u64::MAX),
+            ufs: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(HashMap::new()),
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(serve_tcp(
+            inner.clone(),
+            listener,
+            stop_rx.clone(),
+        )));
+        if let Some(uds) = uds {
+            tasks.push(tokio::spawn(serve_uds(inner.clone(), uds, stop_rx.clone())));
+        }
+        let hb_inner = inner.clone();
+        let heartbeat = Job::spawn_periodic(
+            "worker.heartbeat",
+            inner.cfg.heartbeat_interval,
+            move || {
+                let i = hb_inner.clone();
+                async move { i.heartbeat().await }
+            },
+        );
+        Ok(Worker {
+            inner,
+            local,
+            stop: stop_tx,
+            tasks,
+            heartbeat: Some(heartbeat),
+        })
+    }
+}
+
+fn default_mem_tier(data_dir: &Path) -> TierConfig {
+    let abs = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let tag: String = abs
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    TierConfig {
+        alias: TierAlias::MEM,
+        dir: PathBuf::from("/dev/shm").join(format!("locus{tag}")),
+        quota: bytesize::ByteSize::gib(1),
+    }
+}
+
+/// A running worker.
+pub struct Worker {
+    inner: Arc<Inner>,
+    local: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    heartbeat: Option<Job>,
+}
+
+impl Worker {
+    /// The id the master gave this worker (0 until registered).
+    pub fn id(&self) -> u64 {
+        self.inner.id.load(Relaxed)
+    }
+    pub fn data_address(&self) -> SocketAddr {
+        self.local
+    }
+    pub fn uds_path(&self) -> Option<&Path> {
+        self.inner.uds_path.as_deref()
+    }
+    pub fn store(&self) -> &BlockStore {
+        &self.inner.store
+    }
+    /// Wait until the master has registered this worker.
+    pub async fn wait_registered(&self, timeout: Duration) -> Result<u64> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let id = self.id();
+            if id != 0 && self.inner.pin_epoch.load(Relaxed) != u64::MAX {
+                return Ok(id);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::unavailable(
+                    "worker did not register with the master in time",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stop serving and heartbeating. Blocks on disk tiers stay for the next start.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(h) = self.heartbeat.take() {
+            h.stop().await;
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+            let _ = t.await;
+        }
+        if let Some(p) = &self.inner.uds_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+}
+
+impl Inner {
+    fn master(&self) -> MasterClient<Channel> {
+        self.master.clone()
+    }
+
+    fn tier_usage(&self) -> Vec<pb::TierUsage> {
+        self.store
+            .usage()
+            .into_iter()
+            .map(|u| pb::TierUsage {
+                alias: u.alias.as_str().into(),
+                capacity: u.capacity,
+                used: u.used,
+                blocks: u.blocks,
+            })
+            .collect()
+    }
+
+    async fn register(&self) -> Result<()> {
+        let blocks = self
+            .store
+            .report()
+            .into_iter()
+            .map(|(id, t, len)| pb::BlockReport {
+                block_id: id,
+                tier: t.as_str().into(),
+                length: len,
+            })
+            .collect();
+        self.store.drain_changes(); // the full report covers them
+        let req = pb::RegisterWorkerRequest {
+            worker_id: self.id.load(Relaxed),
+            address: Some(pb::WorkerAddress {
+                worker_id: 0,
+                host: self.cfg.host.clone(),
+                data_address: self.data_address.clone(),
+                uds_path: self
+                    .uds_path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            }),
+            tiers: self.tier_usage(),
+            blocks,
+        };
+        let id = self
+            .master()
+            .register_worker(req)
+            .await
+            .map_err(from_status)?
+            .into_inner()
+            .worker_id;
+        self.id.store(id, Relaxed);
+        let _ = std::fs::write(self.cfg.data_dir.join("worker_id"), id.to_string());
+        Ok(())
+    }
+
+    async fn heartbeat(&self) -> Result<()> {
+        if self.id.load(Relaxed) == 0 || self.pin_epoch.load(Relaxed) == u64::MAX {
+            self.register().await?;
+            self.pin_epoch.store(0, Relaxed);
+        }
+        self.commit_changes().await?;
+        let c = &self.counters;
+        let req = pb::HeartbeatRequest {
+            worker_id: self.id.load(Relaxed),
+            tiers: self.tier_usage(),
+            counters: Some(pb::ReadCounters {
+                short_circuit: c.short_circuit.load(Relaxed),
+                local_worker: c.local_worker.load(Relaxed),
+                remote_worker: c.remote_worker.load(Relaxed),
+                ufs: c.ufs.load(Relaxed),
+                cache_hits: c.cache_hits.load(Relaxed),
+                cache_misses: c.cache_misses.load(Relaxed),
+                evictions: self.store.evictions(),
+            }),
+            pin_epoch: self.pin_epoch.load(Relaxed),
+        };
+        let resp = self
+            .master()
+            .worker_heartbeat(req)
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        if resp.reregister {
+            self.register().await?;
+            return Ok(());
+        }
+        if resp.pins_changed {
+            self.store
+                .set_pinned_versions(resp.pinned_versions.into_iter().collect());
+            self.pin_epoch.store(resp.pin_epoch, Relaxed);
+        }
+        for b in resp.remove_blocks {
+            self.store.remove(b)?;
+        }
+        self.commit_changes().await
+    }
+
+    /// Send block additions and removals to the master.
+    async fn commit_changes(&self) -> Result<()> {
+        let changes = self.store.drain_changes();
+        if changes.is_empty() || self.id.load(Relaxed) == 0 {
+            return Ok(());
+        }
+        let mut req = pb::CommitBlocksRequest {
+            worker_id: self.id.load(Relaxed),
+            ..Default::default()
+        };
+        for c in changes {
+            match c {
+                Change::Stored {
+                    block_id,
+                    tier,
+                    len,
+                } => req.added.push(pb::BlockReport {
+                    block_id,
+                    tier: tier.as_str().into(),
+                    length: len,
+                }),
+                Change::Removed { block_id } => req.removed.push(block_id),
+            }
+        }
+        if let Err(s) = self.master().commit_blocks(req).await {
+            // The master lost track of us: the next heartbeat re-registers with a full report.
+            self.pin_epoch.store(u64::MAX, Relaxed);
+            return Err(from_status(s));
+        }
+        Ok(())
+    }
+
+    async fn ufs(&self, mount_id: u64) -> Result<Ufs> {
+        if let Some(u) = self.ufs.lock().get(&mount_id) {
+            return Ok(u.clone());
+        }
+        let info = self
+            .master()
+            .get_mount(pb::GetMountRequest { mount_id })
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        let opts = info.options.into_iter().collect();
+        let ufs = Ufs::new(&info.uri, &opts, Duration::from_secs(60))?;
+        self.ufs.lock().insert(mount_id, ufs.clone());
+        Ok(ufs)
+    }
+
+    fn count_served(&self, local: bool, n: u64) {
+        if local {
+            self.counters.local_worker.fetch_add(n, Relaxed);
+        } else {
+            self.counters.remote_worker.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Serve one read request on a data connection.
+    /// `hdr` becomes true once a response header went out: after that an error can only
+    /// close the connection (the client sees a short read).
+    async fn handle_read<S: AsyncWrite + Unpin>(
+        self: &Arc<Self>,
+        sock: &mut S,
+        r: pb::ReadBlockRequest,
+        hdr: &mut bool,
+    ) -> Result<()> {
+        if r.block_length == 0
+            || r.block_length > MAX_BLOCK
+            || r.offset
+                .checked_add(r.length)
+                .is_none_or(|e| e > r.block_length)
+        {
+            return Err(Error::invalid(format!(
+                "bad read range {}+{} of a block of {} bytes",
+                r.offset, r.length, r.block_length
+            )));
+        }
+        let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
+        let promote = read_type == ReadType::CACHE_PROMOTE;
+        let mut first = true;
+        loop {
+            if let Some(lease) = self.store.lease(r.block_id, promote)? {
+                if first {
+                    self.counters.cache_hits.fetch_add(1, Relaxed);
+                }
+                return self.send_cached(sock, &r, lease, hdr).await;
+            }
+            if first {
+                self.counters.cache_misses.fetch_add(1, Relaxed);
+                first = false;
+            }
+            if read_type == ReadType::NO_CACHE {
+                return self.send_from_ufs(sock, &r, hdr).await;
+            }
+            // Become the filler of this block, or wait for the one in progress.
+            let (waiter, leader) = {
+                let mut inflight = self.inflight.lock();
+                match inflight.get(&r.block_id) {
+                    Some(rx) => (Some(rx.clone()), None),
+                    None => {
+                        let (tx, rx) = watch::channel(None);
+                        inflight.insert(r.block_id, rx);
+                        (None, Some(tx))
+                    }
+                }
+            };
+            if let Some(tx) = leader {
+                let res = self.fill(sock, &r, hdr).await;
+                self.inflight.lock().remove(&r.block_id);
+                let _ = tx.send(Some(res.is_ok()));
+                let _ = self.commit_changes().await;
+                return res;
+            }
+            if let Some(mut rx) = waiter {
+                let _ = rx.wait_for(|v| v.is_some()).await;
+            }
+        }
+    }
+
+    async fn send_cached<S: AsyncWrite + Unpin>(
+        &self,
+        sock: &mut S,
+        r: &pb::ReadBlockRequest,
+        lease: Lease,
+        hdr: &mut bool,
+    ) -> Result<()> {
+        if r.load_only {
+            return write_frame(
+                sock,
+                &pb::DataResponse {
+                    cached: true,
+                    ..Default::default()
+                },
+            )
+            .await;
+        }
+        if r.offset + r.length > lease.len {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("cached block {} is shorter than requested", r.block_id),
+            ));
+        }
+        let file = std::fs::File::open(&lease.path).map_err(|e| Error::io("open block", e))?;
+        write_frame(
+            sock,
+            &pb::DataResponse {
+                length: r.length,
+                cached: true,
+                ..Default::default()
+            },
+        )
+        .await?;
+        *hdr = true;
+        if r.length == 0 {
+            return Ok(());
+        }
+        // SAFETY: the lease keeps the block file from being removed or rewritten while mapped.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(r.offset)
+                .len(r.length as usize)
+                .map(&file)
+        }
+        .map_err(|e| Error::io("map block", e))?;
+        let chunk = self.cfg.chunk_size.as_u64() as usize;
+        for piece in map.chunks(chunk) {
+            sock.write_all(piece)
+                .await
+                .map_err(|e| Error::io("send block", e))?;
+            self.count_served(r.client_local, piece.len() as u64);
+        }
+        drop(lease);
+        Ok(())
+    }
+
+    /// NO_CACHE miss: stream the range from the UFS without keeping it.
+    async fn send_from_ufs<S: AsyncWrite + Unpin>(
+        &self,
+        sock: &mut S,
+        r: &pb::ReadBlockRequest,
+        hdr: &mut bool,
+    ) -> Result<()> {
+        let ufs = self.ufs(r.mount_id).await?;
+        let mut s = Box::pin(
+            ufs.read_range(&r.ufs_path, r.file_offset + r.offset, r.length, 8 << 20, 4)
+                .await?,
+        );
+        write_frame(
+            sock,
+            &pb::DataResponse {
+                length: r.length,
+                ..Default::default()
+            },
+        )
+        .await?;
+        *hdr = true;
+        let mut sent = 0;
+        while let Some(b) = s.next().await {
+            let b = b?;
+            self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
+            sock.write_all(&b)
+                .await
+                .map_err(|e| Error::io("send block", e))?;
+            self.count_served(r.client_local, b.len() as u64);
+            sent += b.len() as u64;
+        }
+        if sent != r.length {
+            return Err(Error::new(
+                ErrorKind::Ufs,
+                format!("UFS returned {sent} of {} bytes (changed?)", r.length),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Cache miss: read the whole block from the UFS into a new block file, streaming the
+    /// requested range to the client as it arrives.
+    async fn fill<S: AsyncWrite + Unpin>(
+        &self,
+        sock: &mut S,
+        r: &pb::ReadBlockRequest,
+        hdr: &mut bool,
+    ) -> Result<()> {
+        let temp = match self.store.create(r.block_id, r.block_length) {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
+                tracing::warn!(block = r.block_id, error = %e, "cannot cache block; serving it uncached");
+                return self.send_from_ufs(sock, r, hdr).await;
+            }
+            Err(e) => return Err(e),
+        };
+        let ufs = self.ufs(r.mount_id).await?;
+        let mut stream = Box::pin(
+            ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4)
+                .await?,
+        );
+        let mut file =
+            std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
+        if !r.load_only {
+            write_frame(
+                sock,
+                &pb::DataResponse {
+                    length: r.length,
+                    ..Default::default()
+                },
+            )
+            .await?;
+            *hdr = true;
+        }
+        let (want_start, want_end) = (r.offset, r.offset + r.length);
+        let mut pos = 0u64;
+        let mut client_ok = !r.load_only;
+        while let Some(b) = stream.next().await {
+            let b: Bytes = b?;
+            std::io::Write::write_all(&mut file, &b)
+                .map_err(|e| Error::io("write block file", e))?;
+            self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
+            let (s, e) = (pos, pos + b.len() as u64);
+            pos = e;
+            if client_ok && e > want_start && s < want_end {
+                let piece = &b[(want_start.max(s) - s) as usize..(want_end.min(e) - s) as usize];
+                // A reader that goes away does not stop the fill: others may be waiting.
+                if sock.write_all(piece).await.is_err() {
+                    client_ok = false;
+                } else {
+                    self.count_served(r.client_local, piece.len() as u64);
+                }
+            }
+        }
+        if pos != r.block_length {
+            return Err(Error::new(
+                ErrorKind::Ufs,
+                format!(
+                    "UFS returned {pos} of {} bytes for block {} (file changed?)",
+                    r.block_length, r.block_id
+                ),
+            ));
+        }
+        locus_common::fail::fail_point!("worker.fill.before_commit", |_| Err(Error::internal(
+            "failpoint"
+        )));
+        temp.commit(pos)?;
+        if r.load_only {
+            write_frame(
+                sock,
+                &pb::DataResponse {
+                    cached: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Write a file through to the UFS: chunk frames follow the request, a zero-length
+    /// frame ends them.
+    async fn handle_write<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        sock: &mut S,
+        w: pb::WriteFileRequest,
+    ) -> Result<()> {
+        let ufs = self.ufs(w.mount_id).await?;
+        let mut writer = ufs.writer(&w.ufs_path).await?;
+        write_frame(sock, &pb::DataResponse::default()).await?; // ready
+        sock.flush().await.map_err(|e| Error::io("send", e))?;
+        let mut total = 0u64;
+        loop {
+            let mut lenb = [0u8; 4];
+            if let Err(e) = sock.read_exact(&mut lenb).await {
+                writer.abort().await;
+                return Err(Error::io("read write chunk", e));
+            }
+            let len = u32::from_be_bytes(lenb) as usize;
+            if len == 0 {
+                break;
+            }
+            if len > 64 << 20 {
+                writer.abort().await;
+                return Err(Error::invalid("write chunk larger than 64 MiB"));
+            }
+            let mut buf = vec![0u8; len];
+            if let Err(e) = sock.read_exact(&mut buf).await {
+                writer.abort().await;
+                return Err(Error::io("read write chunk", e));
+            }
+            total += len as u64;
+            if let Err(e) = writer.write(Bytes::from(buf)).await {
+                writer.abort().await;
+                return Err(e);
+            }
+        }
+        let st = writer.close().await?;
+        if st.length != total {
+            return Err(Error::new(
+                ErrorKind::Ufs,
+                format!("UFS holds {} bytes after writing {total}", st.length),
+            ));
+        }
+        write_frame(
+            sock,
+            &pb::DataResponse {
+                length: st.length,
+                etag: st.etag,
+                mtime_ms: st.mtime_ms,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+}
+
+async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    loop {
+        let (sock, _) = tokio::select! {
+            r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "accept"); continue } },
+            _ = stop.changed() => return,
+        };
+        let _ = sock.set_nodelay(true);
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let (rd, wr) = sock.into_split();
+            let mut s = tokio::io::join(rd, tokio::io::BufWriter::with_capacity(1 << 20, wr));
+            serve_conn(inner, &mut s).await;
+        });
+    }
+}
+
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(inner: Arc<Inner>, s: &mut S) {
+    loop {
+        let req: pb::DataRequest = match read_frame(s).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                let _ = write_frame(
+                    s,
+                    &pb::DataResponse {
+                        error: Some(to_error_info(&e)),
+                        ..Default::default()
+                    },
+                )
+                .await;
+                let _ = s.flush().await;
+                return;
+            }
+        };
+        let mut hdr = false;
+        let res = match req.req {
+            Some(pb::data_request::Req::Read(r)) => inner.handle_read(s, r, &mut hdr).await,
+            Some(pb::data_request::Req::Write(w)) => inner.handle_write(s, w).await,
+            Some(pb::data_request::Req::Hello(_)) => {
+                write_frame(
+                    s,
+                    &pb::DataResponse {
+                        worker_id: inner.id.load(Relaxed),
+                        ..Default::default()
+                    },
+                )
+                .await
+            }
+            Some(pb::data_request::Req::Lease(_)) => Err(Error::invalid(
+                "leases are granted over the Unix socket only",
+            )),
+            None => Err(Error::invalid("empty data request")),
+        };
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "data request failed");
+            if hdr {
+                // Bytes were already streamed: close, the client sees a short read and retries.
+                let _ = s.flush().await;
+                return;
+            }
+            let _ = write_frame(
+                s,
+                &pb::DataResponse {
+                    error: Some(to_error_info(&e)),
+                    ..Default::default()
+                },
+            )
+            .await;
+            let _ = s.flush().await;
+            if e.kind() == ErrorKind::InvalidArgument {
+                return;
+            }
+            continue;
+        }
+        if s.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut stop: watch::Receiver<bool>) {
+    loop {
+        let (mut sock, _) = tokio::select! {
+            r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "uds accept"); continue } },
+            _ = stop.changed() => return,
+        };
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            // The lease lives as long as the client keeps it: until its next request or
+            // until it closes the connection (which also covers a client crash).
+            let mut held: Option<Lease> = None;
+            loop {
+                let req: pb::DataRequest = match read_frame(&mut sock).await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return,
+                    Err(e) => {
+                        let _ = write_frame(
+                            &mut sock,
+                            &pb::DataResponse {
+                                error: Some(to_error_info(&e)),
+                                ..Default::default()
+                            },
+                        )
+                        .await;
+                        return;
+                    }
+                };
+                drop(held.take());
+                let resp = match req.req {
+                    Some(pb::data_request::Req::Lease(l)) => {
+                        match inner.store.lease(l.block_id, l.promote) {
+                            Ok(Some(lease)) => {
+                                inner.counters.cache_hits.fetch_add(1, Relaxed);
+                                inner
+                                    .counters
+                                    .short_circuit
+                                    .fetch_add(l.length.min(lease.len), Relaxed);
+                                let r = pb::DataResponse {
+                                    path: lease.path.display().to_string(),
+                                    length: lease.len,
+                                    ..Default::default()
+                                };
+                                held = Some(lease);
+                                r
+                            }
+                            Ok(None) => pb::DataResponse {
+                                error: Some(to_error_info(&Error::not_found(format!(
+                                    "block {} is not cached here",
+                                    l.block_id
+                                )))),
+                                ..Default::default()
+                            },
+                            Err(e) => pb::DataResponse {
+                                error: Some(to_error_info(&e)),
+                                ..Default::default()
+                            },
+                        }
+                    }
+                    Some(pb::data_request::Req::Hello(_)) => pb::DataResponse {
+                        worker_id: inner.id.load(Relaxed),
+                        ..Default::default()
+                    },
+                    _ => pb::DataResponse {
+                        error: Some(to_error_info(&Error::invalid(
+                            "only leases and hello on the Unix socket",
+                        ))),
+                        ..Default::default()
+                    },
+                };
+                if write_frame(&mut sock, &resp).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,219 @@
+//! The `locus` binary's library side: [`LocalCluster`], which runs a master and N
+//! workers in one process. `locus local start` runs it on fixed ports; tests run it as a
+//! MiniCluster on port 0. It may depend on every Locus crate.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use locus_client::Client;
+use locus_common::config::{ClientConfig, Config, TierAlias, TierConfig};
+use locus_common::{Error, Result};
+use locus_master::{Master, MasterAddrs, MasterBuilder};
+use locus_worker::{Worker, WorkerBuilder};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A master and its workers in this process.
+pub struct LocalCluster {
+    cfg: Config,
+    data_dir: PathBuf,
+    root_ufs: Option<String>,
+    master: Option<RunningMaster>,
+    workers: Vec<Option<Worker>>,
+}
+
+struct RunningMaster {
+    master: Master,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<()>>,
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    p.components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect()
+}
+
+/// `host:port` with the port moved up by `i` (port 0 stays 0).
+fn offset_port(addr: &str, i: usize) -> String {
+    match addr
+        .rsplit_once(':')
+        .and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h, p)))
+    {
+        Some((h, 0)) => format!("{h}:0"),
+        Some((h, p)) => format!("{h}:{}", p as usize + i),
+        None => addr.to_string(),
+    }
+}
+
+impl LocalCluster {
+    /// Start a master (gRPC on `cfg.master.rpc_address`, web on `cfg.master.web_address`)
+    /// and `workers` workers under `data_dir`. `root_ufs` is mounted at `/` when the
+    /// namespace is new; `None` means `file://<data_dir>/ufs`; `Some("")` leaves `/`
+    /// unmounted.
+    pub async fn start(
+        mut cfg: Config,
+        data_dir: &Path,
+        workers: usize,
+        root_ufs: Option<String>,
+    ) -> Result<LocalCluster> {
+        let data_dir = absolute(data_dir);
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|e| Error::io(format!("create {}", data_dir.display()), e))?;
+        let root_ufs = match root_ufs {
+            None => Some(format!("file://{}", data_dir.join("ufs").display())),
+            Some(s) if s.is_empty() => None,
+            Some(s) => Some(s),
+        };
+        cfg.master.meta_dir = data_dir.join("master");
+        let mut c = LocalCluster {
+            cfg,
+            data_dir,
+            root_ufs,
+            master: None,
+            workers: Vec::new(),
+        };
+        c.start_master().await?;
+        for _ in 0..workers {
+            c.workers.push(None);
+        }
+        for i in 0..workers {
+            c.start_worker(i).await?;
+        }
+        for w in c.workers.iter().flatten() {
+            w.wait_registered(Duration::from_secs(20)).await?;
+        }
+        Ok(c)
+    }
+
+    pub async fn start_master(&mut self) -> Result<()> {
+        let rpc = TcpListener::bind(&self.cfg.master.rpc_address)
+            .await
+            .map_err(|e| {
+                Error::io(
+                    format!("bind master rpc {}", self.cfg.master.rpc_address),
+                    e,
+                )
+            })?;
+        let web = TcpListener::bind(&self.cfg.master.web_address)
+            .await
+            .map_err(|e| {
+                Error::io(
+                    format!("bind master web {}", self.cfg.master.web_address),
+                    e,
+                )
+            })?;
+        let addrs = MasterAddrs {
+            rpc: rpc.local_addr().unwrap(),
+            web: web.local_addr().unwrap(),
+        };
+        // Restarts reuse the ports chosen the first time, so workers find the master again.
+        self.cfg.master.rpc_address = addrs.rpc.to_string();
+        self.cfg.master.web_address = addrs.web.to_string();
+        self.cfg.master_address = addrs.rpc.to_string();
+        let master = MasterBuilder::new(self.cfg.master.clone())
+            .root_ufs(self.root_ufs.clone())
+            .build()
+            .await?;
+        let (stop, rx) = oneshot::channel();
+        let m2 = master.clone();
+        let task = tokio::spawn(async move {
+            m2.serve(rpc, web, async move {
+                let _ = rx.await;
+            })
+            .await
+        });
+        self.master = Some(RunningMaster { master, stop, task });
+        Ok(())
+    }
+
+    /// Stop the master (its metadata stays on disk for [`LocalCluster::start_master`]).
+    pub async fn stop_master(&mut self) {
+        if let Some(m) = self.master.take() {
+            let _ = m.stop.send(());
+            let _ = m.task.await;
+        }
+    }
+
+    fn worker_config(&self, i: usize) -> locus_common::config::WorkerConfig {
+        let mut w = self.cfg.worker.clone();
+        w.data_dir = self.data_dir.join(format!("worker{i}"));
+        w.data_address = offset_port(&w.data_address, i);
+        if w.uds_path
+            .as_ref()
+            .is_none_or(|p| !p.as_os_str().is_empty())
+        {
+            w.uds_path = Some(w.data_dir.join("worker.sock"));
+        }
+        if w.tiers.is_empty() {
+            let tag: String = self
+                .data_dir
+                .to_string_lossy()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            w.tiers.push(TierConfig {
+                alias: TierAlias::MEM,
+                dir: PathBuf::from("/dev/shm")
+                    .join(format!("locus{tag}"))
+                    .join(format!("w{i}")),
+                quota: ByteSize::gib(1),
+            });
+        } else {
+            for t in &mut w.tiers {
+                t.dir = t.dir.join(format!("w{i}"));
+            }
+        }
+        w
+    }
+
+    pub async fn start_worker(&mut self, i: usize) -> Result<()> {
+        let w = WorkerBuilder::new(self.worker_config(i), self.master_address())
+            .start()
+            .await?;
+        self.workers[i] = Some(w);
+        Ok(())
+    }
+
+    /// Stop worker `i` (its disk tiers stay for [`LocalCluster::start_worker`]).
+    pub async fn stop_worker(&mut self, i: usize) {
+        if let Some(w) = self.workers[i].take() {
+            w.shutdown().await;
+        }
+    }
+
+    pub fn worker(&self, i: usize) -> Option<&Worker> {
+        self.workers.get(i).and_then(|w| w.as_ref())
+    }
+
+    pub fn master(&self) -> &Master {
+        &self.master.as_ref().expect("master running").master
+    }
+
+    pub fn master_address(&self) -> String {
+        self.cfg.master_address.clone()
+    }
+
+    pub fn web_address(&self) -> String {
+        self.cfg.master.web_address.clone()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn client(&self, cfg: ClientConfig) -> Result<Client> {
+        Client::new(&self.master_address(), cfg)
+    }
+
+    /// Stop everything.
+    pub async fn shutdown(mut self) {
+        for i in 0..self.workers.len() {
+            self.stop_worker(i).await;
+        }
+        self.stop_master().await;
+    }
+}
