@@ -20,11 +20,7 @@ use parking_lot::Mutex;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     /// The block is now on this tier (new, promoted or demoted).
-    Stored {
-        block_id: u64,
-        tier: TierAlias,
-        len: u64,
-    },
+    Stored { block_id: u64, tier: TierAlias, len: u64 },
     /// The block left this worker.
     Removed { block_id: u64 },
 }
@@ -106,9 +102,7 @@ fn block_path(dir: &Path, id: u64) -> PathBuf {
 }
 
 fn pinned(state: &State, id: u64) -> bool {
-    state
-        .pinned_versions
-        .contains(&locus_common::split_block_id(id).0)
+    state.pinned_versions.contains(&locus_common::split_block_id(id).0)
 }
 
 /// Move a file between tiers; tiers may sit on different file systems.
@@ -128,11 +122,7 @@ fn move_file(from: &Path, to: &Path) -> std::io::Result<()> {
 
 impl BlockStore {
     /// Open the tiers, creating their directories and finding the blocks already there.
-    pub fn open(
-        tiers: &[TierConfig],
-        high_watermark: f64,
-        low_watermark: f64,
-    ) -> Result<BlockStore> {
+    pub fn open(tiers: &[TierConfig], high_watermark: f64, low_watermark: f64) -> Result<BlockStore> {
         if tiers.is_empty() {
             return Err(Error::invalid("a worker needs at least one tier"));
         }
@@ -148,12 +138,10 @@ impl BlockStore {
         };
         for (i, t) in sorted.iter().enumerate() {
             let blocks = t.dir.join("blocks");
-            std::fs::create_dir_all(&blocks)
-                .map_err(|e| Error::io(format!("create {}", blocks.display()), e))?;
+            std::fs::create_dir_all(&blocks).map_err(|e| Error::io(format!("create {}", blocks.display()), e))?;
             let tmp = t.dir.join("tmp");
             let _ = std::fs::remove_dir_all(&tmp); // unfinished writes of a previous run
-            std::fs::create_dir_all(&tmp)
-                .map_err(|e| Error::io(format!("create {}", tmp.display()), e))?;
+            std::fs::create_dir_all(&tmp).map_err(|e| Error::io(format!("create {}", tmp.display()), e))?;
             let mut used = 0;
             for entry in std::fs::read_dir(&blocks).map_err(|e| Error::io("scan tier", e))? {
                 let entry = entry.map_err(|e| Error::io("scan tier", e))?;
@@ -162,51 +150,24 @@ impl BlockStore {
                     let _ = std::fs::remove_file(entry.path());
                     continue;
                 };
-                let len = entry
-                    .metadata()
-                    .map_err(|e| Error::io("stat block", e))?
-                    .len();
+                let len = entry.metadata().map_err(|e| Error::io("stat block", e))?.len();
                 if state.blocks.contains_key(&id) {
                     // The same block on two tiers (a crash mid-move): keep the upper copy.
                     let _ = std::fs::remove_file(entry.path());
                     continue;
                 }
                 used += len;
-                state.blocks.insert(
-                    id,
-                    Meta {
-                        tier: i,
-                        len,
-                        last_access: 0,
-                        leases: 0,
-                        remove_when_free: false,
-                    },
-                );
+                state.blocks.insert(id, Meta { tier: i, len, last_access: 0, leases: 0, remove_when_free: false });
             }
-            state.tiers.push(Tier {
-                alias: t.alias,
-                dir: t.dir.clone(),
-                quota: t.quota.as_u64(),
-                used,
-                reserved: 0,
-            });
+            state.tiers.push(Tier { alias: t.alias, dir: t.dir.clone(), quota: t.quota.as_u64(), used, reserved: 0 });
         }
-        Ok(BlockStore {
-            inner: Arc::new(Inner {
-                state: Mutex::new(state),
-                high: high_watermark,
-                low: low_watermark,
-            }),
-        })
+        Ok(BlockStore { inner: Arc::new(Inner { state: Mutex::new(state), high: high_watermark, low: low_watermark }) })
     }
 
     /// Every block held, with its tier and length (the full block report).
     pub fn report(&self) -> Vec<(u64, TierAlias, u64)> {
         let s = self.inner.state.lock();
-        s.blocks
-            .iter()
-            .map(|(id, m)| (*id, s.tiers[m.tier].alias, m.len))
-            .collect()
+        s.blocks.iter().map(|(id, m)| (*id, s.tiers[m.tier].alias, m.len)).collect()
     }
 
     pub fn usage(&self) -> Vec<TierUsage> {
@@ -239,12 +200,7 @@ impl BlockStore {
     }
 
     pub fn contains(&self, block_id: u64) -> bool {
-        self.inner
-            .state
-            .lock()
-            .blocks
-            .get(&block_id)
-            .is_some_and(|m| !m.remove_when_free)
+        self.inner.state.lock().blocks.get(&block_id).is_some_and(|m| !m.remove_when_free)
     }
 
     /// Lease a block for reading; `promote` first moves it to the top tier if it can.
@@ -283,10 +239,7 @@ impl BlockStore {
     pub fn create(&self, block_id: u64, len: u64) -> Result<TempBlock> {
         let mut s = self.inner.state.lock();
         if s.blocks.contains_key(&block_id) {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("block {block_id} exists"),
-            ));
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("block {block_id} exists")));
         }
         // Try tiers from the top; a block goes to the first one that can make room.
         let mut last_err = None;
@@ -296,10 +249,7 @@ impl BlockStore {
                     s.tiers[tier].reserved += len;
                     let nonce = s.tick;
                     s.tick += 1;
-                    let path = s.tiers[tier]
-                        .dir
-                        .join("tmp")
-                        .join(format!("{block_id}-{nonce}"));
+                    let path = s.tiers[tier].dir.join("tmp").join(format!("{block_id}-{nonce}"));
                     return Ok(TempBlock {
                         inner: self.inner.clone(),
                         block_id,
@@ -349,11 +299,7 @@ impl BlockStore {
         s.tiers[to].used += len;
         s.blocks.get_mut(&block_id).unwrap().tier = to;
         let alias = s.tiers[to].alias;
-        s.changes.push(Change::Stored {
-            block_id,
-            tier: alias,
-            len,
-        });
+        s.changes.push(Change::Stored { block_id, tier: alias, len });
         Ok(())
     }
 
@@ -423,37 +369,23 @@ impl TempBlock {
         t.reserved -= self.reserved;
         if len > self.reserved {
             let _ = std::fs::remove_file(&self.path);
-            return Err(Error::internal(format!(
-                "block {} grew past its reservation",
-                self.block_id
-            )));
+            return Err(Error::internal(format!("block {} grew past its reservation", self.block_id)));
         }
         let dst = block_path(&t.dir, self.block_id);
         if s.blocks.contains_key(&self.block_id) {
             let _ = std::fs::remove_file(&self.path);
             return Ok(()); // a concurrent writer won; same bytes
         }
-        std::fs::rename(&self.path, &dst)
-            .map_err(|e| Error::io(format!("commit block {}", self.block_id), e))?;
+        std::fs::rename(&self.path, &dst).map_err(|e| Error::io(format!("commit block {}", self.block_id), e))?;
         s.tiers[self.tier].used += len;
         s.tick += 1;
         let tick = s.tick;
         s.blocks.insert(
             self.block_id,
-            Meta {
-                tier: self.tier,
-                len,
-                last_access: tick,
-                leases: 0,
-                remove_when_free: false,
-            },
+            Meta { tier: self.tier, len, last_access: tick, leases: 0, remove_when_free: false },
         );
         let alias = s.tiers[self.tier].alias;
-        s.changes.push(Change::Stored {
-            block_id: self.block_id,
-            tier: alias,
-            len,
-        });
+        s.changes.push(Change::Stored { block_id: self.block_id, tier: alias, len });
         Ok(())
     }
 }
@@ -485,11 +417,7 @@ mod tests {
     use bytesize::ByteSize;
 
     fn tier(alias: TierAlias, dir: &Path, quota: u64) -> TierConfig {
-        TierConfig {
-            alias,
-            dir: dir.to_path_buf(),
-            quota: ByteSize::b(quota),
-        }
+        TierConfig { alias, dir: dir.to_path_buf(), quota: ByteSize::b(quota) }
     }
 
     fn put(store: &BlockStore, id: u64, len: u64) -> Result<()> {
@@ -508,10 +436,7 @@ mod tests {
         drop(s.lease(1, false).unwrap()); // touch 1: now 2 is least recently used
         put(&s, 5, 200).unwrap(); // 800 + 200 > 900: evict down to 500 - 200 = 300
         assert!(s.contains(1) && s.contains(5));
-        assert!(
-            !s.contains(2) && !s.contains(3),
-            "least recently used go first"
-        );
+        assert!(!s.contains(2) && !s.contains(3), "least recently used go first");
         assert_eq!(s.evictions(), 3);
         assert!(!block_path(d.path(), 2).exists());
     }
@@ -538,24 +463,16 @@ mod tests {
     fn demotion_and_restart_recovery() {
         let mem = tempfile::tempdir().unwrap();
         let ssd = tempfile::tempdir().unwrap();
-        let tiers = [
-            tier(TierAlias::MEM, mem.path(), 500),
-            tier(TierAlias::SSD, ssd.path(), 5000),
-        ];
+        let tiers = [tier(TierAlias::MEM, mem.path(), 500), tier(TierAlias::SSD, ssd.path(), 5000)];
         let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
         put(&s, 1, 200).unwrap();
         put(&s, 2, 200).unwrap();
         put(&s, 3, 200).unwrap(); // demotes 1 (and maybe 2) to SSD
-        let report: HashMap<u64, TierAlias> =
-            s.report().into_iter().map(|(id, t, _)| (id, t)).collect();
+        let report: HashMap<u64, TierAlias> = s.report().into_iter().map(|(id, t, _)| (id, t)).collect();
         assert_eq!(report[&1], TierAlias::SSD);
         assert_eq!(report[&3], TierAlias::MEM);
         let changes = s.drain_changes();
-        assert!(changes.contains(&Change::Stored {
-            block_id: 1,
-            tier: TierAlias::SSD,
-            len: 200
-        }));
+        assert!(changes.contains(&Change::Stored { block_id: 1, tier: TierAlias::SSD, len: 200 }));
         // promote brings it back up
         let l = s.lease(1, true).unwrap().unwrap();
         assert_eq!(l.tier, TierAlias::MEM);
@@ -584,9 +501,6 @@ mod tests {
         drop(t);
         assert!(!p.exists());
         assert_eq!(s.usage()[0].used, 0);
-        assert_eq!(
-            s.create(3, 2000).unwrap_err().kind(),
-            ErrorKind::ResourceExhausted
-        );
+        assert_eq!(s.create(3, 2000).unwrap_err().kind(), ErrorKind::ResourceExhausted);
     }
 }

@@ -88,46 +88,19 @@ impl Client {
     // ------------------------------------------------------------ metadata
 
     pub async fn status(&self, path: &str, with_blocks: bool) -> Result<pb::FileInfo> {
-        let r = pb::GetStatusRequest {
-            path: path.into(),
-            with_blocks,
-        };
-        Ok(self
-            .m()
-            .get_status(r)
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner())
+        let r = pb::GetStatusRequest { path: path.into(), with_blocks };
+        Ok(self.m().get_status(r).await.map_err(|s| self.err(s))?.into_inner())
     }
 
     /// One page of a listing.
-    pub async fn list_page(
-        &self,
-        path: &str,
-        start_after: &str,
-        limit: u32,
-    ) -> Result<(Vec<pb::FileInfo>, bool)> {
-        let r = pb::ListStatusRequest {
-            path: path.into(),
-            start_after: start_after.into(),
-            limit,
-        };
-        let r = self
-            .m()
-            .list_status(r)
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner();
+    pub async fn list_page(&self, path: &str, start_after: &str, limit: u32) -> Result<(Vec<pb::FileInfo>, bool)> {
+        let r = pb::ListStatusRequest { path: path.into(), start_after: start_after.into(), limit };
+        let r = self.m().list_status(r).await.map_err(|s| self.err(s))?.into_inner();
         Ok((r.entries, r.truncated))
     }
 
     /// Visit every entry of a listing, page by page (optionally recursing into directories).
-    pub async fn list_each(
-        &self,
-        path: &str,
-        recursive: bool,
-        mut f: impl FnMut(&pb::FileInfo),
-    ) -> Result<()> {
+    pub async fn list_each(&self, path: &str, recursive: bool, mut f: impl FnMut(&pb::FileInfo)) -> Result<()> {
         let mut dirs = vec![path.to_string()];
         while let Some(d) = dirs.pop() {
             let mut after = String::new();
@@ -152,104 +125,45 @@ impl Client {
     }
 
     pub async fn mkdir(&self, path: &str, recursive: bool) -> Result<()> {
-        self.m()
-            .create_directory(pb::PathRequest {
-                path: path.into(),
-                recursive,
-            })
-            .await
-            .map_err(|s| self.err(s))?;
+        self.m().create_directory(pb::PathRequest { path: path.into(), recursive }).await.map_err(|s| self.err(s))?;
         Ok(())
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
-        self.m()
-            .delete(pb::PathRequest {
-                path: path.into(),
-                recursive,
-            })
-            .await
-            .map_err(|s| self.err(s))?;
+        self.m().delete(pb::PathRequest { path: path.into(), recursive }).await.map_err(|s| self.err(s))?;
         Ok(())
     }
 
     pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
-        self.m()
-            .rename(pb::RenameRequest {
-                src: src.into(),
-                dst: dst.into(),
-            })
-            .await
-            .map_err(|s| self.err(s))?;
+        self.m().rename(pb::RenameRequest { src: src.into(), dst: dst.into() }).await.map_err(|s| self.err(s))?;
         Ok(())
     }
 
     pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
-        Ok(self
-            .m()
-            .mount(req)
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner())
+        Ok(self.m().mount(req).await.map_err(|s| self.err(s))?.into_inner())
     }
 
     pub async fn unmount(&self, path: &str) -> Result<()> {
-        self.m()
-            .unmount(pb::PathRequest {
-                path: path.into(),
-                recursive: false,
-            })
-            .await
-            .map_err(|s| self.err(s))?;
+        self.m().unmount(pb::PathRequest { path: path.into(), recursive: false }).await.map_err(|s| self.err(s))?;
         Ok(())
     }
 
     pub async fn mount_table(&self) -> Result<Vec<pb::MountInfo>> {
-        Ok(self
-            .m()
-            .get_mount_table(pb::Empty {})
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner()
-            .mounts)
+        Ok(self.m().get_mount_table(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner().mounts)
     }
 
     pub async fn set_pinned(&self, path: &str, pinned: bool, recursive: bool) -> Result<u64> {
-        let r = pb::SetPinnedRequest {
-            path: path.into(),
-            pinned,
-            recursive,
-        };
-        Ok(self
-            .m()
-            .set_pinned(r)
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner()
-            .count)
+        let r = pb::SetPinnedRequest { path: path.into(), pinned, recursive };
+        Ok(self.m().set_pinned(r).await.map_err(|s| self.err(s))?.into_inner().count)
     }
 
     pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
-        let r = pb::PathRequest {
-            path: path.into(),
-            recursive,
-        };
-        Ok(self
-            .m()
-            .free(r)
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner()
-            .count)
+        let r = pb::PathRequest { path: path.into(), recursive };
+        Ok(self.m().free(r).await.map_err(|s| self.err(s))?.into_inner().count)
     }
 
     pub async fn report(&self) -> Result<pb::Report> {
-        Ok(self
-            .m()
-            .get_report(pb::Empty {})
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner())
+        Ok(self.m().get_report(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner())
     }
 
     // ------------------------------------------------------------ workers
@@ -257,20 +171,11 @@ impl Client {
     async fn workers(&self, refresh: bool) -> Result<Vec<pb::WorkerAddress>> {
         {
             let c = self.workers.lock();
-            if !refresh
-                && c.fetched.is_some_and(|t| t.elapsed() < WORKER_LIST_TTL)
-                && !c.list.is_empty()
-            {
+            if !refresh && c.fetched.is_some_and(|t| t.elapsed() < WORKER_LIST_TTL) && !c.list.is_empty() {
                 return Ok(c.list.clone());
             }
         }
-        let list = self
-            .m()
-            .get_workers(pb::Empty {})
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner()
-            .workers;
+        let list = self.m().get_workers(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner().workers;
         let mut c = self.workers.lock();
         c.list = list.clone();
         c.fetched = Some(Instant::now());
@@ -287,9 +192,7 @@ impl Client {
         }
         let v = async {
             let mut s = UnixStream::connect(&w.uds_path).await.ok()?;
-            let req = pb::DataRequest {
-                req: Some(pb::data_request::Req::Hello(pb::Empty {})),
-            };
+            let req = pb::DataRequest { req: Some(pb::data_request::Req::Hello(pb::Empty {})) };
             write_frame(&mut s, &req).await.ok()?;
             let r: pb::DataResponse = read_frame(&mut s).await.ok()??;
             Some(r.worker_id == w.worker_id)
@@ -302,17 +205,9 @@ impl Client {
 
     /// Worker to fill a block that no worker holds: a co-located one if any, else one
     /// chosen by hashing the block id (so repeated reads meet the same cache).
-    async fn pick_worker(
-        &self,
-        block_id: u64,
-        exclude: &HashSet<u64>,
-    ) -> Result<pb::WorkerAddress> {
-        let ws: Vec<pb::WorkerAddress> = self
-            .workers(!exclude.is_empty())
-            .await?
-            .into_iter()
-            .filter(|w| !exclude.contains(&w.worker_id))
-            .collect();
+    async fn pick_worker(&self, block_id: u64, exclude: &HashSet<u64>) -> Result<pb::WorkerAddress> {
+        let ws: Vec<pb::WorkerAddress> =
+            self.workers(!exclude.is_empty()).await?.into_iter().filter(|w| !exclude.contains(&w.worker_id)).collect();
         if ws.is_empty() {
             return Err(Error::unavailable("no live workers"));
         }
@@ -330,9 +225,7 @@ impl Client {
         if let Some(c) = self.conns.lock().get_mut(addr).and_then(|v| v.pop()) {
             return Ok(c);
         }
-        let s = TcpStream::connect(addr)
-            .await
-            .map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
+        let s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
         let _ = s.set_nodelay(true);
         Ok(BufReader::with_capacity(1 << 20, BufWriter::new(s)))
     }
@@ -358,10 +251,7 @@ impl Client {
         out: &mut W,
     ) -> Result<u64> {
         if fi.is_dir {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("{} is a directory", fi.path),
-            ));
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{} is a directory", fi.path)));
         }
         let end = offset.saturating_add(len).min(fi.length);
         let mut pos = offset;
@@ -370,16 +260,12 @@ impl Client {
                 .blocks
                 .iter()
                 .find(|b| b.offset <= pos && pos < b.offset + b.length)
-                .ok_or_else(|| {
-                    Error::internal(format!("no block covers offset {pos} of {}", fi.path))
-                })?;
+                .ok_or_else(|| Error::internal(format!("no block covers offset {pos} of {}", fi.path)))?;
             let n = (b.offset + b.length).min(end) - pos;
             self.read_block(fi, b, pos - b.offset, n, opts, out).await?;
             pos += n;
         }
-        out.flush()
-            .await
-            .map_err(|e| Error::io("write output", e))?;
+        out.flush().await.map_err(|e| Error::io("write output", e))?;
         Ok(end.saturating_sub(offset))
     }
 
@@ -398,8 +284,7 @@ impl Client {
         let mut last_err = None;
         for _attempt in 0..5 {
             let workers = self.workers(!failed.is_empty()).await?;
-            let by_id: HashMap<u64, &pb::WorkerAddress> =
-                workers.iter().map(|w| (w.worker_id, w)).collect();
+            let by_id: HashMap<u64, &pb::WorkerAddress> = workers.iter().map(|w| (w.worker_id, w)).collect();
             // Holders of the block, co-located first.
             let mut holders = Vec::new();
             for l in &b.locations {
@@ -413,10 +298,7 @@ impl Client {
             holders.sort_by_key(|h| (h.0, h.1.worker_id));
             if self.cfg.short_circuit {
                 if let Some((_, w, true)) = holders.first() {
-                    match self
-                        .short_circuit(w, b.block_id, off + done, len - done, read_type, out)
-                        .await
-                    {
+                    match self.short_circuit(w, b.block_id, off + done, len - done, read_type, out).await {
                         Ok(()) => return Ok(()),
                         Err(e) => {
                             tracing::debug!(worker = w.worker_id, error = %e, "short-circuit read failed; using the data path");
@@ -464,9 +346,7 @@ impl Client {
         read_type: ReadType,
         out: &mut W,
     ) -> Result<()> {
-        let mut s = UnixStream::connect(&w.uds_path)
-            .await
-            .map_err(|e| Error::io("connect worker socket", e))?;
+        let mut s = UnixStream::connect(&w.uds_path).await.map_err(|e| Error::io("connect worker socket", e))?;
         let req = pb::DataRequest {
             req: Some(pb::data_request::Req::Lease(pb::LeaseRequest {
                 block_id,
@@ -475,32 +355,20 @@ impl Client {
             })),
         };
         write_frame(&mut s, &req).await?;
-        let r: pb::DataResponse = read_frame(&mut s)
-            .await?
-            .ok_or_else(|| Error::unavailable("worker closed the socket"))?;
+        let r: pb::DataResponse =
+            read_frame(&mut s).await?.ok_or_else(|| Error::unavailable("worker closed the socket"))?;
         if let Some(e) = r.error {
             return Err(from_error_info(e));
         }
         if off + len > r.length {
-            return Err(Error::new(
-                ErrorKind::Corrupt,
-                "leased block is shorter than the read",
-            ));
+            return Err(Error::new(ErrorKind::Corrupt, "leased block is shorter than the read"));
         }
-        let file =
-            std::fs::File::open(&r.path).map_err(|e| Error::io(format!("open {}", r.path), e))?;
+        let file = std::fs::File::open(&r.path).map_err(|e| Error::io(format!("open {}", r.path), e))?;
         // SAFETY: the worker keeps the block file in place while our lease (this open
         // socket) lives; block files are never rewritten in place.
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .offset(off)
-                .len(len as usize)
-                .map(&file)
-        }
-        .map_err(|e| Error::io("map block", e))?;
-        out.write_all(&map)
-            .await
-            .map_err(|e| Error::io("write output", e))?;
+        let map = unsafe { memmap2::MmapOptions::new().offset(off).len(len as usize).map(&file) }
+            .map_err(|e| Error::io("map block", e))?;
+        out.write_all(&map).await.map_err(|e| Error::io("write output", e))?;
         drop(map);
         drop(s); // releases the lease
         Ok(())
@@ -514,35 +382,21 @@ impl Client {
         done: &mut u64,
     ) -> Result<()> {
         let mut c = self.conn(addr).await?;
-        write_frame(
-            &mut c,
-            &pb::DataRequest {
-                req: Some(pb::data_request::Req::Read(req)),
-            },
-        )
-        .await?;
+        write_frame(&mut c, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await?;
         c.flush().await.map_err(|e| Error::io("send request", e))?;
-        let r: pb::DataResponse = read_frame(&mut c)
-            .await?
-            .ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+        let r: pb::DataResponse =
+            read_frame(&mut c).await?.ok_or_else(|| Error::unavailable("worker closed the connection"))?;
         if let Some(e) = r.error {
             return Err(from_error_info(e));
         }
         let mut left = r.length;
         while left > 0 {
-            let buf = c
-                .fill_buf()
-                .await
-                .map_err(|e| Error::io("read block data", e))?;
+            let buf = c.fill_buf().await.map_err(|e| Error::io("read block data", e))?;
             if buf.is_empty() {
-                return Err(Error::unavailable(format!(
-                    "worker {addr} closed the stream with {left} bytes to go"
-                )));
+                return Err(Error::unavailable(format!("worker {addr} closed the stream with {left} bytes to go")));
             }
             let n = buf.len().min(left as usize);
-            out.write_all(&buf[..n])
-                .await
-                .map_err(|e| Error::io("write output", e))?;
+            out.write_all(&buf[..n]).await.map_err(|e| Error::io("write output", e))?;
             c.consume(n);
             left -= n as u64;
             *done += n as u64;
@@ -577,17 +431,10 @@ impl Client {
                 };
                 let mut c = self.conn(&w.data_address).await?;
                 let res = async {
-                    write_frame(
-                        &mut c,
-                        &pb::DataRequest {
-                            req: Some(pb::data_request::Req::Read(req)),
-                        },
-                    )
-                    .await?;
+                    write_frame(&mut c, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await?;
                     c.flush().await.map_err(|e| Error::io("send", e))?;
-                    let r: pb::DataResponse = read_frame(&mut c)
-                        .await?
-                        .ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+                    let r: pb::DataResponse =
+                        read_frame(&mut c).await?.ok_or_else(|| Error::unavailable("worker closed the connection"))?;
                     // One frame answers a load: cached, or the error that stopped the fill.
                     match r.error {
                         Some(e) => Err(from_error_info(e)),
@@ -614,38 +461,20 @@ impl Client {
     // ------------------------------------------------------------ writes
 
     /// Write a new file from `input`, through a worker to the UFS.
-    pub async fn put<R: AsyncRead + Unpin>(
-        &self,
-        path: &str,
-        input: &mut R,
-        overwrite: bool,
-    ) -> Result<pb::FileInfo> {
+    pub async fn put<R: AsyncRead + Unpin>(&self, path: &str, input: &mut R, overwrite: bool) -> Result<pb::FileInfo> {
         let target = self
             .m()
-            .create_file(pb::CreateFileRequest {
-                path: path.into(),
-                overwrite,
-            })
+            .create_file(pb::CreateFileRequest { path: path.into(), overwrite })
             .await
             .map_err(|s| self.err(s))?
             .into_inner();
         let w = self.pick_worker(0, &HashSet::new()).await?;
         let mut c = self.conn(&w.data_address).await?;
-        let req = pb::WriteFileRequest {
-            mount_id: target.mount_id,
-            ufs_path: target.ufs_path.clone(),
-        };
-        write_frame(
-            &mut c,
-            &pb::DataRequest {
-                req: Some(pb::data_request::Req::Write(req)),
-            },
-        )
-        .await?;
+        let req = pb::WriteFileRequest { mount_id: target.mount_id, ufs_path: target.ufs_path.clone() };
+        write_frame(&mut c, &pb::DataRequest { req: Some(pb::data_request::Req::Write(req)) }).await?;
         c.flush().await.map_err(|e| Error::io("send", e))?;
-        let r: pb::DataResponse = read_frame(&mut c)
-            .await?
-            .ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+        let r: pb::DataResponse =
+            read_frame(&mut c).await?.ok_or_else(|| Error::unavailable("worker closed the connection"))?;
         if let Some(e) = r.error {
             return Err(from_error_info(e));
         }
@@ -653,45 +482,27 @@ impl Client {
         loop {
             let mut n = 0;
             while n < buf.len() {
-                let k = input
-                    .read(&mut buf[n..])
-                    .await
-                    .map_err(|e| Error::io("read input", e))?;
+                let k = input.read(&mut buf[n..]).await.map_err(|e| Error::io("read input", e))?;
                 if k == 0 {
                     break;
                 }
                 n += k;
             }
-            c.write_all(&(n as u32).to_be_bytes())
-                .await
-                .map_err(|e| Error::io("send", e))?;
+            c.write_all(&(n as u32).to_be_bytes()).await.map_err(|e| Error::io("send", e))?;
             if n == 0 {
                 break;
             }
-            c.write_all(&buf[..n])
-                .await
-                .map_err(|e| Error::io("send", e))?;
+            c.write_all(&buf[..n]).await.map_err(|e| Error::io("send", e))?;
         }
         c.flush().await.map_err(|e| Error::io("send", e))?;
-        let r: pb::DataResponse = read_frame(&mut c)
-            .await?
-            .ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+        let r: pb::DataResponse =
+            read_frame(&mut c).await?.ok_or_else(|| Error::unavailable("worker closed the connection"))?;
         if let Some(e) = r.error {
             return Err(from_error_info(e));
         }
         self.put_conn(&w.data_address, c);
-        let req = pb::CompleteFileRequest {
-            path: target.path,
-            length: r.length,
-            etag: r.etag,
-            mtime_ms: r.mtime_ms,
-        };
-        Ok(self
-            .m()
-            .complete_file(req)
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner())
+        let req = pb::CompleteFileRequest { path: target.path, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms };
+        Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
     }
 }
 

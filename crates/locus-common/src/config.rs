@@ -244,20 +244,16 @@ impl Config {
         if let Some(file) = file {
             f = f.merge(Toml::file_exact(file));
         }
-        f.merge(Env::prefixed("LOCUS_").ignore(&["config"]).map(|k| {
-            if k == "master" {
-                "master_address".into()
-            } else {
-                k.as_str().replace("__", ".").into()
-            }
-        }))
+        f.merge(
+            Env::prefixed("LOCUS_")
+                .ignore(&["config"])
+                .map(|k| if k == "master" { "master_address".into() } else { k.as_str().replace("__", ".").into() }),
+        )
     }
 
     /// Extract a validated configuration.
     pub fn extract(f: &Figment) -> Result<Config> {
-        let c: Config = f
-            .extract()
-            .map_err(|e| Error::invalid(format!("bad configuration: {e}")))?;
+        let c: Config = f.extract().map_err(|e| Error::invalid(format!("bad configuration: {e}")))?;
         c.validate()?;
         Ok(c)
     }
@@ -266,10 +262,7 @@ impl Config {
     pub fn load(file: Option<&Path>) -> Result<Config> {
         if let Some(p) = file {
             if !p.exists() {
-                return Err(Error::not_found(format!(
-                    "config file {} does not exist",
-                    p.display()
-                )));
+                return Err(Error::not_found(format!("config file {} does not exist", p.display())));
             }
         }
         Self::extract(&Self::figment(file))
@@ -277,13 +270,8 @@ impl Config {
 
     pub fn validate(&self) -> Result<()> {
         let w = &self.worker;
-        if !(0.0 < w.low_watermark
-            && w.low_watermark <= w.high_watermark
-            && w.high_watermark <= 1.0)
-        {
-            return Err(Error::invalid(
-                "worker watermarks must satisfy 0 < low <= high <= 1",
-            ));
+        if !(0.0 < w.low_watermark && w.low_watermark <= w.high_watermark && w.high_watermark <= 1.0) {
+            return Err(Error::invalid("worker watermarks must satisfy 0 < low <= high <= 1"));
         }
         if self.master.block_size.as_u64() < 4096 {
             return Err(Error::invalid("master.block_size must be at least 4 KiB"));
@@ -291,10 +279,7 @@ impl Config {
         let mut seen = std::collections::HashSet::new();
         for t in &w.tiers {
             if !seen.insert(t.alias) {
-                return Err(Error::invalid(format!(
-                    "tier {} configured twice",
-                    t.alias.as_str()
-                )));
+                return Err(Error::invalid(format!("tier {} configured twice", t.alias.as_str())));
             }
         }
         Ok(())
@@ -358,16 +343,11 @@ rpc_timeout = "9s"
         figment::Jail::expect_with(|jail| {
             jail.set_env("LOCUS_MASTER", "10.0.0.2:2");
             jail.set_env("LOCUS_WORKER__HOST", "h2");
-            let f = Config::figment(Some(&file))
-                .merge(Serialized::default("client.read_type", "CACHE_PROMOTE"));
+            let f = Config::figment(Some(&file)).merge(Serialized::default("client.read_type", "CACHE_PROMOTE"));
             let c = Config::extract(&f).unwrap();
             assert_eq!(c.master_address, "10.0.0.2:2", "env beats file");
             assert_eq!(c.worker.host, "h2");
-            assert_eq!(
-                c.client.read_type,
-                ReadType::CACHE_PROMOTE,
-                "flags beat env and file"
-            );
+            assert_eq!(c.client.read_type, ReadType::CACHE_PROMOTE, "flags beat env and file");
             assert!(c.log_json);
             assert_eq!(c.master.block_size, ByteSize::mib(1));
             assert_eq!(c.master.default_sync_interval, Duration::from_secs(300));

@@ -90,12 +90,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(kind: ErrorKind, context: impl Into<String>) -> Self {
-        Error {
-            kind,
-            retryable: kind.default_retryable(),
-            context: context.into(),
-            source: None,
-        }
+        Error { kind, retryable: kind.default_retryable(), context: context.into(), source: None }
     }
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
@@ -135,9 +130,7 @@ impl Error {
     pub fn io(ctx: impl Into<String>, e: std::io::Error) -> Self {
         let kind = match e.kind() {
             std::io::ErrorKind::NotFound => ErrorKind::NotFound,
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-                ErrorKind::ResourceExhausted
-            }
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => ErrorKind::ResourceExhausted,
             std::io::ErrorKind::ConnectionRefused
             | std::io::ErrorKind::ConnectionReset
             | std::io::ErrorKind::ConnectionAborted
@@ -162,21 +155,13 @@ impl fmt::Display for Error {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Error({}, retryable={}, {})",
-            self.kind.as_str(),
-            self.retryable,
-            self
-        )
+        write!(f, "Error({}, retryable={}, {})", self.kind.as_str(), self.retryable, self)
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -211,10 +196,7 @@ mod tests {
         let e = Error::io("open", std::io::Error::from(std::io::ErrorKind::NotFound));
         assert_eq!(e.kind(), ErrorKind::NotFound);
         assert!(!e.is_retryable());
-        let e = Error::io(
-            "conn",
-            std::io::Error::from(std::io::ErrorKind::ConnectionReset),
-        );
+        let e = Error::io("conn", std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert_eq!(e.kind(), ErrorKind::Unavailable);
         assert!(e.is_retryable());
         assert!(e.to_string().starts_with("conn"));

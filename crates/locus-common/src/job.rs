@@ -33,10 +33,7 @@ impl Job {
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = crate::Result<()>> + Send,
     {
-        let status = Arc::new(Mutex::new(JobStatus {
-            name: name.to_string(),
-            ..Default::default()
-        }));
+        let status = Arc::new(Mutex::new(JobStatus { name: name.to_string(), ..Default::default() }));
         let (stop, mut stopped) = watch::channel(false);
         let st = status.clone();
         let name = name.to_string();
@@ -62,11 +59,7 @@ impl Job {
                 }
             }
         });
-        Job {
-            status,
-            stop,
-            handle,
-        }
+        Job { status, stop, handle }
     }
 
     pub fn status(&self) -> JobStatus {

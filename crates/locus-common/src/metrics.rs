@@ -22,12 +22,8 @@ pub enum ReadSource {
 }
 
 impl ReadSource {
-    pub const ALL: [ReadSource; 4] = [
-        ReadSource::ShortCircuit,
-        ReadSource::LocalWorker,
-        ReadSource::RemoteWorker,
-        ReadSource::Ufs,
-    ];
+    pub const ALL: [ReadSource; 4] =
+        [ReadSource::ShortCircuit, ReadSource::LocalWorker, ReadSource::RemoteWorker, ReadSource::Ufs];
     pub fn as_str(self) -> &'static str {
         match self {
             ReadSource::ShortCircuit => "short_circuit",

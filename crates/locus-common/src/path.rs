@@ -16,9 +16,7 @@ pub fn normalize(path: &str) -> Result<String> {
     let mut out = String::with_capacity(path.len());
     for comp in path.split('/').filter(|c| !c.is_empty()) {
         if comp == "." || comp == ".." {
-            return Err(Error::invalid(format!(
-                "path must not contain '.' or '..': {path:?}"
-            )));
+            return Err(Error::invalid(format!("path must not contain '.' or '..': {path:?}")));
         }
         if comp.contains('\0') {
             return Err(Error::invalid("path contains a NUL byte"));
@@ -48,11 +46,7 @@ pub fn split_parent(path: &str) -> Option<(&str, &str)> {
 
 /// Join a normalised directory path and a child name.
 pub fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
+    if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") }
 }
 
 /// If `path` is `prefix` or below it, the remainder relative to it (no leading `/`).
@@ -61,11 +55,7 @@ pub fn strip_prefix<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
         return Some(path.trim_start_matches('/'));
     }
     let rest = path.strip_prefix(prefix)?;
-    if rest.is_empty() {
-        Some("")
-    } else {
-        rest.strip_prefix('/')
-    }
+    if rest.is_empty() { Some("") } else { rest.strip_prefix('/') }
 }
 
 #[cfg(test)]

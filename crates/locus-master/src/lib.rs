@@ -35,10 +35,7 @@ pub use web::render_metrics;
 pub const DEFAULT_LIST_PAGE: u32 = 1000;
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 #[derive(Clone)]
@@ -70,39 +67,19 @@ struct Metrics {
 impl Metrics {
     fn new() -> Metrics {
         let registry = Registry::new();
-        let bytes_read = IntCounterVec::new(
-            Opts::new(BYTES_READ, "Bytes delivered to readers, by source"),
-            &["source"],
-        )
-        .unwrap();
-        let cache_requests = IntCounterVec::new(
-            Opts::new(CACHE_REQUESTS, "Block reads by cache result"),
-            &["result"],
-        )
-        .unwrap();
+        let bytes_read =
+            IntCounterVec::new(Opts::new(BYTES_READ, "Bytes delivered to readers, by source"), &["source"]).unwrap();
+        let cache_requests =
+            IntCounterVec::new(Opts::new(CACHE_REQUESTS, "Block reads by cache result"), &["result"]).unwrap();
         let evictions = IntCounter::new(EVICTIONS, "Blocks evicted from a tier").unwrap();
-        let workers_live =
-            IntGauge::new("locus_workers_live", "Workers with a recent heartbeat").unwrap();
-        let tier_capacity = IntGaugeVec::new(
-            Opts::new("locus_tier_capacity_bytes", "Cache capacity per tier"),
-            &["tier"],
-        )
-        .unwrap();
-        let tier_used = IntGaugeVec::new(
-            Opts::new("locus_tier_used_bytes", "Cache usage per tier"),
-            &["tier"],
-        )
-        .unwrap();
-        let hit_ratio = Gauge::new(
-            "locus_cache_hit_ratio",
-            "Block cache hits over all block reads",
-        )
-        .unwrap();
-        let files_loaded = IntCounter::new(
-            "locus_ufs_entries_loaded_total",
-            "UFS entries loaded into the namespace",
-        )
-        .unwrap();
+        let workers_live = IntGauge::new("locus_workers_live", "Workers with a recent heartbeat").unwrap();
+        let tier_capacity =
+            IntGaugeVec::new(Opts::new("locus_tier_capacity_bytes", "Cache capacity per tier"), &["tier"]).unwrap();
+        let tier_used =
+            IntGaugeVec::new(Opts::new("locus_tier_used_bytes", "Cache usage per tier"), &["tier"]).unwrap();
+        let hit_ratio = Gauge::new("locus_cache_hit_ratio", "Block cache hits over all block reads").unwrap();
+        let files_loaded =
+            IntCounter::new("locus_ufs_entries_loaded_total", "UFS entries loaded into the namespace").unwrap();
         registry.register(Box::new(bytes_read.clone())).unwrap();
         registry.register(Box::new(cache_requests.clone())).unwrap();
         registry.register(Box::new(evictions.clone())).unwrap();
@@ -141,10 +118,7 @@ pub struct MasterBuilder {
 
 impl MasterBuilder {
     pub fn new(cfg: MasterConfig) -> Self {
-        MasterBuilder {
-            cfg,
-            root_ufs: None,
-        }
+        MasterBuilder { cfg, root_ufs: None }
     }
     /// UFS mounted at `/` when the namespace is new. `None` leaves `/` without a mount,
     /// so every path must fall under an explicit mount.
@@ -155,10 +129,7 @@ impl MasterBuilder {
     /// Open the metadata store (recovering mounts and namespace) and mount the root UFS
     /// on first start.
     pub async fn build(self) -> Result<Master> {
-        let store = Store::open(
-            &self.cfg.meta_dir,
-            self.cfg.meta_cache_size.as_u64() as usize,
-        )?;
+        let store = Store::open(&self.cfg.meta_dir, self.cfg.meta_cache_size.as_u64() as usize)?;
         let inner = Arc::new(Inner {
             cfg: self.cfg,
             store,
@@ -171,15 +142,9 @@ impl MasterBuilder {
         if m.inner.mounts.read().is_empty() {
             if let Some(uri) = self.root_ufs {
                 if let Some(dir) = uri.strip_prefix("file://") {
-                    std::fs::create_dir_all(dir)
-                        .map_err(|e| Error::io(format!("create {dir}"), e))?;
+                    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {dir}"), e))?;
                 }
-                m.mount(pb::MountRequest {
-                    path: "/".into(),
-                    uri,
-                    ..Default::default()
-                })
-                .await?;
+                m.mount(pb::MountRequest { path: "/".into(), uri, ..Default::default() }).await?;
             }
         }
         Ok(m)
@@ -253,9 +218,7 @@ impl Master {
                 return Ok((m.clone(), rel.to_string()));
             }
         }
-        Err(Error::invalid(format!(
-            "path {path} is outside every mount"
-        )))
+        Err(Error::invalid(format!("path {path} is outside every mount")))
     }
 
     fn is_mount_point(&self, path: &str) -> bool {
@@ -301,15 +264,9 @@ impl Master {
             if !rec.is_dir && rec.fingerprint != fp {
                 self.drop_version(w, &rec, dropped)?;
                 rec.version = next_id(w, "version", 1)?;
-                w.open_table(VERSIONS)
-                    .map_err(db_err)?
-                    .insert(rec.version, rec.id)
-                    .map_err(db_err)?;
+                w.open_table(VERSIONS).map_err(db_err)?.insert(rec.version, rec.id).map_err(db_err)?;
                 if rec.pinned {
-                    w.open_table(PINNED)
-                        .map_err(db_err)?
-                        .insert(rec.version, ())
-                        .map_err(db_err)?;
+                    w.open_table(PINNED).map_err(db_err)?.insert(rec.version, ()).map_err(db_err)?;
                     self.bump_pin_epoch(w)?;
                 }
                 rec.length = st.length;
@@ -345,11 +302,7 @@ impl Master {
             name: name.into(),
             is_dir,
             length,
-            block_size: if is_dir {
-                0
-            } else {
-                self.inner.cfg.block_size.as_u64()
-            },
+            block_size: if is_dir { 0 } else { self.inner.cfg.block_size.as_u64() },
             fingerprint,
             mtime_ms,
             pinned: false,
@@ -358,27 +311,16 @@ impl Master {
             children_loaded: false,
         };
         put_inode(w, &rec)?;
-        w.open_table(CHILDREN)
-            .map_err(db_err)?
-            .insert((parent, name), id)
-            .map_err(db_err)?;
+        w.open_table(CHILDREN).map_err(db_err)?.insert((parent, name), id).map_err(db_err)?;
         if !is_dir {
-            w.open_table(VERSIONS)
-                .map_err(db_err)?
-                .insert(version, id)
-                .map_err(db_err)?;
+            w.open_table(VERSIONS).map_err(db_err)?.insert(version, id).map_err(db_err)?;
         }
         Ok(rec)
     }
 
     /// Forget every cached block of a file version; `dropped` collects (worker, block)
     /// pairs whose workers must delete the block.
-    fn drop_version(
-        &self,
-        w: &WriteTransaction,
-        rec: &pb::InodeRecord,
-        dropped: &mut Vec<(u64, u64)>,
-    ) -> Result<()> {
+    fn drop_version(&self, w: &WriteTransaction, rec: &pb::InodeRecord, dropped: &mut Vec<(u64, u64)>) -> Result<()> {
         if rec.is_dir {
             return Ok(());
         }
@@ -398,16 +340,8 @@ impl Master {
                 dropped.push((wk, b));
             }
         }
-        w.open_table(VERSIONS)
-            .map_err(db_err)?
-            .remove(rec.version)
-            .map_err(db_err)?;
-        if w.open_table(PINNED)
-            .map_err(db_err)?
-            .remove(rec.version)
-            .map_err(db_err)?
-            .is_some()
-        {
+        w.open_table(VERSIONS).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
+        if w.open_table(PINNED).map_err(db_err)?.remove(rec.version).map_err(db_err)?.is_some() {
             self.bump_pin_epoch(w)?;
         }
         Ok(())
@@ -428,10 +362,7 @@ impl Master {
         let Some(id) = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, name)? else {
             return Ok(());
         };
-        w.open_table(CHILDREN)
-            .map_err(db_err)?
-            .remove((parent, name))
-            .map_err(db_err)?;
+        w.open_table(CHILDREN).map_err(db_err)?.remove((parent, name)).map_err(db_err)?;
         let mut stack = vec![id];
         while let Some(id) = stack.pop() {
             let rec = get_inode(&w.open_table(INODES).map_err(db_err)?, id)?;
@@ -451,10 +382,7 @@ impl Master {
                 } else {
                     self.drop_version(w, &rec, dropped)?;
                 }
-                w.open_table(INODES)
-                    .map_err(db_err)?
-                    .remove(id)
-                    .map_err(db_err)?;
+                w.open_table(INODES).map_err(db_err)?.remove(id).map_err(db_err)?;
             }
         }
         Ok(())
@@ -553,9 +481,7 @@ impl Master {
     }
 
     async fn must_resolve(&self, path: &str) -> Result<pb::InodeRecord> {
-        self.resolve(path)
-            .await?
-            .ok_or_else(|| Error::not_found(format!("{path} does not exist")))
+        self.resolve(path).await?.ok_or_else(|| Error::not_found(format!("{path} does not exist")))
     }
 
     fn live_workers(&self) -> HashMap<u64, ()> {
@@ -569,12 +495,7 @@ impl Master {
             .collect()
     }
 
-    fn file_info(
-        &self,
-        path: &str,
-        rec: &pb::InodeRecord,
-        with_blocks: bool,
-    ) -> Result<pb::FileInfo> {
+    fn file_info(&self, path: &str, rec: &pb::InodeRecord, with_blocks: bool) -> Result<pb::FileInfo> {
         let (m, rel) = self.mount_for(path)?;
         let mut fi = pb::FileInfo {
             id: rec.id,
@@ -605,10 +526,7 @@ impl Master {
                     let (k, v) = e.map_err(db_err)?;
                     let wk = k.value().1;
                     if live.contains_key(&wk) {
-                        locations.push(pb::BlockLocation {
-                            worker_id: wk,
-                            tier: v.value().to_string(),
-                        });
+                        locations.push(pb::BlockLocation { worker_id: wk, tier: v.value().to_string() });
                     }
                 }
                 fi.blocks.push(pb::BlockInfo {
@@ -674,8 +592,7 @@ impl Master {
         for name in stale {
             self.remove_subtree(&w, dir.id, &name, &mut dropped)?;
         }
-        let mut d = get_inode(&w.open_table(INODES).map_err(db_err)?, dir.id)?
-            .unwrap_or_else(|| dir.clone());
+        let mut d = get_inode(&w.open_table(INODES).map_err(db_err)?, dir.id)?.unwrap_or_else(|| dir.clone());
         d.children_loaded = true;
         d.synced_ms = start;
         put_inode(&w, &d)?;
@@ -685,12 +602,7 @@ impl Master {
     }
 
     /// One page of a directory listing, in name order after `start_after`.
-    pub async fn list_status(
-        &self,
-        path: &str,
-        start_after: &str,
-        limit: u32,
-    ) -> Result<(Vec<pb::FileInfo>, bool)> {
+    pub async fn list_status(&self, path: &str, start_after: &str, limit: u32) -> Result<(Vec<pb::FileInfo>, bool)> {
         let path = normalize(path)?;
         let rec = self.must_resolve(&path).await?;
         if !rec.is_dir {
@@ -703,20 +615,13 @@ impl Master {
                 }
             }
         }
-        let limit = if limit == 0 {
-            DEFAULT_LIST_PAGE
-        } else {
-            limit.min(10_000)
-        } as usize;
+        let limit = if limit == 0 { DEFAULT_LIST_PAGE } else { limit.min(10_000) } as usize;
         let r = self.inner.store.read()?;
         let ch = r.open_table(CHILDREN).map_err(db_err)?;
         let inodes = r.open_table(INODES).map_err(db_err)?;
         let mut out = Vec::new();
         let mut truncated = false;
-        for e in ch
-            .range((rec.id, start_after)..(rec.id + 1, ""))
-            .map_err(db_err)?
-        {
+        for e in ch.range((rec.id, start_after)..(rec.id + 1, "")).map_err(db_err)? {
             let (k, id) = e.map_err(db_err)?;
             let name = k.value().1;
             if name == start_after {
@@ -736,10 +641,7 @@ impl Master {
     fn writable(&self, path: &str) -> Result<(MountEntry, String)> {
         let (m, rel) = self.mount_for(path)?;
         if m.info.readonly {
-            return Err(Error::new(
-                ErrorKind::PermissionDenied,
-                format!("mount {} is read-only", m.info.path),
-            ));
+            return Err(Error::new(ErrorKind::PermissionDenied, format!("mount {} is read-only", m.info.path)));
         }
         Ok((m, rel))
     }
@@ -750,41 +652,24 @@ impl Master {
             if rec.is_dir && recursive {
                 return Ok(());
             }
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("{path} exists"),
-            ));
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists")));
         }
         let (parent_path, name) = lpath::split_parent(&path).unwrap();
         if self.resolve(parent_path).await?.is_none() {
             if !recursive {
-                return Err(Error::not_found(format!(
-                    "parent {parent_path} does not exist"
-                )));
+                return Err(Error::not_found(format!("parent {parent_path} does not exist")));
             }
             Box::pin(self.create_directory(parent_path, true)).await?;
         }
         let parent = self.must_resolve(parent_path).await?;
         if !parent.is_dir {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("{parent_path} is not a directory"),
-            ));
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
         }
         let (m, rel) = self.writable(&path)?;
         m.ufs.create_dir(&rel).await?;
         let w = self.inner.store.write()?;
         if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, name)?.is_none() {
-            let mut rec = self.new_inode(
-                &w,
-                parent.id,
-                name,
-                true,
-                0,
-                String::new(),
-                now_ms(),
-                now_ms(),
-            )?;
+            let mut rec = self.new_inode(&w, parent.id, name, true, 0, String::new(), now_ms(), now_ms())?;
             rec.children_loaded = true;
             put_inode(&w, &rec)?;
         }
@@ -795,9 +680,7 @@ impl Master {
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
         let path = normalize(path)?;
         if path == "/" || self.is_mount_point(&path) {
-            return Err(Error::invalid(format!(
-                "cannot delete {path}: it is a mount point (unmount it instead)"
-            )));
+            return Err(Error::invalid(format!("cannot delete {path}: it is a mount point (unmount it instead)")));
         }
         let rec = self.must_resolve(&path).await?;
         if rec.is_dir && !recursive {
@@ -809,18 +692,8 @@ impl Master {
                 ));
             }
         }
-        if rec.is_dir
-            && self
-                .inner
-                .mounts
-                .read()
-                .iter()
-                .any(|m| lpath::strip_prefix(&m.info.path, &path).is_some())
-        {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("{path} contains a mount point"),
-            ));
+        if rec.is_dir && self.inner.mounts.read().iter().any(|m| lpath::strip_prefix(&m.info.path, &path).is_some()) {
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} contains a mount point")));
         }
         let (m, rel) = self.writable(&path)?;
         m.ufs.delete(&rel, rec.is_dir).await?;
@@ -846,18 +719,12 @@ impl Master {
         }
         let rec = self.must_resolve(&src).await?;
         if self.resolve(&dst).await?.is_some() {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("{dst} exists"),
-            ));
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("{dst} exists")));
         }
         let (dparent_path, dname) = lpath::split_parent(&dst).unwrap();
         let dparent = self.must_resolve(dparent_path).await?;
         if !dparent.is_dir {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("{dparent_path} is not a directory"),
-            ));
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{dparent_path} is not a directory")));
         }
         let (sm, srel) = self.writable(&src)?;
         let (dm, drel) = self.writable(&dst)?;
@@ -869,8 +736,7 @@ impl Master {
         let w = self.inner.store.write()?;
         {
             let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
-            let sparent = lookup(&ch, sparent_path)?
-                .ok_or_else(|| Error::not_found(sparent_path.to_string()))?;
+            let sparent = lookup(&ch, sparent_path)?.ok_or_else(|| Error::not_found(sparent_path.to_string()))?;
             ch.remove((sparent, sname)).map_err(db_err)?;
             ch.insert((dparent.id, dname), rec.id).map_err(db_err)?;
         }
@@ -890,16 +756,10 @@ impl Master {
         }
         if let Some(rec) = self.resolve(&path).await? {
             if rec.is_dir {
-                return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    format!("{path} is a directory"),
-                ));
+                return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
             }
             if !overwrite {
-                return Err(Error::new(
-                    ErrorKind::AlreadyExists,
-                    format!("{path} exists"),
-                ));
+                return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists")));
             }
         }
         let (parent_path, _) = lpath::split_parent(&path).unwrap();
@@ -918,16 +778,10 @@ impl Master {
     /// Record a file whose bytes a worker has written to the UFS.
     pub async fn complete_file(&self, req: pb::CompleteFileRequest) -> Result<pb::FileInfo> {
         let path = normalize(&req.path)?;
-        let (parent_path, name) =
-            lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
+        let (parent_path, name) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
         let parent = self.must_resolve(parent_path).await?;
-        let st = UfsStatus {
-            path: name.into(),
-            is_dir: false,
-            length: req.length,
-            etag: req.etag,
-            mtime_ms: req.mtime_ms,
-        };
+        let st =
+            UfsStatus { path: name.into(), is_dir: false, length: req.length, etag: req.etag, mtime_ms: req.mtime_ms };
         let w = self.inner.store.write()?;
         let mut dropped = Vec::new();
         let id = self.upsert_from_ufs(&w, parent.id, name, &st, now_ms(), &mut dropped)?;
@@ -1023,10 +877,7 @@ impl Master {
         for r in &recs {
             self.drop_version(&w, r, &mut dropped)?;
             // the version stays valid: only its cached copies go
-            w.open_table(VERSIONS)
-                .map_err(db_err)?
-                .insert(r.version, r.id)
-                .map_err(db_err)?;
+            w.open_table(VERSIONS).map_err(db_err)?.insert(r.version, r.id).map_err(db_err)?;
         }
         w.commit().map_err(db_err)?;
         let n = dropped.len() as u64;
@@ -1041,35 +892,21 @@ impl Master {
         let opts: BTreeMap<String, String> = req.options.clone().into_iter().collect();
         let ufs = Ufs::new(&req.uri, &opts, self.inner.cfg.ufs_timeout)?;
         if self.inner.mounts.read().iter().any(|m| m.info.path == path) {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("{path} is already a mount point"),
-            ));
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} is already a mount point")));
         }
         if path != "/" {
             let (parent_path, _) = lpath::split_parent(&path).unwrap();
             let parent = self.must_resolve(parent_path).await?;
             if !parent.is_dir {
-                return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    format!("{parent_path} is not a directory"),
-                ));
+                return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
             }
             if self.resolve(&path).await?.is_some() {
-                return Err(Error::new(
-                    ErrorKind::AlreadyExists,
-                    format!("{path} exists; mount on a new path"),
-                ));
+                return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists; mount on a new path")));
             }
         }
-        tokio::time::timeout(self.inner.cfg.ufs_timeout, ufs.check())
-            .await
-            .map_err(|_| {
-                Error::unavailable(format!(
-                    "{} did not answer within {:?}",
-                    req.uri, self.inner.cfg.ufs_timeout
-                ))
-            })??;
+        tokio::time::timeout(self.inner.cfg.ufs_timeout, ufs.check()).await.map_err(|_| {
+            Error::unavailable(format!("{} did not answer within {:?}", req.uri, self.inner.cfg.ufs_timeout))
+        })??;
         let sync = if req.sync_interval_ms == 0 {
             self.inner.cfg.default_sync_interval.as_millis() as u64
         } else {
@@ -1085,10 +922,7 @@ impl Master {
             readonly: req.readonly,
             sync_interval_ms: sync,
         };
-        w.open_table(MOUNTS)
-            .map_err(db_err)?
-            .insert(id, info.encode_to_vec().as_slice())
-            .map_err(db_err)?;
+        w.open_table(MOUNTS).map_err(db_err)?.insert(id, info.encode_to_vec().as_slice()).map_err(db_err)?;
         if let Some((parent_path, name)) = lpath::split_parent(&path) {
             let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?
                 .ok_or_else(|| Error::not_found(parent_path.to_string()))?;
@@ -1096,10 +930,7 @@ impl Master {
         }
         w.commit().map_err(db_err)?;
         let mut mounts = self.inner.mounts.write();
-        mounts.push(MountEntry {
-            info: info.clone(),
-            ufs,
-        });
+        mounts.push(MountEntry { info: info.clone(), ufs });
         mounts.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
         tracing::info!(path = %info.path, uri = %info.uri, "mounted");
         Ok(info)
@@ -1125,10 +956,7 @@ impl Master {
             .iter()
             .any(|o| o.info.path != path && lpath::strip_prefix(&o.info.path, &path).is_some())
         {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                format!("{path} has mounts below it"),
-            ));
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} has mounts below it")));
         }
         let (parent_path, name) = lpath::split_parent(&path).unwrap();
         let w = self.inner.store.write()?;
@@ -1136,10 +964,7 @@ impl Master {
         if let Some(parent) = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)? {
             self.remove_subtree(&w, parent, name, &mut dropped)?;
         }
-        w.open_table(MOUNTS)
-            .map_err(db_err)?
-            .remove(m.info.id)
-            .map_err(db_err)?;
+        w.open_table(MOUNTS).map_err(db_err)?.remove(m.info.id).map_err(db_err)?;
         w.commit().map_err(db_err)?;
         self.inner.mounts.write().retain(|e| e.info.id != m.info.id);
         self.queue_removals(dropped);
@@ -1148,13 +973,7 @@ impl Master {
 
     /// The mount table; with `secrets` false, credentials are redacted.
     pub fn mount_table(&self, secrets: bool) -> Vec<pb::MountInfo> {
-        let mut v: Vec<pb::MountInfo> = self
-            .inner
-            .mounts
-            .read()
-            .iter()
-            .map(|m| m.info.clone())
-            .collect();
+        let mut v: Vec<pb::MountInfo> = self.inner.mounts.read().iter().map(|m| m.info.clone()).collect();
         if !secrets {
             for m in &mut v {
                 for (k, val) in m.options.iter_mut() {
@@ -1181,29 +1000,13 @@ impl Master {
     // ------------------------------------------------------------------ workers
 
     pub fn register_worker(&self, req: pb::RegisterWorkerRequest) -> Result<u64> {
-        let addr = req
-            .address
-            .ok_or_else(|| Error::invalid("register without an address"))?;
+        let addr = req.address.ok_or_else(|| Error::invalid("register without an address"))?;
         let w = self.inner.store.write()?;
-        let known = req.worker_id != 0
-            && w.open_table(WORKERS)
-                .map_err(db_err)?
-                .get(req.worker_id)
-                .map_err(db_err)?
-                .is_some();
-        let id = if known {
-            req.worker_id
-        } else {
-            next_id(&w, "worker", 1)?
-        };
-        let addr = pb::WorkerAddress {
-            worker_id: id,
-            ..addr
-        };
-        w.open_table(WORKERS)
-            .map_err(db_err)?
-            .insert(id, addr.encode_to_vec().as_slice())
-            .map_err(db_err)?;
+        let known =
+            req.worker_id != 0 && w.open_table(WORKERS).map_err(db_err)?.get(req.worker_id).map_err(db_err)?.is_some();
+        let id = if known { req.worker_id } else { next_id(&w, "worker", 1)? };
+        let addr = pb::WorkerAddress { worker_id: id, ..addr };
+        w.open_table(WORKERS).map_err(db_err)?.insert(id, addr.encode_to_vec().as_slice()).map_err(db_err)?;
         // Reconcile the full block report: it replaces what we knew of this worker.
         let mut stale = Vec::new();
         {
@@ -1224,8 +1027,7 @@ impl Master {
                 let (v, _) = locus_common::split_block_id(b.block_id);
                 if versions.get(v).map_err(db_err)?.is_some() {
                     wb.insert((id, b.block_id), ()).map_err(db_err)?;
-                    loc.insert((b.block_id, id), b.tier.as_str())
-                        .map_err(db_err)?;
+                    loc.insert((b.block_id, id), b.tier.as_str()).map_err(db_err)?;
                 } else {
                     stale.push(b.block_id);
                 }
@@ -1263,24 +1065,12 @@ impl Master {
                 let old = s.counters;
                 // A restarted worker starts its counters from zero again.
                 let d = |new: u64, old: u64| if new >= old { new - old } else { new };
-                m.bytes_read
-                    .with_label_values(&["short_circuit"])
-                    .inc_by(d(c.short_circuit, old.short_circuit));
-                m.bytes_read
-                    .with_label_values(&["local_worker"])
-                    .inc_by(d(c.local_worker, old.local_worker));
-                m.bytes_read
-                    .with_label_values(&["remote_worker"])
-                    .inc_by(d(c.remote_worker, old.remote_worker));
-                m.bytes_read
-                    .with_label_values(&["ufs"])
-                    .inc_by(d(c.ufs, old.ufs));
-                m.cache_requests
-                    .with_label_values(&["hit"])
-                    .inc_by(d(c.cache_hits, old.cache_hits));
-                m.cache_requests
-                    .with_label_values(&["miss"])
-                    .inc_by(d(c.cache_misses, old.cache_misses));
+                m.bytes_read.with_label_values(&["short_circuit"]).inc_by(d(c.short_circuit, old.short_circuit));
+                m.bytes_read.with_label_values(&["local_worker"]).inc_by(d(c.local_worker, old.local_worker));
+                m.bytes_read.with_label_values(&["remote_worker"]).inc_by(d(c.remote_worker, old.remote_worker));
+                m.bytes_read.with_label_values(&["ufs"]).inc_by(d(c.ufs, old.ufs));
+                m.cache_requests.with_label_values(&["hit"]).inc_by(d(c.cache_hits, old.cache_hits));
+                m.cache_requests.with_label_values(&["miss"]).inc_by(d(c.cache_misses, old.cache_misses));
                 m.evictions.inc_by(d(c.evictions, old.evictions));
                 s.counters = c;
             }
@@ -1291,12 +1081,7 @@ impl Master {
         if epoch != req.pin_epoch {
             resp.pins_changed = true;
             resp.pin_epoch = epoch;
-            for e in r
-                .open_table(PINNED)
-                .map_err(db_err)?
-                .iter()
-                .map_err(db_err)?
-            {
+            for e in r.open_table(PINNED).map_err(db_err)?.iter().map_err(db_err)? {
                 resp.pinned_versions.push(e.map_err(db_err)?.0.value());
             }
         }
@@ -1320,8 +1105,7 @@ impl Master {
                 let (v, _) = locus_common::split_block_id(b.block_id);
                 if versions.get(v).map_err(db_err)?.is_some() {
                     wb.insert((req.worker_id, b.block_id), ()).map_err(db_err)?;
-                    loc.insert((b.block_id, req.worker_id), b.tier.as_str())
-                        .map_err(db_err)?;
+                    loc.insert((b.block_id, req.worker_id), b.tier.as_str()).map_err(db_err)?;
                 } else {
                     stale.push((req.worker_id, b.block_id)); // the file changed or went meanwhile
                 }
@@ -1353,10 +1137,7 @@ impl Master {
     pub fn report(&self) -> pb::Report {
         let timeout = self.inner.cfg.worker_timeout;
         let ws = self.inner.workers.lock();
-        let mut rep = pb::Report {
-            mounts: self.inner.mounts.read().len() as u64,
-            ..Default::default()
-        };
+        let mut rep = pb::Report { mounts: self.inner.mounts.read().len() as u64, ..Default::default() };
         for s in ws.values() {
             rep.workers.push(pb::WorkerReport {
                 address: Some(s.address.clone()),
@@ -1366,8 +1147,7 @@ impl Master {
                 counters: Some(s.counters),
             });
         }
-        rep.workers
-            .sort_by_key(|w| w.address.as_ref().map(|a| a.worker_id));
+        rep.workers.sort_by_key(|w| w.address.as_ref().map(|a| a.worker_id));
         // Cluster totals come from the master's monotonic counters, which survive
         // worker restarts.
         let m = &self.inner.metrics;
@@ -1387,8 +1167,7 @@ impl Master {
     fn update_gauges(&self) {
         let rep = self.report();
         let m = &self.inner.metrics;
-        m.workers_live
-            .set(rep.workers.iter().filter(|w| w.live).count() as i64);
+        m.workers_live.set(rep.workers.iter().filter(|w| w.live).count() as i64);
         let mut cap: BTreeMap<String, u64> = BTreeMap::new();
         let mut used: BTreeMap<String, u64> = BTreeMap::new();
         for w in rep.workers.iter().filter(|w| w.live) {
@@ -1398,20 +1177,14 @@ impl Master {
             }
         }
         for (t, v) in cap {
-            m.tier_capacity
-                .with_label_values(&[t.as_str()])
-                .set(v as i64);
+            m.tier_capacity.with_label_values(&[t.as_str()]).set(v as i64);
         }
         for (t, v) in used {
             m.tier_used.with_label_values(&[t.as_str()]).set(v as i64);
         }
         let hits = m.cache_requests.with_label_values(&["hit"]).get();
         let misses = m.cache_requests.with_label_values(&["miss"]).get();
-        m.hit_ratio.set(if hits + misses == 0 {
-            0.0
-        } else {
-            hits as f64 / (hits + misses) as f64
-        });
+        m.hit_ratio.set(if hits + misses == 0 { 0.0 } else { hits as f64 / (hits + misses) as f64 });
     }
 
     /// How long since the master has heard from each worker (for tests and the page).

@@ -42,21 +42,15 @@ impl pb::master_server::Master for Master {
     }
     async fn create_directory(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
         let r = r.into_inner();
-        ok(Master::create_directory(self, &r.path, r.recursive)
-            .await
-            .map(|_| pb::Empty {}))
+        ok(Master::create_directory(self, &r.path, r.recursive).await.map(|_| pb::Empty {}))
     }
     async fn delete(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
         let r = r.into_inner();
-        ok(Master::delete(self, &r.path, r.recursive)
-            .await
-            .map(|_| pb::Empty {}))
+        ok(Master::delete(self, &r.path, r.recursive).await.map(|_| pb::Empty {}))
     }
     async fn rename(&self, r: Request<pb::RenameRequest>) -> R<pb::Empty> {
         let r = r.into_inner();
-        ok(Master::rename(self, &r.src, &r.dst)
-            .await
-            .map(|_| pb::Empty {}))
+        ok(Master::rename(self, &r.src, &r.dst).await.map(|_| pb::Empty {}))
     }
     async fn create_file(&self, r: Request<pb::CreateFileRequest>) -> R<pb::FileInfo> {
         let r = r.into_inner();
@@ -67,46 +61,32 @@ impl pb::master_server::Master for Master {
     }
     async fn set_pinned(&self, r: Request<pb::SetPinnedRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();
-        ok(Master::set_pinned(self, &r.path, r.pinned, r.recursive)
-            .await
-            .map(|count| pb::CountResponse { count }))
+        ok(Master::set_pinned(self, &r.path, r.pinned, r.recursive).await.map(|count| pb::CountResponse { count }))
     }
     async fn free(&self, r: Request<pb::PathRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();
-        ok(Master::free(self, &r.path, r.recursive)
-            .await
-            .map(|count| pb::CountResponse { count }))
+        ok(Master::free(self, &r.path, r.recursive).await.map(|count| pb::CountResponse { count }))
     }
     async fn mount(&self, r: Request<pb::MountRequest>) -> R<pb::MountInfo> {
         ok(Master::mount(self, r.into_inner()).await)
     }
     async fn unmount(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
-        ok(Master::unmount(self, &r.into_inner().path)
-            .await
-            .map(|_| pb::Empty {}))
+        ok(Master::unmount(self, &r.into_inner().path).await.map(|_| pb::Empty {}))
     }
     async fn get_mount_table(&self, _: Request<pb::Empty>) -> R<pb::MountTable> {
-        ok(Ok(pb::MountTable {
-            mounts: self.mount_table(false),
-        }))
+        ok(Ok(pb::MountTable { mounts: self.mount_table(false) }))
     }
     async fn get_mount(&self, r: Request<pb::GetMountRequest>) -> R<pb::MountInfo> {
         ok(Master::get_mount(self, r.into_inner().mount_id))
     }
     async fn get_workers(&self, _: Request<pb::Empty>) -> R<pb::WorkerList> {
-        ok(Ok(pb::WorkerList {
-            workers: self.workers(),
-        }))
+        ok(Ok(pb::WorkerList { workers: self.workers() }))
     }
     async fn get_report(&self, _: Request<pb::Empty>) -> R<pb::Report> {
         ok(Ok(self.report()))
     }
-    async fn register_worker(
-        &self,
-        r: Request<pb::RegisterWorkerRequest>,
-    ) -> R<pb::RegisterWorkerResponse> {
-        ok(Master::register_worker(self, r.into_inner())
-            .map(|worker_id| pb::RegisterWorkerResponse { worker_id }))
+    async fn register_worker(&self, r: Request<pb::RegisterWorkerRequest>) -> R<pb::RegisterWorkerResponse> {
+        ok(Master::register_worker(self, r.into_inner()).map(|worker_id| pb::RegisterWorkerResponse { worker_id }))
     }
     async fn worker_heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> R<pb::HeartbeatResponse> {
         ok(self.heartbeat(r.into_inner()))

@@ -18,9 +18,7 @@ use std::path::Path;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use prost::Message;
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
-};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
 pub const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 pub const CHILDREN: TableDefinition<(u64, &str), u64> = TableDefinition::new("children");
@@ -49,8 +47,7 @@ pub fn decode<M: Message + Default>(b: &[u8]) -> Result<M> {
 
 impl Store {
     pub fn open(dir: &Path, cache_bytes: usize) -> Result<Store> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         let db = Database::builder()
             .set_cache_size(cache_bytes)
             .create(dir.join("meta.redb"))
@@ -69,14 +66,8 @@ impl Store {
             w.open_table(PINNED).map_err(db_err)?;
             w.open_table(COUNTERS).map_err(db_err)?;
             if inodes.get(ROOT_ID).map_err(db_err)?.is_none() {
-                let root = pb::InodeRecord {
-                    id: ROOT_ID,
-                    is_dir: true,
-                    ..Default::default()
-                };
-                inodes
-                    .insert(ROOT_ID, root.encode_to_vec().as_slice())
-                    .map_err(db_err)?;
+                let root = pb::InodeRecord { id: ROOT_ID, is_dir: true, ..Default::default() };
+                inodes.insert(ROOT_ID, root.encode_to_vec().as_slice()).map_err(db_err)?;
             }
         }
         w.commit().map_err(db_err)?;
@@ -104,11 +95,7 @@ impl Store {
 /// Allocate the next value of a named counter (starting at `start`).
 pub fn next_id(w: &WriteTransaction, name: &str, start: u64) -> Result<u64> {
     let mut t = w.open_table(COUNTERS).map_err(db_err)?;
-    let cur = t
-        .get(name)
-        .map_err(db_err)?
-        .map(|v| v.value())
-        .unwrap_or(start);
+    let cur = t.get(name).map_err(db_err)?.map(|v| v.value()).unwrap_or(start);
     t.insert(name, cur + 1).map_err(db_err)?;
     Ok(cur)
 }
@@ -117,10 +104,7 @@ pub fn get_counter(t: &impl ReadableTable<&'static str, u64>, name: &str) -> Res
     Ok(t.get(name).map_err(db_err)?.map(|v| v.value()).unwrap_or(0))
 }
 
-pub fn get_inode(
-    t: &impl ReadableTable<u64, &'static [u8]>,
-    id: u64,
-) -> Result<Option<pb::InodeRecord>> {
+pub fn get_inode(t: &impl ReadableTable<u64, &'static [u8]>, id: u64) -> Result<Option<pb::InodeRecord>> {
     match t.get(id).map_err(db_err)? {
         Some(v) => Ok(Some(decode(v.value())?)),
         None => Ok(None),
@@ -129,16 +113,11 @@ pub fn get_inode(
 
 pub fn put_inode(w: &WriteTransaction, r: &pb::InodeRecord) -> Result<()> {
     let mut t = w.open_table(INODES).map_err(db_err)?;
-    t.insert(r.id, r.encode_to_vec().as_slice())
-        .map_err(db_err)?;
+    t.insert(r.id, r.encode_to_vec().as_slice()).map_err(db_err)?;
     Ok(())
 }
 
-pub fn get_child(
-    t: &impl ReadableTable<(u64, &'static str), u64>,
-    parent: u64,
-    name: &str,
-) -> Result<Option<u64>> {
+pub fn get_child(t: &impl ReadableTable<(u64, &'static str), u64>, parent: u64, name: &str) -> Result<Option<u64>> {
     Ok(t.get((parent, name)).map_err(db_err)?.map(|v| v.value()))
 }
 

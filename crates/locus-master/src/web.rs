@@ -32,17 +32,12 @@ pub(crate) async fn serve(
 pub fn render_metrics(m: &Master) -> String {
     m.update_gauges();
     let mut buf = Vec::new();
-    prometheus::TextEncoder::new()
-        .encode(&m.inner.metrics.registry.gather(), &mut buf)
-        .unwrap();
+    prometheus::TextEncoder::new().encode(&m.inner.metrics.registry.gather(), &mut buf).unwrap();
     String::from_utf8(buf).unwrap()
 }
 
 async fn metrics(State(m): State<Master>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        render_metrics(&m),
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render_metrics(&m))
 }
 
 fn report_json(m: &Master) -> serde_json::Value {
@@ -54,9 +49,7 @@ async fn report(State(m): State<Master>) -> impl IntoResponse {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 async fn index(State(m): State<Master>) -> Html<String> {
@@ -65,18 +58,8 @@ async fn index(State(m): State<Master>) -> Html<String> {
     let mut rows = String::new();
     for w in &r.workers {
         let a = w.address.clone().unwrap_or_default();
-        let tiers: Vec<String> = w
-            .tiers
-            .iter()
-            .map(|t| {
-                format!(
-                    "{} {} / {}",
-                    t.alias,
-                    bytesize(t.used),
-                    bytesize(t.capacity)
-                )
-            })
-            .collect();
+        let tiers: Vec<String> =
+            w.tiers.iter().map(|t| format!("{} {} / {}", t.alias, bytesize(t.used), bytesize(t.capacity))).collect();
         rows.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             a.worker_id,

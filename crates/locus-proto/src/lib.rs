@@ -70,51 +70,31 @@ pub fn from_status(s: tonic::Status) -> Error {
         .and_then(|v| v.to_str().ok())
         .and_then(ErrorKind::parse)
         .unwrap_or_else(|| code_to_kind(s.code()));
-    let msg = if s.message().is_empty() {
-        format!("rpc failed: {:?}", s.code())
-    } else {
-        s.message().to_string()
-    };
+    let msg = if s.message().is_empty() { format!("rpc failed: {:?}", s.code()) } else { s.message().to_string() };
     Error::new(kind, msg)
 }
 
 /// Error → wire error of the data plane.
 pub fn to_error_info(e: &Error) -> pb::ErrorInfo {
-    pb::ErrorInfo {
-        kind: e.kind().as_str().into(),
-        message: e.to_string(),
-        retryable: e.is_retryable(),
-    }
+    pb::ErrorInfo { kind: e.kind().as_str().into(), message: e.to_string(), retryable: e.is_retryable() }
 }
 
 /// Wire error of the data plane → Error.
 pub fn from_error_info(e: pb::ErrorInfo) -> Error {
-    Error::new(
-        ErrorKind::parse(&e.kind).unwrap_or(ErrorKind::Internal),
-        e.message,
-    )
-    .set_retryable(e.retryable)
+    Error::new(ErrorKind::parse(&e.kind).unwrap_or(ErrorKind::Internal), e.message).set_retryable(e.retryable)
 }
 
 /// Write one length-prefixed message.
-pub async fn write_frame<W: AsyncWrite + Unpin, M: Message>(
-    w: &mut W,
-    m: &M,
-) -> locus_common::Result<()> {
+pub async fn write_frame<W: AsyncWrite + Unpin, M: Message>(w: &mut W, m: &M) -> locus_common::Result<()> {
     let len = m.encoded_len();
     let mut buf = Vec::with_capacity(4 + len);
     buf.extend_from_slice(&(len as u32).to_be_bytes());
-    m.encode(&mut buf)
-        .map_err(|e| Error::internal(format!("encode: {e}")))?;
-    w.write_all(&buf)
-        .await
-        .map_err(|e| Error::io("write frame", e))
+    m.encode(&mut buf).map_err(|e| Error::internal(format!("encode: {e}")))?;
+    w.write_all(&buf).await.map_err(|e| Error::io("write frame", e))
 }
 
 /// Read one length-prefixed message. `Ok(None)` on a clean end of stream before a frame.
-pub async fn read_frame<R: AsyncRead + Unpin, M: Message + Default>(
-    r: &mut R,
-) -> locus_common::Result<Option<M>> {
+pub async fn read_frame<R: AsyncRead + Unpin, M: Message + Default>(r: &mut R) -> locus_common::Result<Option<M>> {
     let mut lenb = [0u8; 4];
     match r.read_exact(&mut lenb).await {
         Ok(_) => {}
@@ -123,17 +103,11 @@ pub async fn read_frame<R: AsyncRead + Unpin, M: Message + Default>(
     }
     let len = u32::from_be_bytes(lenb) as usize;
     if len > MAX_FRAME {
-        return Err(Error::invalid(format!(
-            "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"
-        )));
+        return Err(Error::invalid(format!("frame of {len} bytes exceeds the {MAX_FRAME}-byte limit")));
     }
     let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf)
-        .await
-        .map_err(|e| Error::io("read frame body", e))?;
-    M::decode(buf.as_slice())
-        .map(Some)
-        .map_err(|e| Error::invalid(format!("garbled frame: {e}")))
+    r.read_exact(&mut buf).await.map_err(|e| Error::io("read frame body", e))?;
+    M::decode(buf.as_slice()).map(Some).map_err(|e| Error::invalid(format!("garbled frame: {e}")))
 }
 
 impl pb::ReadCounters {
@@ -150,11 +124,7 @@ impl pb::ReadCounters {
     /// Hits over hits + misses; 0 when nothing was read.
     pub fn hit_ratio(&self) -> f64 {
         let t = self.cache_hits + self.cache_misses;
-        if t == 0 {
-            0.0
-        } else {
-            self.cache_hits as f64 / t as f64
-        }
+        if t == 0 { 0.0 } else { self.cache_hits as f64 / t as f64 }
     }
 }
 
@@ -208,11 +178,7 @@ mod tests {
     #[tokio::test]
     async fn frames_round_trip_and_reject_garbage() {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        let m = pb::DataResponse {
-            length: 42,
-            path: "p".into(),
-            ..Default::default()
-        };
+        let m = pb::DataResponse { length: 42, path: "p".into(), ..Default::default() };
         write_frame(&mut a, &m).await.unwrap();
         let got: pb::DataResponse = read_frame(&mut b).await.unwrap().unwrap();
         assert_eq!(got, m);
@@ -226,11 +192,6 @@ mod tests {
         let e = read_frame::<_, pb::DataRequest>(&mut b).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         drop(a);
-        assert!(
-            read_frame::<_, pb::DataRequest>(&mut b)
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(read_frame::<_, pb::DataRequest>(&mut b).await.unwrap().is_none());
     }
 }

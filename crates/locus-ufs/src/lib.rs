@@ -48,25 +48,15 @@ pub struct Ufs {
 }
 
 /// Options understood for `s3://` mounts (others are rejected).
-pub const S3_OPTIONS: &[&str] = &[
-    "endpoint",
-    "region",
-    "access_key_id",
-    "secret_access_key",
-    "session_token",
-];
+pub const S3_OPTIONS: &[&str] = &["endpoint", "region", "access_key_id", "secret_access_key", "session_token"];
 
 fn ufs_err(ctx: impl std::fmt::Display, e: opendal::Error) -> Error {
     let kind = match e.kind() {
         opendal::ErrorKind::NotFound => ErrorKind::NotFound,
         opendal::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
         opendal::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
-        opendal::ErrorKind::IsADirectory | opendal::ErrorKind::NotADirectory => {
-            ErrorKind::FailedPrecondition
-        }
-        opendal::ErrorKind::ConfigInvalid | opendal::ErrorKind::Unsupported => {
-            ErrorKind::InvalidArgument
-        }
+        opendal::ErrorKind::IsADirectory | opendal::ErrorKind::NotADirectory => ErrorKind::FailedPrecondition,
+        opendal::ErrorKind::ConfigInvalid | opendal::ErrorKind::Unsupported => ErrorKind::InvalidArgument,
         opendal::ErrorKind::RateLimited => ErrorKind::Unavailable,
         _ if e.is_temporary() => ErrorKind::Unavailable,
         _ => ErrorKind::Ufs,
@@ -81,14 +71,10 @@ impl Ufs {
     pub fn new(uri: &str, options: &BTreeMap<String, String>, timeout: Duration) -> Result<Ufs> {
         let op = if let Some(dir) = uri.strip_prefix("file://") {
             if !dir.starts_with('/') {
-                return Err(Error::invalid(format!(
-                    "file:// mounts need an absolute directory: {uri}"
-                )));
+                return Err(Error::invalid(format!("file:// mounts need an absolute directory: {uri}")));
             }
             if let Some(k) = options.keys().next() {
-                return Err(Error::invalid(format!(
-                    "unknown option {k:?} for a file:// mount"
-                )));
+                return Err(Error::invalid(format!("unknown option {k:?} for a file:// mount")));
             }
             let b = opendal::services::Fs::default().root(dir);
             Operator::new(b).map_err(|e| ufs_err("file mount", e))?
@@ -98,9 +84,7 @@ impl Ufs {
                 return Err(Error::invalid(format!("s3 mount needs a bucket: {uri}")));
             }
             if prefix.split('/').any(|c| c == ".." || c == ".") {
-                return Err(Error::invalid(format!(
-                    "mount prefix must not contain '.' or '..': {uri}"
-                )));
+                return Err(Error::invalid(format!("mount prefix must not contain '.' or '..': {uri}")));
             }
             for k in options.keys() {
                 if !S3_OPTIONS.contains(&k.as_str()) {
@@ -113,12 +97,7 @@ impl Ufs {
             let mut b = opendal::services::S3::default()
                 .bucket(bucket)
                 .root(&format!("/{prefix}"))
-                .region(
-                    options
-                        .get("region")
-                        .map(String::as_str)
-                        .unwrap_or("us-east-1"),
-                )
+                .region(options.get("region").map(String::as_str).unwrap_or("us-east-1"))
                 .disable_config_load()
                 .disable_ec2_metadata();
             if let Some(v) = options.get("endpoint") {
@@ -138,25 +117,12 @@ impl Ufs {
             }
             Operator::new(b).map_err(|e| ufs_err("s3 mount", e))?
         } else {
-            return Err(Error::invalid(format!(
-                "unsupported UFS URI {uri:?}: use file:///dir or s3://bucket/prefix"
-            )));
+            return Err(Error::invalid(format!("unsupported UFS URI {uri:?}: use file:///dir or s3://bucket/prefix")));
         };
         let op = op
-            .layer(
-                TimeoutLayer::new()
-                    .with_timeout(timeout)
-                    .with_io_timeout(timeout),
-            )
-            .layer(
-                RetryLayer::new()
-                    .with_max_times(3)
-                    .with_min_delay(Duration::from_millis(100)),
-            );
-        Ok(Ufs {
-            op,
-            uri: uri.to_string(),
-        })
+            .layer(TimeoutLayer::new().with_timeout(timeout).with_io_timeout(timeout))
+            .layer(RetryLayer::new().with_max_times(3).with_min_delay(Duration::from_millis(100)));
+        Ok(Ufs { op, uri: uri.to_string() })
     }
 
     pub fn uri(&self) -> &str {
@@ -165,11 +131,7 @@ impl Ufs {
 
     /// Verify that the store answers and the root exists (a missing bucket fails here).
     pub async fn check(&self) -> Result<()> {
-        let mut l = self
-            .op
-            .lister_with("/")
-            .await
-            .map_err(|e| ufs_err(format!("cannot reach {}", self.uri), e))?;
+        let mut l = self.op.lister_with("/").await.map_err(|e| ufs_err(format!("cannot reach {}", self.uri), e))?;
         // One page proves the bucket or directory exists and the credentials work.
         if let Some(r) = l.next().await {
             r.map_err(|e| ufs_err(format!("cannot list {}", self.uri), e))?;
@@ -178,11 +140,7 @@ impl Ufs {
     }
 
     fn dir_path(path: &str) -> String {
-        if path.is_empty() {
-            "/".into()
-        } else {
-            format!("{}/", path.trim_end_matches('/'))
-        }
+        if path.is_empty() { "/".into() } else { format!("{}/", path.trim_end_matches('/')) }
     }
 
     /// Status of `path` (relative to the root; `""` is the root). `None` when absent.
@@ -195,10 +153,7 @@ impl Ufs {
                         is_dir: false,
                         length: m.content_length(),
                         etag: m.etag().unwrap_or_default().trim_matches('"').to_string(),
-                        mtime_ms: m
-                            .last_modified()
-                            .map(|t| t.into_inner().as_millisecond())
-                            .unwrap_or(0),
+                        mtime_ms: m.last_modified().map(|t| t.into_inner().as_millisecond()).unwrap_or(0),
                     }));
                 }
                 Ok(_) => {}
@@ -207,13 +162,9 @@ impl Ufs {
             }
         }
         match self.op.stat(&Self::dir_path(path)).await {
-            Ok(_) => Ok(Some(UfsStatus {
-                path: path.into(),
-                is_dir: true,
-                length: 0,
-                etag: String::new(),
-                mtime_ms: 0,
-            })),
+            Ok(_) => {
+                Ok(Some(UfsStatus { path: path.into(), is_dir: true, length: 0, etag: String::new(), mtime_ms: 0 }))
+            }
             Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(ufs_err(format!("stat {path}/"), e)),
         }
@@ -221,46 +172,31 @@ impl Ufs {
 
     /// Stream the direct children of directory `path`. Entries arrive page by page;
     /// the listing is never held whole in memory.
-    pub async fn list(
-        &self,
-        path: &str,
-    ) -> Result<impl Stream<Item = Result<UfsStatus>> + Send + use<>> {
+    pub async fn list(&self, path: &str) -> Result<impl Stream<Item = Result<UfsStatus>> + Send + use<>> {
         let dir = Self::dir_path(path);
-        let lister = self
-            .op
-            .lister_with(&dir)
-            .await
-            .map_err(|e| ufs_err(format!("list {dir}"), e))?;
+        let lister = self.op.lister_with(&dir).await.map_err(|e| ufs_err(format!("list {dir}"), e))?;
         let dir2 = dir.clone();
-        Ok(lister
-            .map_err(move |e| ufs_err(format!("list {dir2}"), e))
-            .try_filter_map(move |entry| {
-                let dir = dir.clone();
-                async move {
-                    let full = entry.path();
-                    let rel = full.trim_start_matches('/');
-                    let dir_rel = dir.trim_start_matches('/');
-                    let name = rel
-                        .strip_prefix(dir_rel)
-                        .unwrap_or(rel)
-                        .trim_end_matches('/');
-                    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-                        return Ok(None); // the directory itself, or a name Locus cannot address
-                    }
-                    let m = entry.metadata();
-                    let is_dir = m.mode() == EntryMode::DIR;
-                    Ok(Some(UfsStatus {
-                        path: name.to_string(),
-                        is_dir,
-                        length: if is_dir { 0 } else { m.content_length() },
-                        etag: m.etag().unwrap_or_default().trim_matches('"').to_string(),
-                        mtime_ms: m
-                            .last_modified()
-                            .map(|t| t.into_inner().as_millisecond())
-                            .unwrap_or(0),
-                    }))
+        Ok(lister.map_err(move |e| ufs_err(format!("list {dir2}"), e)).try_filter_map(move |entry| {
+            let dir = dir.clone();
+            async move {
+                let full = entry.path();
+                let rel = full.trim_start_matches('/');
+                let dir_rel = dir.trim_start_matches('/');
+                let name = rel.strip_prefix(dir_rel).unwrap_or(rel).trim_end_matches('/');
+                if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+                    return Ok(None); // the directory itself, or a name Locus cannot address
                 }
-            }))
+                let m = entry.metadata();
+                let is_dir = m.mode() == EntryMode::DIR;
+                Ok(Some(UfsStatus {
+                    path: name.to_string(),
+                    is_dir,
+                    length: if is_dir { 0 } else { m.content_length() },
+                    etag: m.etag().unwrap_or_default().trim_matches('"').to_string(),
+                    mtime_ms: m.last_modified().map(|t| t.into_inner().as_millisecond()).unwrap_or(0),
+                }))
+            }
+        }))
     }
 
     /// Stream bytes `[offset, offset+len)` of `path`, fetching `concurrency` chunks of
@@ -281,10 +217,7 @@ impl Ufs {
             .await
             .map_err(|e| ufs_err(format!("open {path}"), e))?;
         let p = path.to_string();
-        let s = r
-            .into_bytes_stream(offset..offset + len)
-            .await
-            .map_err(|e| ufs_err(format!("read {path}"), e))?;
+        let s = r.into_bytes_stream(offset..offset + len).await.map_err(|e| ufs_err(format!("read {path}"), e))?;
         Ok(s.map_err(move |e| Error::io(format!("read {p}"), e).set_retryable(true)))
     }
 
@@ -297,18 +230,11 @@ impl Ufs {
             .concurrent(4)
             .await
             .map_err(|e| ufs_err(format!("create {path}"), e))?;
-        Ok(UfsWriter {
-            w,
-            path: path.into(),
-            ufs: self.clone(),
-        })
+        Ok(UfsWriter { w, path: path.into(), ufs: self.clone() })
     }
 
     pub async fn create_dir(&self, path: &str) -> Result<()> {
-        self.op
-            .create_dir(&Self::dir_path(path))
-            .await
-            .map_err(|e| ufs_err(format!("mkdir {path}"), e))
+        self.op.create_dir(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("mkdir {path}"), e))
     }
 
     pub async fn delete(&self, path: &str, is_dir: bool) -> Result<()> {
@@ -319,30 +245,17 @@ impl Ufs {
                 .await
                 .map_err(|e| ufs_err(format!("rm -R {path}"), e))
         } else {
-            self.op
-                .delete(path)
-                .await
-                .map_err(|e| ufs_err(format!("rm {path}"), e))
+            self.op.delete(path).await.map_err(|e| ufs_err(format!("rm {path}"), e))
         }
     }
 
     /// Rename a file; stores without rename (S3) copy then delete.
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         if self.op.info().capability().rename {
-            return self
-                .op
-                .rename(from, to)
-                .await
-                .map_err(|e| ufs_err(format!("mv {from} {to}"), e));
+            return self.op.rename(from, to).await.map_err(|e| ufs_err(format!("mv {from} {to}"), e));
         }
-        self.op
-            .copy(from, to)
-            .await
-            .map_err(|e| ufs_err(format!("copy {from} {to}"), e))?;
-        self.op
-            .delete(from)
-            .await
-            .map_err(|e| ufs_err(format!("rm {from}"), e))
+        self.op.copy(from, to).await.map_err(|e| ufs_err(format!("copy {from} {to}"), e))?;
+        self.op.delete(from).await.map_err(|e| ufs_err(format!("rm {from}"), e))
     }
 }
 
@@ -355,23 +268,15 @@ pub struct UfsWriter {
 
 impl UfsWriter {
     pub async fn write(&mut self, b: Bytes) -> Result<()> {
-        self.w
-            .write(b)
-            .await
-            .map_err(|e| ufs_err(format!("write {}", self.path), e))
+        self.w.write(b).await.map_err(|e| ufs_err(format!("write {}", self.path), e))
     }
     /// Finish the write and return the object's new status.
     pub async fn close(mut self) -> Result<UfsStatus> {
-        self.w
-            .close()
-            .await
-            .map_err(|e| ufs_err(format!("close {}", self.path), e))?;
-        self.ufs.stat(&self.path).await?.ok_or_else(|| {
-            Error::new(
-                ErrorKind::Ufs,
-                format!("{} vanished after write", self.path),
-            )
-        })
+        self.w.close().await.map_err(|e| ufs_err(format!("close {}", self.path), e))?;
+        self.ufs
+            .stat(&self.path)
+            .await?
+            .ok_or_else(|| Error::new(ErrorKind::Ufs, format!("{} vanished after write", self.path)))
     }
     pub async fn abort(mut self) {
         let _ = self.w.abort().await;
@@ -385,12 +290,8 @@ mod tests {
     #[tokio::test]
     async fn file_ufs_round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        let ufs = Ufs::new(
-            &format!("file://{}", dir.path().display()),
-            &BTreeMap::new(),
-            Duration::from_secs(5),
-        )
-        .unwrap();
+        let ufs =
+            Ufs::new(&format!("file://{}", dir.path().display()), &BTreeMap::new(), Duration::from_secs(5)).unwrap();
         ufs.check().await.unwrap();
         let mut w = ufs.writer("a/b.txt").await.unwrap();
         w.write(Bytes::from_static(b"hello world")).await.unwrap();
@@ -399,13 +300,7 @@ mod tests {
         assert!(st.fingerprint().starts_with("11:"));
         assert!(ufs.stat("a").await.unwrap().unwrap().is_dir);
         assert!(ufs.stat("nope").await.unwrap().is_none());
-        let got: Vec<Bytes> = ufs
-            .read_range("a/b.txt", 6, 5, 4, 2)
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
+        let got: Vec<Bytes> = ufs.read_range("a/b.txt", 6, 5, 4, 2).await.unwrap().try_collect().await.unwrap();
         assert_eq!(got.concat(), b"world");
         let names: Vec<UfsStatus> = ufs.list("a").await.unwrap().try_collect().await.unwrap();
         assert_eq!(names.len(), 1);
@@ -420,27 +315,12 @@ mod tests {
     fn bad_uris_and_options_are_rejected() {
         let o = BTreeMap::new();
         let t = Duration::from_secs(1);
-        assert_eq!(
-            Ufs::new("hdfs://x", &o, t).unwrap_err().kind(),
-            ErrorKind::InvalidArgument
-        );
-        assert_eq!(
-            Ufs::new("file://rel", &o, t).unwrap_err().kind(),
-            ErrorKind::InvalidArgument
-        );
-        assert_eq!(
-            Ufs::new("s3:///x", &o, t).unwrap_err().kind(),
-            ErrorKind::InvalidArgument
-        );
-        assert_eq!(
-            Ufs::new("s3://b/../x", &o, t).unwrap_err().kind(),
-            ErrorKind::InvalidArgument
-        );
+        assert_eq!(Ufs::new("hdfs://x", &o, t).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(Ufs::new("file://rel", &o, t).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(Ufs::new("s3:///x", &o, t).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(Ufs::new("s3://b/../x", &o, t).unwrap_err().kind(), ErrorKind::InvalidArgument);
         let mut bad = BTreeMap::new();
         bad.insert("colour".to_string(), "red".to_string());
-        assert_eq!(
-            Ufs::new("s3://b", &bad, t).unwrap_err().kind(),
-            ErrorKind::InvalidArgument
-        );
+        assert_eq!(Ufs::new("s3://b", &bad, t).unwrap_err().kind(), ErrorKind::InvalidArgument);
     }
 }

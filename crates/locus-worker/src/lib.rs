@@ -63,10 +63,7 @@ pub struct WorkerBuilder {
 
 impl WorkerBuilder {
     pub fn new(cfg: WorkerConfig, master_address: impl Into<String>) -> Self {
-        WorkerBuilder {
-            cfg,
-            master_address: master_address.into(),
-        }
+        WorkerBuilder { cfg, master_address: master_address.into() }
     }
 
     /// Open the block store, bind the data listener and the Unix socket, and start.
@@ -78,9 +75,7 @@ impl WorkerBuilder {
         let listener = TcpListener::bind(&cfg.data_address)
             .await
             .map_err(|e| Error::io(format!("bind worker data address {}", cfg.data_address), e))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| Error::io("local addr", e))?;
+        let local = listener.local_addr().map_err(|e| Error::io("local addr", e))?;
         if cfg.tiers.is_empty() {
             cfg.tiers.push(default_mem_tier(&cfg.data_dir));
         }
@@ -93,24 +88,16 @@ impl WorkerBuilder {
         let uds = match &uds_path {
             Some(p) => {
                 let _ = std::fs::remove_file(p);
-                Some(
-                    UnixListener::bind(p)
-                        .map_err(|e| Error::io(format!("bind {}", p.display()), e))?,
-                )
+                Some(UnixListener::bind(p).map_err(|e| Error::io(format!("bind {}", p.display()), e))?)
             }
             None => None,
         };
-        let channel =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", self.master_address))
-                .map_err(|e| {
-                    Error::invalid(format!("bad master address {}: {e}", self.master_address))
-                })?
-                .connect_timeout(Duration::from_secs(3))
-                .timeout(Duration::from_secs(30))
-                .connect_lazy();
-        let saved_id = std::fs::read_to_string(cfg.data_dir.join("worker_id"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok());
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.master_address))
+            .map_err(|e| Error::invalid(format!("bad master address {}: {e}", self.master_address)))?
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(30))
+            .connect_lazy();
+        let saved_id = std::fs::read_to_string(cfg.data_dir.join("worker_id")).ok().and_then(|s| s.trim().parse().ok());
         let inner = Arc::new(Inner {
             data_address: local.to_string(),
             cfg,
@@ -125,40 +112,22 @@ impl WorkerBuilder {
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(serve_tcp(
-            inner.clone(),
-            listener,
-            stop_rx.clone(),
-        )));
+        tasks.push(tokio::spawn(serve_tcp(inner.clone(), listener, stop_rx.clone())));
         if let Some(uds) = uds {
             tasks.push(tokio::spawn(serve_uds(inner.clone(), uds, stop_rx.clone())));
         }
         let hb_inner = inner.clone();
-        let heartbeat = Job::spawn_periodic(
-            "worker.heartbeat",
-            inner.cfg.heartbeat_interval,
-            move || {
-                let i = hb_inner.clone();
-                async move { i.heartbeat().await }
-            },
-        );
-        Ok(Worker {
-            inner,
-            local,
-            stop: stop_tx,
-            tasks,
-            heartbeat: Some(heartbeat),
-        })
+        let heartbeat = Job::spawn_periodic("worker.heartbeat", inner.cfg.heartbeat_interval, move || {
+            let i = hb_inner.clone();
+            async move { i.heartbeat().await }
+        });
+        Ok(Worker { inner, local, stop: stop_tx, tasks, heartbeat: Some(heartbeat) })
     }
 }
 
 fn default_mem_tier(data_dir: &Path) -> TierConfig {
     let abs = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
-    let tag: String = abs
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
+    let tag: String = abs.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     TierConfig {
         alias: TierAlias::MEM,
         dir: PathBuf::from("/dev/shm").join(format!("locus{tag}")),
@@ -198,9 +167,7 @@ impl Worker {
                 return Ok(id);
             }
             if tokio::time::Instant::now() > deadline {
-                return Err(Error::unavailable(
-                    "worker did not register with the master in time",
-                ));
+                return Err(Error::unavailable("worker did not register with the master in time"));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -257,11 +224,7 @@ impl Inner {
             .store
             .report()
             .into_iter()
-            .map(|(id, t, len)| pb::BlockReport {
-                block_id: id,
-                tier: t.as_str().into(),
-                length: len,
-            })
+            .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: t.as_str().into(), length: len })
             .collect();
         self.store.drain_changes(); // the full report covers them
         let req = pb::RegisterWorkerRequest {
@@ -270,22 +233,12 @@ impl Inner {
                 worker_id: 0,
                 host: self.cfg.host.clone(),
                 data_address: self.data_address.clone(),
-                uds_path: self
-                    .uds_path
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
+                uds_path: self.uds_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             }),
             tiers: self.tier_usage(),
             blocks,
         };
-        let id = self
-            .master()
-            .register_worker(req)
-            .await
-            .map_err(from_status)?
-            .into_inner()
-            .worker_id;
+        let id = self.master().register_worker(req).await.map_err(from_status)?.into_inner().worker_id;
         self.id.store(id, Relaxed);
         let _ = std::fs::write(self.cfg.data_dir.join("worker_id"), id.to_string());
         Ok(())
@@ -312,19 +265,13 @@ impl Inner {
             }),
             pin_epoch: self.pin_epoch.load(Relaxed),
         };
-        let resp = self
-            .master()
-            .worker_heartbeat(req)
-            .await
-            .map_err(from_status)?
-            .into_inner();
+        let resp = self.master().worker_heartbeat(req).await.map_err(from_status)?.into_inner();
         if resp.reregister {
             self.register().await?;
             return Ok(());
         }
         if resp.pins_changed {
-            self.store
-                .set_pinned_versions(resp.pinned_versions.into_iter().collect());
+            self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect());
             self.pin_epoch.store(resp.pin_epoch, Relaxed);
         }
         for b in resp.remove_blocks {
@@ -339,21 +286,12 @@ impl Inner {
         if changes.is_empty() || self.id.load(Relaxed) == 0 {
             return Ok(());
         }
-        let mut req = pb::CommitBlocksRequest {
-            worker_id: self.id.load(Relaxed),
-            ..Default::default()
-        };
+        let mut req = pb::CommitBlocksRequest { worker_id: self.id.load(Relaxed), ..Default::default() };
         for c in changes {
             match c {
-                Change::Stored {
-                    block_id,
-                    tier,
-                    len,
-                } => req.added.push(pb::BlockReport {
-                    block_id,
-                    tier: tier.as_str().into(),
-                    length: len,
-                }),
+                Change::Stored { block_id, tier, len } => {
+                    req.added.push(pb::BlockReport { block_id, tier: tier.as_str().into(), length: len })
+                }
                 Change::Removed { block_id } => req.removed.push(block_id),
             }
         }
@@ -369,12 +307,7 @@ impl Inner {
         if let Some(u) = self.ufs.lock().get(&mount_id) {
             return Ok(u.clone());
         }
-        let info = self
-            .master()
-            .get_mount(pb::GetMountRequest { mount_id })
-            .await
-            .map_err(from_status)?
-            .into_inner();
+        let info = self.master().get_mount(pb::GetMountRequest { mount_id }).await.map_err(from_status)?.into_inner();
         let opts = info.options.into_iter().collect();
         let ufs = Ufs::new(&info.uri, &opts, Duration::from_secs(60))?;
         self.ufs.lock().insert(mount_id, ufs.clone());
@@ -400,9 +333,7 @@ impl Inner {
     ) -> Result<()> {
         if r.block_length == 0
             || r.block_length > MAX_BLOCK
-            || r.offset
-                .checked_add(r.length)
-                .is_none_or(|e| e > r.block_length)
+            || r.offset.checked_add(r.length).is_none_or(|e| e > r.block_length)
         {
             return Err(Error::invalid(format!(
                 "bad read range {}+{} of a block of {} bytes",
@@ -459,14 +390,7 @@ impl Inner {
         hdr: &mut bool,
     ) -> Result<()> {
         if r.load_only {
-            return write_frame(
-                sock,
-                &pb::DataResponse {
-                    cached: true,
-                    ..Default::default()
-                },
-            )
-            .await;
+            return write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await;
         }
         if r.offset + r.length > lease.len {
             return Err(Error::new(
@@ -475,32 +399,17 @@ impl Inner {
             ));
         }
         let file = std::fs::File::open(&lease.path).map_err(|e| Error::io("open block", e))?;
-        write_frame(
-            sock,
-            &pb::DataResponse {
-                length: r.length,
-                cached: true,
-                ..Default::default()
-            },
-        )
-        .await?;
+        write_frame(sock, &pb::DataResponse { length: r.length, cached: true, ..Default::default() }).await?;
         *hdr = true;
         if r.length == 0 {
             return Ok(());
         }
         // SAFETY: the lease keeps the block file from being removed or rewritten while mapped.
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .offset(r.offset)
-                .len(r.length as usize)
-                .map(&file)
-        }
-        .map_err(|e| Error::io("map block", e))?;
+        let map = unsafe { memmap2::MmapOptions::new().offset(r.offset).len(r.length as usize).map(&file) }
+            .map_err(|e| Error::io("map block", e))?;
         let chunk = self.cfg.chunk_size.as_u64() as usize;
         for piece in map.chunks(chunk) {
-            sock.write_all(piece)
-                .await
-                .map_err(|e| Error::io("send block", e))?;
+            sock.write_all(piece).await.map_err(|e| Error::io("send block", e))?;
             self.count_served(r.client_local, piece.len() as u64);
         }
         drop(lease);
@@ -515,46 +424,26 @@ impl Inner {
         hdr: &mut bool,
     ) -> Result<()> {
         let ufs = self.ufs(r.mount_id).await?;
-        let mut s = Box::pin(
-            ufs.read_range(&r.ufs_path, r.file_offset + r.offset, r.length, 8 << 20, 4)
-                .await?,
-        );
-        write_frame(
-            sock,
-            &pb::DataResponse {
-                length: r.length,
-                ..Default::default()
-            },
-        )
-        .await?;
+        let mut s = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset + r.offset, r.length, 8 << 20, 4).await?);
+        write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
         *hdr = true;
         let mut sent = 0;
         while let Some(b) = s.next().await {
             let b = b?;
             self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
-            sock.write_all(&b)
-                .await
-                .map_err(|e| Error::io("send block", e))?;
+            sock.write_all(&b).await.map_err(|e| Error::io("send block", e))?;
             self.count_served(r.client_local, b.len() as u64);
             sent += b.len() as u64;
         }
         if sent != r.length {
-            return Err(Error::new(
-                ErrorKind::Ufs,
-                format!("UFS returned {sent} of {} bytes (changed?)", r.length),
-            ));
+            return Err(Error::new(ErrorKind::Ufs, format!("UFS returned {sent} of {} bytes (changed?)", r.length)));
         }
         Ok(())
     }
 
     /// Cache miss: read the whole block from the UFS into a new block file, streaming the
     /// requested range to the client as it arrives.
-    async fn fill<S: AsyncWrite + Unpin>(
-        &self,
-        sock: &mut S,
-        r: &pb::ReadBlockRequest,
-        hdr: &mut bool,
-    ) -> Result<()> {
+    async fn fill<S: AsyncWrite + Unpin>(&self, sock: &mut S, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
         let temp = match self.store.create(r.block_id, r.block_length) {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
@@ -564,21 +453,10 @@ impl Inner {
             Err(e) => return Err(e),
         };
         let ufs = self.ufs(r.mount_id).await?;
-        let mut stream = Box::pin(
-            ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4)
-                .await?,
-        );
-        let mut file =
-            std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
+        let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
+        let mut file = std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
         if !r.load_only {
-            write_frame(
-                sock,
-                &pb::DataResponse {
-                    length: r.length,
-                    ..Default::default()
-                },
-            )
-            .await?;
+            write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
             *hdr = true;
         }
         let (want_start, want_end) = (r.offset, r.offset + r.length);
@@ -586,8 +464,7 @@ impl Inner {
         let mut client_ok = !r.load_only;
         while let Some(b) = stream.next().await {
             let b: Bytes = b?;
-            std::io::Write::write_all(&mut file, &b)
-                .map_err(|e| Error::io("write block file", e))?;
+            std::io::Write::write_all(&mut file, &b).map_err(|e| Error::io("write block file", e))?;
             self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
             let (s, e) = (pos, pos + b.len() as u64);
             pos = e;
@@ -604,25 +481,13 @@ impl Inner {
         if pos != r.block_length {
             return Err(Error::new(
                 ErrorKind::Ufs,
-                format!(
-                    "UFS returned {pos} of {} bytes for block {} (file changed?)",
-                    r.block_length, r.block_id
-                ),
+                format!("UFS returned {pos} of {} bytes for block {} (file changed?)", r.block_length, r.block_id),
             ));
         }
-        locus_common::fail::fail_point!("worker.fill.before_commit", |_| Err(Error::internal(
-            "failpoint"
-        )));
+        locus_common::fail::fail_point!("worker.fill.before_commit", |_| Err(Error::internal("failpoint")));
         temp.commit(pos)?;
         if r.load_only {
-            write_frame(
-                sock,
-                &pb::DataResponse {
-                    cached: true,
-                    ..Default::default()
-                },
-            )
-            .await?;
+            write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await?;
         }
         Ok(())
     }
@@ -666,19 +531,11 @@ impl Inner {
         }
         let st = writer.close().await?;
         if st.length != total {
-            return Err(Error::new(
-                ErrorKind::Ufs,
-                format!("UFS holds {} bytes after writing {total}", st.length),
-            ));
+            return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after writing {total}", st.length)));
         }
         write_frame(
             sock,
-            &pb::DataResponse {
-                length: st.length,
-                etag: st.etag,
-                mtime_ms: st.mtime_ms,
-                ..Default::default()
-            },
+            &pb::DataResponse { length: st.length, etag: st.etag, mtime_ms: st.mtime_ms, ..Default::default() },
         )
         .await
     }
@@ -706,14 +563,8 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(inner: Arc<Inner>, s: &mu
             Ok(Some(r)) => r,
             Ok(None) => return,
             Err(e) => {
-                let _ = write_frame(
-                    s,
-                    &pb::DataResponse {
-                        error: Some(to_error_info(&e)),
-                        ..Default::default()
-                    },
-                )
-                .await;
+                let _ =
+                    write_frame(s, &pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() }).await;
                 let _ = s.flush().await;
                 return;
             }
@@ -723,18 +574,11 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(inner: Arc<Inner>, s: &mu
             Some(pb::data_request::Req::Read(r)) => inner.handle_read(s, r, &mut hdr).await,
             Some(pb::data_request::Req::Write(w)) => inner.handle_write(s, w).await,
             Some(pb::data_request::Req::Hello(_)) => {
-                write_frame(
-                    s,
-                    &pb::DataResponse {
-                        worker_id: inner.id.load(Relaxed),
-                        ..Default::default()
-                    },
-                )
-                .await
+                write_frame(s, &pb::DataResponse { worker_id: inner.id.load(Relaxed), ..Default::default() }).await
             }
-            Some(pb::data_request::Req::Lease(_)) => Err(Error::invalid(
-                "leases are granted over the Unix socket only",
-            )),
+            Some(pb::data_request::Req::Lease(_)) => {
+                Err(Error::invalid("leases are granted over the Unix socket only"))
+            }
             None => Err(Error::invalid("empty data request")),
         };
         if let Err(e) = res {
@@ -744,14 +588,7 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(inner: Arc<Inner>, s: &mu
                 let _ = s.flush().await;
                 return;
             }
-            let _ = write_frame(
-                s,
-                &pb::DataResponse {
-                    error: Some(to_error_info(&e)),
-                    ..Default::default()
-                },
-            )
-            .await;
+            let _ = write_frame(s, &pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() }).await;
             let _ = s.flush().await;
             if e.kind() == ErrorKind::InvalidArgument {
                 return;
@@ -782,10 +619,7 @@ async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut stop: watch::R
                     Err(e) => {
                         let _ = write_frame(
                             &mut sock,
-                            &pb::DataResponse {
-                                error: Some(to_error_info(&e)),
-                                ..Default::default()
-                            },
+                            &pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() },
                         )
                         .await;
                         return;
@@ -793,43 +627,32 @@ async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut stop: watch::R
                 };
                 drop(held.take());
                 let resp = match req.req {
-                    Some(pb::data_request::Req::Lease(l)) => {
-                        match inner.store.lease(l.block_id, l.promote) {
-                            Ok(Some(lease)) => {
-                                inner.counters.cache_hits.fetch_add(1, Relaxed);
-                                inner
-                                    .counters
-                                    .short_circuit
-                                    .fetch_add(l.length.min(lease.len), Relaxed);
-                                let r = pb::DataResponse {
-                                    path: lease.path.display().to_string(),
-                                    length: lease.len,
-                                    ..Default::default()
-                                };
-                                held = Some(lease);
-                                r
-                            }
-                            Ok(None) => pb::DataResponse {
-                                error: Some(to_error_info(&Error::not_found(format!(
-                                    "block {} is not cached here",
-                                    l.block_id
-                                )))),
+                    Some(pb::data_request::Req::Lease(l)) => match inner.store.lease(l.block_id, l.promote) {
+                        Ok(Some(lease)) => {
+                            inner.counters.cache_hits.fetch_add(1, Relaxed);
+                            inner.counters.short_circuit.fetch_add(l.length.min(lease.len), Relaxed);
+                            let r = pb::DataResponse {
+                                path: lease.path.display().to_string(),
+                                length: lease.len,
                                 ..Default::default()
-                            },
-                            Err(e) => pb::DataResponse {
-                                error: Some(to_error_info(&e)),
-                                ..Default::default()
-                            },
+                            };
+                            held = Some(lease);
+                            r
                         }
-                    }
-                    Some(pb::data_request::Req::Hello(_)) => pb::DataResponse {
-                        worker_id: inner.id.load(Relaxed),
-                        ..Default::default()
+                        Ok(None) => pb::DataResponse {
+                            error: Some(to_error_info(&Error::not_found(format!(
+                                "block {} is not cached here",
+                                l.block_id
+                            )))),
+                            ..Default::default()
+                        },
+                        Err(e) => pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() },
                     },
+                    Some(pb::data_request::Req::Hello(_)) => {
+                        pb::DataResponse { worker_id: inner.id.load(Relaxed), ..Default::default() }
+                    }
                     _ => pb::DataResponse {
-                        error: Some(to_error_info(&Error::invalid(
-                            "only leases and hello on the Unix socket",
-                        ))),
+                        error: Some(to_error_info(&Error::invalid("only leases and hello on the Unix socket"))),
                         ..Default::default()
                     },
                 };

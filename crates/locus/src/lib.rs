@@ -32,17 +32,12 @@ struct RunningMaster {
 
 fn absolute(p: &Path) -> PathBuf {
     let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    p.components()
-        .filter(|c| !matches!(c, std::path::Component::CurDir))
-        .collect()
+    p.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect()
 }
 
 /// `host:port` with the port moved up by `i` (port 0 stays 0).
 fn offset_port(addr: &str, i: usize) -> String {
-    match addr
-        .rsplit_once(':')
-        .and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h, p)))
-    {
+    match addr.rsplit_once(':').and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h, p))) {
         Some((h, 0)) => format!("{h}:0"),
         Some((h, p)) => format!("{h}:{}", p as usize + i),
         None => addr.to_string(),
@@ -61,21 +56,14 @@ impl LocalCluster {
         root_ufs: Option<String>,
     ) -> Result<LocalCluster> {
         let data_dir = absolute(data_dir);
-        std::fs::create_dir_all(&data_dir)
-            .map_err(|e| Error::io(format!("create {}", data_dir.display()), e))?;
+        std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(format!("create {}", data_dir.display()), e))?;
         let root_ufs = match root_ufs {
             None => Some(format!("file://{}", data_dir.join("ufs").display())),
             Some(s) if s.is_empty() => None,
             Some(s) => Some(s),
         };
         cfg.master.meta_dir = data_dir.join("master");
-        let mut c = LocalCluster {
-            cfg,
-            data_dir,
-            root_ufs,
-            master: None,
-            workers: Vec::new(),
-        };
+        let mut c = LocalCluster { cfg, data_dir, root_ufs, master: None, workers: Vec::new() };
         c.start_master().await?;
         for _ in 0..workers {
             c.workers.push(None);
@@ -92,32 +80,16 @@ impl LocalCluster {
     pub async fn start_master(&mut self) -> Result<()> {
         let rpc = TcpListener::bind(&self.cfg.master.rpc_address)
             .await
-            .map_err(|e| {
-                Error::io(
-                    format!("bind master rpc {}", self.cfg.master.rpc_address),
-                    e,
-                )
-            })?;
+            .map_err(|e| Error::io(format!("bind master rpc {}", self.cfg.master.rpc_address), e))?;
         let web = TcpListener::bind(&self.cfg.master.web_address)
             .await
-            .map_err(|e| {
-                Error::io(
-                    format!("bind master web {}", self.cfg.master.web_address),
-                    e,
-                )
-            })?;
-        let addrs = MasterAddrs {
-            rpc: rpc.local_addr().unwrap(),
-            web: web.local_addr().unwrap(),
-        };
+            .map_err(|e| Error::io(format!("bind master web {}", self.cfg.master.web_address), e))?;
+        let addrs = MasterAddrs { rpc: rpc.local_addr().unwrap(), web: web.local_addr().unwrap() };
         // Restarts reuse the ports chosen the first time, so workers find the master again.
         self.cfg.master.rpc_address = addrs.rpc.to_string();
         self.cfg.master.web_address = addrs.web.to_string();
         self.cfg.master_address = addrs.rpc.to_string();
-        let master = MasterBuilder::new(self.cfg.master.clone())
-            .root_ufs(self.root_ufs.clone())
-            .build()
-            .await?;
+        let master = MasterBuilder::new(self.cfg.master.clone()).root_ufs(self.root_ufs.clone()).build().await?;
         let (stop, rx) = oneshot::channel();
         let m2 = master.clone();
         let task = tokio::spawn(async move {
@@ -142,10 +114,7 @@ impl LocalCluster {
         let mut w = self.cfg.worker.clone();
         w.data_dir = self.data_dir.join(format!("worker{i}"));
         w.data_address = offset_port(&w.data_address, i);
-        if w.uds_path
-            .as_ref()
-            .is_none_or(|p| !p.as_os_str().is_empty())
-        {
+        if w.uds_path.as_ref().is_none_or(|p| !p.as_os_str().is_empty()) {
             w.uds_path = Some(w.data_dir.join("worker.sock"));
         }
         if w.tiers.is_empty() {
@@ -157,9 +126,7 @@ impl LocalCluster {
                 .collect();
             w.tiers.push(TierConfig {
                 alias: TierAlias::MEM,
-                dir: PathBuf::from("/dev/shm")
-                    .join(format!("locus{tag}"))
-                    .join(format!("w{i}")),
+                dir: PathBuf::from("/dev/shm").join(format!("locus{tag}")).join(format!("w{i}")),
                 quota: ByteSize::gib(1),
             });
         } else {
@@ -171,9 +138,7 @@ impl LocalCluster {
     }
 
     pub async fn start_worker(&mut self, i: usize) -> Result<()> {
-        let w = WorkerBuilder::new(self.worker_config(i), self.master_address())
-            .start()
-            .await?;
+        let w = WorkerBuilder::new(self.worker_config(i), self.master_address()).start().await?;
         self.workers[i] = Some(w);
         Ok(())
     }

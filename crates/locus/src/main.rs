@@ -16,11 +16,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
 #[derive(Parser)]
-#[command(
-    name = "locus",
-    version,
-    about = "Locus: a data orchestration layer between compute and storage"
-)]
+#[command(name = "locus", version, about = "Locus: a data orchestration layer between compute and storage")]
 struct Cli {
     /// TOML configuration file (also LOCUS_CONFIG). Flags override the file and LOCUS_* variables.
     #[arg(long, global = true, env = "LOCUS_CONFIG")]
@@ -248,25 +244,16 @@ fn parse_tier(s: &str) -> Result<TierConfig> {
     let (Some(d), Some(q)) = (d, q) else {
         return Err(Error::invalid(format!("tier {s:?} is not ALIAS:DIR:QUOTA")).into());
     };
-    let alias = TierAlias::parse(a)
-        .ok_or_else(|| Error::invalid(format!("unknown tier {a:?} (MEM, SSD, HDD)")))?;
-    let quota = q
-        .parse()
-        .map_err(|e| Error::invalid(format!("bad quota {q:?}: {e}")))?;
-    Ok(TierConfig {
-        alias,
-        dir: PathBuf::from(d),
-        quota,
-    })
+    let alias = TierAlias::parse(a).ok_or_else(|| Error::invalid(format!("unknown tier {a:?} (MEM, SSD, HDD)")))?;
+    let quota = q.parse().map_err(|e| Error::invalid(format!("bad quota {q:?}: {e}")))?;
+    Ok(TierConfig { alias, dir: PathBuf::from(d), quota })
 }
 
 fn load_config(cli: &Cli, flags: Vec<(&str, serde_json::Value)>) -> Result<Config> {
     let mut f = Config::figment(cli.config.as_deref());
     if let Some(p) = &cli.config {
         if !p.exists() {
-            return Err(
-                Error::not_found(format!("config file {} does not exist", p.display())).into(),
-            );
+            return Err(Error::not_found(format!("config file {} does not exist", p.display())).into());
         }
     }
     if let Some(m) = &cli.master {
@@ -279,14 +266,11 @@ fn load_config(cli: &Cli, flags: Vec<(&str, serde_json::Value)>) -> Result<Confi
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
 async fn wait_for_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("signal handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},
@@ -312,30 +296,17 @@ fn run(cli: Cli) -> Result<()> {
                 Some("none") => None,
                 Some(u) => Some(u.to_string()),
                 None => {
-                    let dir = std::path::absolute(&cfg.master.meta_dir)?
-                        .parent()
-                        .map(|p| p.join("ufs"))
-                        .unwrap_or_default();
+                    let dir =
+                        std::path::absolute(&cfg.master.meta_dir)?.parent().map(|p| p.join("ufs")).unwrap_or_default();
                     Some(format!("file://{}", dir.display()))
                 }
             };
             runtime()?.block_on(async move {
-                let rpc = tokio::net::TcpListener::bind(&cfg.master.rpc_address)
-                    .await
-                    .context("bind master rpc")?;
-                let web = tokio::net::TcpListener::bind(&cfg.master.web_address)
-                    .await
-                    .context("bind master web")?;
-                let m = locus_master::MasterBuilder::new(cfg.master.clone())
-                    .root_ufs(root)
-                    .build()
-                    .await?;
+                let rpc = tokio::net::TcpListener::bind(&cfg.master.rpc_address).await.context("bind master rpc")?;
+                let web = tokio::net::TcpListener::bind(&cfg.master.web_address).await.context("bind master web")?;
+                let m = locus_master::MasterBuilder::new(cfg.master.clone()).root_ufs(root).build().await?;
                 println!("master rpc  {}", rpc.local_addr()?);
-                println!(
-                    "status page http://{}/  metrics http://{}/metrics",
-                    web.local_addr()?,
-                    web.local_addr()?
-                );
+                println!("status page http://{}/  metrics http://{}/metrics", web.local_addr()?, web.local_addr()?);
                 m.serve(rpc, web, wait_for_signal()).await?;
                 Ok(())
             })
@@ -350,42 +321,19 @@ fn run(cli: Cli) -> Result<()> {
             }
             let mut cfg = load_config(&cli, flags)?;
             if !a.tiers.is_empty() {
-                cfg.worker.tiers = a
-                    .tiers
-                    .iter()
-                    .map(|t| parse_tier(t))
-                    .collect::<Result<_>>()?;
+                cfg.worker.tiers = a.tiers.iter().map(|t| parse_tier(t)).collect::<Result<_>>()?;
             }
             locus_common::init_logging(cfg.log_json);
             runtime()?.block_on(async move {
-                let w = locus_worker::WorkerBuilder::new(
-                    cfg.worker.clone(),
-                    cfg.master_address.clone(),
-                )
-                .start()
-                .await?;
-                println!(
-                    "worker data {}  uds {:?}  master {}",
-                    w.data_address(),
-                    w.uds_path(),
-                    cfg.master_address
-                );
+                let w =
+                    locus_worker::WorkerBuilder::new(cfg.worker.clone(), cfg.master_address.clone()).start().await?;
+                println!("worker data {}  uds {:?}  master {}", w.data_address(), w.uds_path(), cfg.master_address);
                 wait_for_signal().await;
                 w.shutdown().await;
                 Ok(())
             })
         }
-        Cmd::Local {
-            cmd:
-                LocalCmd::Start {
-                    data_dir,
-                    workers,
-                    ufs,
-                    mem_quota,
-                    tiers,
-                    block_size,
-                },
-        } => {
+        Cmd::Local { cmd: LocalCmd::Start { data_dir, workers, ufs, mem_quota, tiers, block_size } } => {
             let mut flags = vec![];
             if let Some(b) = block_size {
                 flags.push(("master.block_size", json!(b)));
@@ -417,9 +365,7 @@ fn run(cli: Cli) -> Result<()> {
                             "  worker {}     data {}  uds {}",
                             w.id(),
                             w.data_address(),
-                            w.uds_path()
-                                .map(|p| p.display().to_string())
-                                .unwrap_or_default()
+                            w.uds_path().map(|p| p.display().to_string()).unwrap_or_default()
                         );
                     }
                 }
@@ -449,8 +395,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Fs(fs) => {
             let mut flags = vec![];
             if let Some(rt) = &fs.read_type {
-                let rt = ReadType::parse(rt)
-                    .ok_or_else(|| Error::invalid(format!("unknown read type {rt:?}")))?;
+                let rt = ReadType::parse(rt).ok_or_else(|| Error::invalid(format!("unknown read type {rt:?}")))?;
                 flags.push(("client.read_type", json!(rt)));
             }
             if fs.no_short_circuit {
@@ -494,11 +439,7 @@ fn print_report(j: &serde_json::Value) {
             w["id"],
             w["host"].as_str().unwrap_or(""),
             w["data_address"].as_str().unwrap_or(""),
-            if w["live"].as_bool() == Some(true) {
-                "live"
-            } else {
-                "LOST"
-            },
+            if w["live"].as_bool() == Some(true) { "live" } else { "LOST" },
             tiers.join("  ")
         );
     }
@@ -512,10 +453,7 @@ fn print_report(j: &serde_json::Value) {
     }
     println!("Bytes read by source:");
     for k in ["short_circuit", "local_worker", "remote_worker", "ufs"] {
-        println!(
-            "  {k:<14} {}",
-            human(j["bytes_read"][k].as_u64().unwrap_or(0))
-        );
+        println!("  {k:<14} {}", human(j["bytes_read"][k].as_u64().unwrap_or(0)));
     }
     let c = &j["cache"];
     println!(
@@ -535,12 +473,7 @@ fn entry_json(e: &pb::FileInfo) -> serde_json::Value {
 }
 
 fn stat_json(fi: &pb::FileInfo, workers: &HashMap<u64, String>) -> serde_json::Value {
-    let cached: u64 = fi
-        .blocks
-        .iter()
-        .filter(|b| !b.locations.is_empty())
-        .map(|b| b.length)
-        .sum();
+    let cached: u64 = fi.blocks.iter().filter(|b| !b.locations.is_empty()).map(|b| b.length).sum();
     json!({
         "path": fi.path, "name": fi.name, "is_dir": fi.is_dir, "length": fi.length,
         "block_size": fi.block_size, "fingerprint": fi.fingerprint, "mtime_ms": fi.mtime_ms,
@@ -556,11 +489,7 @@ fn stat_json(fi: &pb::FileInfo, workers: &HashMap<u64, String>) -> serde_json::V
 async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
     let opts = ReadOptions::default();
     match cmd {
-        FsCmd::Ls {
-            recursive,
-            json: as_json,
-            path,
-        } => {
+        FsCmd::Ls { recursive, json: as_json, path } => {
             let mut out = std::io::stdout().lock();
             use std::io::Write;
             let mut werr = None;
@@ -571,11 +500,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                     writeln!(
                         out,
                         "{:>12}  {}  {}",
-                        if e.is_dir {
-                            "-".into()
-                        } else {
-                            e.length.to_string()
-                        },
+                        if e.is_dir { "-".into() } else { e.length.to_string() },
                         if e.is_dir { "d" } else { "-" },
                         e.path
                     )
@@ -591,39 +516,23 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 }
             }
         }
-        FsCmd::Stat {
-            json: as_json,
-            path,
-        } => {
+        FsCmd::Stat { json: as_json, path } => {
             let fi = c.status(path, true).await?;
             let r = c.report().await?;
-            let hosts: HashMap<u64, String> = r
-                .workers
-                .iter()
-                .filter_map(|w| w.address.as_ref())
-                .map(|a| (a.worker_id, a.host.clone()))
-                .collect();
+            let hosts: HashMap<u64, String> =
+                r.workers.iter().filter_map(|w| w.address.as_ref()).map(|a| (a.worker_id, a.host.clone())).collect();
             let j = stat_json(&fi, &hosts);
             if *as_json {
                 println!("{}", serde_json::to_string_pretty(&j)?);
             } else {
                 println!("path         {}", fi.path);
-                println!(
-                    "type         {}",
-                    if fi.is_dir { "directory" } else { "file" }
-                );
+                println!("type         {}", if fi.is_dir { "directory" } else { "file" });
                 println!("size         {} ({})", fi.length, human(fi.length));
                 println!("fingerprint  {}", fi.fingerprint);
-                println!(
-                    "mount        {} (ufs path {:?})",
-                    fi.mount_point, fi.ufs_path
-                );
+                println!("mount        {} (ufs path {:?})", fi.mount_point, fi.ufs_path);
                 println!("pinned       {}", fi.pinned);
                 if !fi.is_dir {
-                    println!(
-                        "cached       {:.1}%",
-                        j["cached_fraction"].as_f64().unwrap_or(0.0) * 100.0
-                    );
+                    println!("cached       {:.1}%", j["cached_fraction"].as_f64().unwrap_or(0.0) * 100.0);
                     for b in &fi.blocks {
                         let locs: Vec<String> = b
                             .locations
@@ -642,11 +551,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                             b.block_id,
                             b.offset,
                             b.length,
-                            if locs.is_empty() {
-                                "not cached".into()
-                            } else {
-                                locs.join(", ")
-                            }
+                            if locs.is_empty() { "not cached".into() } else { locs.join(", ") }
                         );
                     }
                 }
@@ -664,24 +569,16 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
         }
         FsCmd::Get { path, local } => {
             let fi = c.status(path, true).await?;
-            let f = tokio::fs::File::create(local)
-                .await
-                .with_context(|| format!("create {}", local.display()))?;
+            let f = tokio::fs::File::create(local).await.with_context(|| format!("create {}", local.display()))?;
             let mut w = tokio::io::BufWriter::with_capacity(4 << 20, f);
             c.read_to(&fi, 0, fi.length, opts, &mut w).await?;
             w.shutdown().await?;
         }
-        FsCmd::Put {
-            local,
-            path,
-            overwrite,
-        } => {
+        FsCmd::Put { local, path, overwrite } => {
             let fi = if local == "-" {
                 c.put(path, &mut tokio::io::stdin(), *overwrite).await?
             } else {
-                let mut f = tokio::fs::File::open(local)
-                    .await
-                    .map_err(|e| Error::io(format!("open {local}"), e))?;
+                let mut f = tokio::fs::File::open(local).await.map_err(|e| Error::io(format!("open {local}"), e))?;
                 c.put(path, &mut f, *overwrite).await?
             };
             println!("wrote {} ({} bytes)", fi.path, fi.length);
@@ -712,8 +609,10 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
             let total: u64 = infos.iter().map(|f| f.length).sum();
             let pb = indicatif::ProgressBar::new(total);
             pb.set_style(
-                indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {msg}")
-                    .unwrap(),
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+                )
+                .unwrap(),
             );
             for fi in &infos {
                 pb.set_message(fi.name.clone());
@@ -733,14 +632,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
             let n = c.set_pinned(path, false, *recursive).await?;
             println!("unpinned {n} file(s)");
         }
-        FsCmd::Mount {
-            path,
-            uri,
-            options,
-            readonly,
-            sync_interval,
-            json: as_json,
-        } => {
+        FsCmd::Mount { path, uri, options, readonly, sync_interval, json: as_json } => {
             let (Some(path), Some(uri)) = (path, uri) else {
                 let t = c.mount_table().await?;
                 for m in t {
@@ -763,9 +655,8 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
             };
             let mut opts = HashMap::new();
             for o in options {
-                let (k, v) = o
-                    .split_once('=')
-                    .ok_or_else(|| Error::invalid(format!("option {o:?} is not key=value")))?;
+                let (k, v) =
+                    o.split_once('=').ok_or_else(|| Error::invalid(format!("option {o:?} is not key=value")))?;
                 opts.insert(k.to_string(), v.to_string());
             }
             let sync_interval_ms = match sync_interval {
