@@ -900,8 +900,14 @@ impl Master {
             if !parent.is_dir {
                 return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
             }
-            if self.resolve(&path).await?.is_some() {
-                return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists; mount on a new path")));
+            match self.resolve(&path).await {
+                Ok(Some(_)) => {
+                    return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists; mount on a new path")));
+                }
+                // absent, or outside every mount (no root mount): free to mount
+                Ok(None) => {}
+                Err(e) if e.kind() == ErrorKind::InvalidArgument => {}
+                Err(e) => return Err(e),
             }
         }
         tokio::time::timeout(self.inner.cfg.ufs_timeout, ufs.check()).await.map_err(|_| {

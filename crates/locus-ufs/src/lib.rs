@@ -69,12 +69,21 @@ impl Ufs {
     /// Build a UFS for `uri` (`file:///dir` or `s3://bucket[/prefix]`) with `options`.
     /// Does no I/O; call [`Ufs::check`] to verify that the store is reachable.
     pub fn new(uri: &str, options: &BTreeMap<String, String>, timeout: Duration) -> Result<Ufs> {
+        // Installs the process-wide HTTP transport (reqwest) once; later calls do nothing.
+        static INSTALL: std::sync::Once = std::sync::Once::new();
+        INSTALL.call_once(opendal::install_default);
         let op = if let Some(dir) = uri.strip_prefix("file://") {
             if !dir.starts_with('/') {
                 return Err(Error::invalid(format!("file:// mounts need an absolute directory: {uri}")));
             }
             if let Some(k) = options.keys().next() {
                 return Err(Error::invalid(format!("unknown option {k:?} for a file:// mount")));
+            }
+            // OpenDAL's fs service would create a missing root; a mount must not.
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(Error::invalid(format!("{dir} is not a directory"))),
+                Err(e) => return Err(Error::io(format!("cannot use {uri}"), e)),
             }
             let b = opendal::services::Fs::default().root(dir);
             Operator::new(b).map_err(|e| ufs_err("file mount", e))?

@@ -549,10 +549,15 @@ async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Re
         };
         let _ = sock.set_nodelay(true);
         let inner = inner.clone();
+        let mut stop = stop.clone();
         tokio::spawn(async move {
             let (rd, wr) = sock.into_split();
             let mut s = tokio::io::join(rd, tokio::io::BufWriter::with_capacity(1 << 20, wr));
-            serve_conn(inner, &mut s).await;
+            // A stopping worker drops its connections mid-stream, as a crash would.
+            tokio::select! {
+                _ = serve_conn(inner, &mut s) => {}
+                _ = stop.changed() => {}
+            }
         });
     }
 }
@@ -608,17 +613,29 @@ async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut stop: watch::R
             _ = stop.changed() => return,
         };
         let inner = inner.clone();
+        let mut stop = stop.clone();
         tokio::spawn(async move {
+            tokio::select! {
+                _ = serve_lease_conn(inner, &mut sock) => {}
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}
+
+async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut tokio::net::UnixStream) {
+    {
+        {
             // The lease lives as long as the client keeps it: until its next request or
             // until it closes the connection (which also covers a client crash).
             let mut held: Option<Lease> = None;
             loop {
-                let req: pb::DataRequest = match read_frame(&mut sock).await {
+                let req: pb::DataRequest = match read_frame(sock).await {
                     Ok(Some(r)) => r,
                     Ok(None) => return,
                     Err(e) => {
                         let _ = write_frame(
-                            &mut sock,
+                            sock,
                             &pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() },
                         )
                         .await;
@@ -656,10 +673,10 @@ async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut stop: watch::R
                         ..Default::default()
                     },
                 };
-                if write_frame(&mut sock, &resp).await.is_err() {
+                if write_frame(sock, &resp).await.is_err() {
                     return;
                 }
             }
-        });
+        }
     }
 }

@@ -1,0 +1,451 @@
+//! In-process MiniCluster tests: one master and 2–3 workers on port 0, driven through
+//! the real client core.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use locus::LocalCluster;
+use locus_client::{Client, ReadOptions};
+use locus_common::ErrorKind;
+use locus_common::config::{ClientConfig, Config, Locality, ReadType, TierAlias, TierConfig};
+use locus_proto::pb;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWrite;
+
+const BLOCK: u64 = 1 << 20;
+
+/// A fixture config: every port 0, fast heartbeats, 1 MiB blocks, tiers under `dir`.
+fn config(dir: &Path, mem_quota: u64, ssd: bool) -> Config {
+    let mut c = Config::default();
+    c.master.rpc_address = "127.0.0.1:0".into();
+    c.master.web_address = "127.0.0.1:0".into();
+    c.master.block_size = ByteSize::b(BLOCK);
+    c.master.worker_timeout = Duration::from_secs(2);
+    c.master.default_sync_interval = Duration::from_secs(3600);
+    c.worker.data_address = "127.0.0.1:0".into();
+    c.worker.heartbeat_interval = Duration::from_millis(100);
+    c.worker.high_watermark = 0.9;
+    c.worker.low_watermark = 0.6;
+    c.worker.tiers = vec![TierConfig { alias: TierAlias::MEM, dir: dir.join("mem"), quota: ByteSize::b(mem_quota) }];
+    if ssd {
+        c.worker.tiers.push(TierConfig { alias: TierAlias::SSD, dir: dir.join("ssd"), quota: ByteSize::mib(64) });
+    }
+    c
+}
+
+fn random(n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rand::rng().fill_bytes(&mut v);
+    v
+}
+
+fn sha(b: &[u8]) -> Vec<u8> {
+    Sha256::digest(b).to_vec()
+}
+
+async fn start(dir: &Path, workers: usize, mem_quota: u64, ssd: bool) -> LocalCluster {
+    LocalCluster::start(config(dir, mem_quota, ssd), &dir.join("data"), workers, None).await.unwrap()
+}
+
+fn ufs_dir(c: &LocalCluster) -> std::path::PathBuf {
+    c.data_dir().join("ufs")
+}
+
+fn client(c: &LocalCluster, locality: Locality) -> Client {
+    c.client(ClientConfig { locality, ..Default::default() }).unwrap()
+}
+
+async fn read_all(c: &Client, path: &str) -> Vec<u8> {
+    let fi = c.status(path, true).await.unwrap();
+    let mut out = Vec::new();
+    c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+    out
+}
+
+async fn totals(c: &Client) -> pb::ReadCounters {
+    c.report().await.unwrap().totals.unwrap()
+}
+
+/// Poll the cluster report until `f` holds (counters arrive with heartbeats).
+async fn wait_for(c: &Client, what: &str, f: impl Fn(&pb::ReadCounters) -> bool) -> pb::ReadCounters {
+    for _ in 0..100 {
+        let t = totals(c).await;
+        if f(&t) {
+            return t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}: {:?}", totals(c).await);
+}
+
+/// Let counters settle: two equal reports 300 ms apart.
+async fn settled(c: &Client) -> pb::ReadCounters {
+    let mut last = totals(c).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t = totals(c).await;
+        if t == last {
+            return t;
+        }
+        last = t;
+    }
+}
+
+fn cached_fraction(fi: &pb::FileInfo) -> f64 {
+    let cached: u64 = fi.blocks.iter().filter(|b| !b.locations.is_empty()).map(|b| b.length).sum();
+    cached as f64 / fi.length.max(1) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_through_cache_counts_every_byte_by_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 3, 64 << 20, false).await;
+    let data = random(3 * BLOCK as usize + 12345);
+    std::fs::write(ufs_dir(&c).join("f.bin"), &data).unwrap();
+    let local = client(&c, Locality::Auto);
+
+    // First read: a miss on every block, filled from the UFS through a co-located worker.
+    assert_eq!(sha(&read_all(&local, "/f.bin").await), sha(&data));
+    let t1 = wait_for(&local, "ufs bytes", |t| t.ufs == data.len() as u64).await;
+    assert_eq!(t1.cache_misses, 4);
+    assert_eq!(t1.local_worker, data.len() as u64);
+    let fi = local.status("/f.bin", true).await.unwrap();
+    assert_eq!(cached_fraction(&fi), 1.0);
+
+    // Second read: short-circuit, no UFS bytes.
+    assert_eq!(sha(&read_all(&local, "/f.bin").await), sha(&data));
+    let t2 = wait_for(&local, "short-circuit bytes", |t| t.short_circuit == data.len() as u64).await;
+    assert_eq!(t2.ufs, t1.ufs, "second read must not touch the UFS");
+
+    // A remote client reads over the network data path.
+    let remote = client(&c, Locality::Remote);
+    assert_eq!(sha(&read_all(&remote, "/f.bin").await), sha(&data));
+    let t3 = wait_for(&local, "remote bytes", |t| t.remote_worker == data.len() as u64).await;
+    assert_eq!(t3.ufs, t1.ufs);
+
+    // A range in the middle, across a block boundary.
+    let fi = remote.status("/f.bin", true).await.unwrap();
+    let mut out = Vec::new();
+    remote.read_to(&fi, BLOCK - 10, 20, ReadOptions::default(), &mut out).await.unwrap();
+    assert_eq!(out, &data[BLOCK as usize - 10..BLOCK as usize + 10]);
+
+    // The Prometheus text carries the same counts.
+    let m = locus_master::render_metrics(c.master());
+    assert!(m.contains(&format!("locus_bytes_read_total{{source=\"short_circuit\"}} {}", data.len())), "{m}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_misses_cost_one_ufs_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 2, 64 << 20, false).await;
+    let data = random(2 * BLOCK as usize);
+    std::fs::write(ufs_dir(&c).join("hot.bin"), &data).unwrap();
+    let cl = std::sync::Arc::new(client(&c, Locality::Remote));
+    let fi = cl.status("/hot.bin", true).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (cl, fi) = (cl.clone(), fi.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+            out
+        }));
+    }
+    for t in tasks {
+        assert_eq!(sha(&t.await.unwrap()), sha(&data));
+    }
+    let t = settled(&cl).await;
+    assert_eq!(t.ufs, data.len() as u64, "8 concurrent readers, one UFS read per block");
+    assert_eq!(t.remote_worker, 8 * data.len() as u64);
+    c.shutdown().await;
+}
+
+/// An output that signals after its first write and then writes slowly.
+struct SlowSink {
+    out: Vec<u8>,
+    first: Option<tokio::sync::oneshot::Sender<()>>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl AsyncWrite for SlowSink {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if let Some(s) = self.sleep.as_mut() {
+            if s.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        self.sleep = Some(Box::pin(tokio::time::sleep(Duration::from_millis(5))));
+        if let Some(tx) = self.first.take() {
+            let _ = tx.send(());
+        }
+        let n = buf.len().min(64 << 10);
+        self.out.extend_from_slice(&buf[..n]);
+        Poll::Ready(Ok(n))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_survives_its_worker_dying_midway() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path(), 2, 64 << 20, false).await;
+    let data = random(4 * BLOCK as usize);
+    std::fs::write(ufs_dir(&c).join("f.bin"), &data).unwrap();
+    let cl = client(&c, Locality::Remote);
+    assert_eq!(sha(&read_all(&cl, "/f.bin").await), sha(&data)); // cache it somewhere
+    let fi = cl.status("/f.bin", true).await.unwrap();
+    let holder = fi.blocks[0].locations[0].worker_id;
+    let idx = (0..2).find(|i| c.worker(*i).unwrap().id() == holder).unwrap();
+
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut sink = SlowSink { out: Vec::new(), first: Some(tx), sleep: None };
+    let reader = async {
+        cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut sink).await.unwrap();
+    };
+    let killer = async {
+        rx.await.unwrap();
+        c.stop_worker(idx).await;
+    };
+    tokio::join!(reader, killer);
+    assert_eq!(sink.out.len(), data.len());
+    assert_eq!(sha(&sink.out), sha(&data), "bytes after fail-over must match");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eviction_under_quota_spares_pinned_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1, 4 * BLOCK, false).await;
+    let cl = client(&c, Locality::Auto);
+    let pinned = random(BLOCK as usize);
+    std::fs::write(ufs_dir(&c).join("pinned.bin"), &pinned).unwrap();
+    read_all(&cl, "/pinned.bin").await;
+    assert_eq!(cl.set_pinned("/pinned.bin", true, false).await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await; // pins reach the worker by heartbeat
+    for i in 0..8 {
+        let d = random(BLOCK as usize);
+        std::fs::write(ufs_dir(&c).join(format!("f{i}.bin")), &d).unwrap();
+        assert_eq!(sha(&read_all(&cl, &format!("/f{i}.bin")).await), sha(&d));
+    }
+    wait_for(&cl, "evictions", |t| t.evictions > 0).await;
+    let t = settled(&cl).await;
+    assert!(t.evictions >= 5, "9 blocks through a 4-block tier: {t:?}");
+    let usage = c.worker(0).unwrap().store().usage();
+    assert!(usage[0].used <= 4 * BLOCK, "{usage:?}");
+    let fi = cl.status("/pinned.bin", true).await.unwrap();
+    assert_eq!(cached_fraction(&fi), 1.0, "pinned block was evicted");
+
+    // Everything pinned, and a pinned file bigger than the free space: loading it is
+    // refused cleanly.
+    let d = random(5 * BLOCK as usize);
+    std::fs::write(ufs_dir(&c).join("big.bin"), &d).unwrap();
+    cl.set_pinned("/", true, true).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fi = cl.status("/big.bin", true).await.unwrap();
+    let e = cl.load(&fi, |_| {}).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ResourceExhausted, "{e}");
+    // a plain read still works, uncached
+    assert_eq!(sha(&read_all(&cl, "/big.bin").await), sha(&d));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn demotion_to_ssd_and_promotion_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1, 2 * BLOCK, true).await;
+    let cl = client(&c, Locality::Auto);
+    let mut files = Vec::new();
+    for i in 0..4 {
+        let d = random(BLOCK as usize);
+        std::fs::write(ufs_dir(&c).join(format!("f{i}")), &d).unwrap();
+        read_all(&cl, &format!("/f{i}")).await;
+        files.push(d);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fi = cl.status("/f0", true).await.unwrap();
+    assert_eq!(fi.blocks[0].locations[0].tier, "SSD", "oldest block demoted, not dropped");
+    let before = settled(&cl).await;
+    let promote = c.client(ClientConfig { read_type: ReadType::CACHE_PROMOTE, ..Default::default() }).unwrap();
+    assert_eq!(sha(&read_all(&promote, "/f0").await), sha(&files[0]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fi = cl.status("/f0", true).await.unwrap();
+    assert_eq!(fi.blocks[0].locations[0].tier, "MEM");
+    assert_eq!(settled(&cl).await.ufs, before.ufs);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changed_ufs_file_is_reread_after_the_sync_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1, 64 << 20, false).await;
+    let cl = client(&c, Locality::Auto);
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("x.txt"), b"version one").unwrap();
+    cl.mount(pb::MountRequest {
+        path: "/m".into(),
+        uri: format!("file://{}", other.display()),
+        sync_interval_ms: 300,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(read_all(&cl, "/m/x.txt").await, b"version one");
+    std::fs::write(other.join("x.txt"), b"version two, longer").unwrap();
+    // within the interval the cached copy is served
+    assert_eq!(read_all(&cl, "/m/x.txt").await, b"version one");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(read_all(&cl, "/m/x.txt").await, b"version two, longer");
+    // listing notices deletions
+    std::fs::write(other.join("y.txt"), b"y").unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (names, _) = cl.list_page("/m", "", 0).await.unwrap();
+    assert_eq!(names.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["x.txt", "y.txt"]);
+    std::fs::remove_file(other.join("y.txt")).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (names, _) = cl.list_page("/m", "", 0).await.unwrap();
+    assert_eq!(names.len(), 1);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn master_and_worker_restarts_recover_namespace_mounts_and_disk_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), 64 << 20, false);
+    cfg.worker.tiers =
+        vec![TierConfig { alias: TierAlias::SSD, dir: dir.path().join("ssd"), quota: ByteSize::mib(64) }];
+    let mut c = LocalCluster::start(cfg, &dir.path().join("data"), 2, None).await.unwrap();
+    let cl = client(&c, Locality::Auto);
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    cl.mount(pb::MountRequest { path: "/m2".into(), uri: format!("file://{}", other.display()), ..Default::default() })
+        .await
+        .unwrap();
+    let data = random(3 * BLOCK as usize);
+    cl.put("/m2/dir/f.bin", &mut data.as_slice(), false).await.unwrap();
+    assert_eq!(std::fs::read(other.join("dir/f.bin")).unwrap(), data, "put writes through to the UFS");
+    assert_eq!(sha(&read_all(&cl, "/m2/dir/f.bin").await), sha(&data));
+
+    // Master restart: mounts and namespace come back; workers re-register their blocks.
+    c.stop_master().await;
+    c.start_master().await.unwrap();
+    let cl = client(&c, Locality::Auto);
+    let mounts = cl.mount_table().await.unwrap();
+    assert!(mounts.iter().any(|m| m.path == "/m2"), "{mounts:?}");
+    let (entries, _) = cl.list_page("/m2/dir", "", 0).await.unwrap();
+    assert_eq!(entries.len(), 1);
+    for _ in 0..50 {
+        if cached_fraction(&cl.status("/m2/dir/f.bin", true).await.unwrap()) == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(cached_fraction(&cl.status("/m2/dir/f.bin", true).await.unwrap()), 1.0);
+
+    // Worker restart: its blocks on disk tiers are found again and reported.
+    let before = settled(&cl).await;
+    let fi = cl.status("/m2/dir/f.bin", true).await.unwrap();
+    let holder = fi.blocks[0].locations[0].worker_id;
+    let idx = (0..2).find(|i| c.worker(*i).unwrap().id() == holder).unwrap();
+    c.stop_worker(idx).await;
+    c.start_worker(idx).await.unwrap();
+    c.worker(idx).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(c.worker(idx).unwrap().id(), holder, "a restarted worker keeps its id");
+    let fi = cl.status("/m2/dir/f.bin", true).await.unwrap();
+    assert_eq!(cached_fraction(&fi), 1.0, "blocks reported again after the worker restart");
+    assert!(fi.blocks.iter().all(|b| b.locations.iter().all(|l| l.tier == "SSD")));
+    assert_eq!(sha(&read_all(&cl, "/m2/dir/f.bin").await), sha(&data));
+    let after = settled(&cl).await;
+    assert_eq!(after.ufs, before.ufs, "no UFS re-read after restarts");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_gets_clear_errors_and_servers_stay_up() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    // No root mount: paths must fall under an explicit mount.
+    let c = LocalCluster::start(config(dir.path(), 64 << 20, false), &dir.path().join("data"), 1, Some(String::new()))
+        .await
+        .unwrap();
+    let cl = client(&c, Locality::Auto);
+    let e = cl.status("/nowhere/x", false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("outside every mount"), "{e}");
+
+    let inside = dir.path().join("inside");
+    std::fs::create_dir_all(&inside).unwrap();
+    std::fs::write(dir.path().join("secret"), b"outside the mount").unwrap();
+    cl.mount(pb::MountRequest {
+        path: "/in".into(),
+        uri: format!("file://{}", inside.display()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let e = cl.status("/in/../secret", false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let e = cl.put("/in/../escaped", &mut &b"x"[..], false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(!dir.path().join("escaped").exists());
+
+    // Mounts of unreachable or missing stores fail without hurting the master.
+    let e = cl
+        .mount(pb::MountRequest {
+            path: "/s3".into(),
+            uri: "s3://bucket/p".into(),
+            options: [("endpoint".to_string(), "http://127.0.0.1:1".to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Ufs), "{e:?}");
+    let e = cl
+        .mount(pb::MountRequest { path: "/gone".into(), uri: "file:///no/such/dir/here".into(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Ufs), "{e:?}");
+    let e = cl
+        .mount(pb::MountRequest { path: "/bad".into(), uri: "ftp://x".into(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+
+    // Garbled bytes on the master's RPC port and the worker's data port.
+    for addr in [c.master_address(), c.worker(0).unwrap().data_address().to_string()] {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        // the server may hang up early: that is its right
+        let _ = s.write_all(&random(4096)).await;
+        let _ = s.write_all(&[0xff; 16]).await;
+        drop(s);
+    }
+    let mut s = tokio::net::TcpStream::connect(c.worker(0).unwrap().data_address()).await.unwrap();
+    s.write_all(&5u32.to_be_bytes()).await.unwrap();
+    s.write_all(b"\xff\xff\xff\xff\xff").await.unwrap();
+    let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
+    assert_eq!(r.error.unwrap().kind, "invalid_argument", "a garbled frame gets an error answer");
+    drop(s);
+    // still serving
+    std::fs::write(inside.join("ok.txt"), b"fine").unwrap();
+    assert_eq!(read_all(&cl, "/in/ok.txt").await, b"fine");
+    assert_eq!(c.client(ClientConfig::default()).unwrap().report().await.unwrap().workers.len(), 1);
+    // A read range beyond its block is refused with an error frame; the worker stays up.
+    let mut s = tokio::net::TcpStream::connect(c.worker(0).unwrap().data_address()).await.unwrap();
+    let req = pb::ReadBlockRequest { block_id: 1, offset: 10, length: 10, block_length: 5, ..Default::default() };
+    locus_proto::write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await.unwrap();
+    let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
+    assert_eq!(r.error.unwrap().kind, "invalid_argument");
+    assert_eq!(read_all(&cl, "/in/ok.txt").await, b"fine");
+    c.shutdown().await;
+}
