@@ -254,15 +254,45 @@ impl Client {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{} is a directory", fi.path)));
         }
         let end = offset.saturating_add(len).min(fi.length);
+        let read_type = opts.read_type.unwrap_or(self.cfg.read_type);
+        let caching = read_type != ReadType::NO_CACHE;
+        let sc_fill = caching && self.has_local_worker().await;
         let mut pos = offset;
+        let mut prefetched: Option<(usize, u64)> = None;
         while pos < end {
-            let b = fi
+            let k = fi
                 .blocks
                 .iter()
-                .find(|b| b.offset <= pos && pos < b.offset + b.length)
+                .position(|b| b.offset <= pos && pos < b.offset + b.length)
                 .ok_or_else(|| Error::internal(format!("no block covers offset {pos} of {}", fi.path)))?;
+            let mut b = fi.blocks[k].clone();
+            if let Some((pk, w)) = prefetched.take() {
+                if pk == k {
+                    b.locations.push(pb::BlockLocation { worker_id: w, tier: String::new() });
+                }
+            }
             let n = (b.offset + b.length).min(end) - pos;
-            self.read_block(fi, b, pos - b.offset, n, opts, out).await?;
+            // Read ahead: while this block is read, a worker caches the next one from the
+            // UFS, so the UFS stream never idles between blocks.
+            let next = fi.blocks.get(k + 1).filter(|nb| caching && nb.locations.is_empty() && nb.offset < end);
+            let cur = async {
+                if sc_fill && b.locations.is_empty() {
+                    // Co-located: let the local worker fill the block, then map it.
+                    if let Ok(w) = self.load_block(fi, &b).await {
+                        b.locations.push(pb::BlockLocation { worker_id: w, tier: String::new() });
+                    }
+                }
+                self.read_block(fi, &b, pos - b.offset, n, opts, out).await
+            };
+            let ahead = async {
+                match next {
+                    Some(nb) => self.load_block(fi, nb).await.ok().map(|w| (k + 1, w)),
+                    None => None,
+                }
+            };
+            let (r, p) = tokio::join!(cur, ahead);
+            r?;
+            prefetched = p;
             pos += n;
         }
         out.flush().await.map_err(|e| Error::io("write output", e))?;
@@ -366,7 +396,7 @@ impl Client {
         let file = std::fs::File::open(&r.path).map_err(|e| Error::io(format!("open {}", r.path), e))?;
         // SAFETY: the worker keeps the block file in place while our lease (this open
         // socket) lives; block files are never rewritten in place.
-        let map = unsafe { memmap2::MmapOptions::new().offset(off).len(len as usize).map(&file) }
+        let map = unsafe { memmap2::MmapOptions::new().offset(off).len(len as usize).populate().map(&file) }
             .map_err(|e| Error::io("map block", e))?;
         out.write_all(&map).await.map_err(|e| Error::io("write output", e))?;
         drop(map);
@@ -409,53 +439,68 @@ impl Client {
     /// block as it completes.
     pub async fn load(&self, fi: &pb::FileInfo, mut progress: impl FnMut(u64)) -> Result<()> {
         for b in &fi.blocks {
-            if !b.locations.is_empty() {
-                progress(b.length);
-                continue;
-            }
-            let mut failed = HashSet::new();
-            loop {
-                let w = self.pick_worker(b.block_id, &failed).await?;
-                let req = pb::ReadBlockRequest {
-                    block_id: b.block_id,
-                    offset: 0,
-                    length: b.length,
-                    block_length: b.length,
-                    file_offset: b.offset,
-                    mount_id: fi.mount_id,
-                    ufs_path: fi.ufs_path.clone(),
-                    read_type: "CACHE".into(),
-                    client_local: self.is_local(&w).await,
-                    load_only: true,
-                    fingerprint: fi.fingerprint.clone(),
-                };
-                let mut c = self.conn(&w.data_address).await?;
-                let res = async {
-                    write_frame(&mut c, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await?;
-                    c.flush().await.map_err(|e| Error::io("send", e))?;
-                    let r: pb::DataResponse =
-                        read_frame(&mut c).await?.ok_or_else(|| Error::unavailable("worker closed the connection"))?;
-                    // One frame answers a load: cached, or the error that stopped the fill.
-                    match r.error {
-                        Some(e) => Err(from_error_info(e)),
-                        None => Ok(()),
-                    }
-                }
-                .await;
-                match res {
-                    Ok(()) => {
-                        self.put_conn(&w.data_address, c);
-                        break;
-                    }
-                    Err(e) if e.kind() == ErrorKind::Unavailable && failed.len() < 3 => {
-                        failed.insert(w.worker_id);
-                    }
-                    Err(e) => return Err(e),
-                }
+            if b.locations.is_empty() {
+                self.load_block(fi, b).await?;
             }
             progress(b.length);
         }
         Ok(())
+    }
+
+    /// Have a worker cache one block (no bytes come back). Returns the worker's id.
+    async fn load_block(&self, fi: &pb::FileInfo, b: &pb::BlockInfo) -> Result<u64> {
+        let mut failed = HashSet::new();
+        loop {
+            let w = self.pick_worker(b.block_id, &failed).await?;
+            let req = pb::ReadBlockRequest {
+                block_id: b.block_id,
+                offset: 0,
+                length: b.length,
+                block_length: b.length,
+                file_offset: b.offset,
+                mount_id: fi.mount_id,
+                ufs_path: fi.ufs_path.clone(),
+                read_type: "CACHE".into(),
+                client_local: self.is_local(&w).await,
+                load_only: true,
+                fingerprint: fi.fingerprint.clone(),
+            };
+            let mut c = self.conn(&w.data_address).await?;
+            let res = async {
+                write_frame(&mut c, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await?;
+                c.flush().await.map_err(|e| Error::io("send", e))?;
+                let r: pb::DataResponse =
+                    read_frame(&mut c).await?.ok_or_else(|| Error::unavailable("worker closed the connection"))?;
+                // One frame answers a load: cached, or the error that stopped the fill.
+                match r.error {
+                    Some(e) => Err(from_error_info(e)),
+                    None => Ok(()),
+                }
+            }
+            .await;
+            match res {
+                Ok(()) => {
+                    self.put_conn(&w.data_address, c);
+                    return Ok(w.worker_id);
+                }
+                Err(e) if e.kind() == ErrorKind::Unavailable && failed.len() < 3 => {
+                    failed.insert(w.worker_id);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn has_local_worker(&self) -> bool {
+        if !self.cfg.short_circuit {
+            return false;
+        }
+        for w in self.workers(false).await.unwrap_or_default() {
+            if self.is_local(&w).await {
+                return true;
+            }
+        }
+        false
     }
 
     // ------------------------------------------------------------ writes

@@ -405,7 +405,7 @@ impl Inner {
             return Ok(());
         }
         // SAFETY: the lease keeps the block file from being removed or rewritten while mapped.
-        let map = unsafe { memmap2::MmapOptions::new().offset(r.offset).len(r.length as usize).map(&file) }
+        let map = unsafe { memmap2::MmapOptions::new().offset(r.offset).len(r.length as usize).populate().map(&file) }
             .map_err(|e| Error::io("map block", e))?;
         let chunk = self.cfg.chunk_size.as_u64() as usize;
         for piece in map.chunks(chunk) {

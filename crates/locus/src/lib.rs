@@ -2,6 +2,8 @@
 //! workers in one process. `locus local start` runs it on fixed ports; tests run it as a
 //! MiniCluster on port 0. It may depend on every Locus crate.
 
+pub mod bench;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

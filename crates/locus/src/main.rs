@@ -41,6 +41,11 @@ enum Cmd {
     },
     /// File system commands (like `alluxio fs`).
     Fs(FsArgs),
+    /// Benchmarks that print medians and ratios measured side by side in one run.
+    Bench {
+        #[command(subcommand)]
+        cmd: BenchCmd,
+    },
     /// Workers, capacity and usage per tier, bytes read by source, and the hit ratio.
     Report {
         #[arg(long)]
@@ -99,6 +104,36 @@ enum LocalCmd {
         /// Block size of new files (default 64MiB).
         #[arg(long)]
         block_size: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Read one large file: direct UFS, Locus first read, short-circuit, forced remote,
+    /// tmpfs `cat`, and an iperf3 loopback stream. Needs a running S3 store (MinIO).
+    Read {
+        /// S3 endpoint of the UFS.
+        #[arg(long, default_value = "http://127.0.0.1:9000")]
+        endpoint: String,
+        /// Bucket to hold the test file (must exist).
+        #[arg(long, default_value = "bench")]
+        bucket: String,
+        #[arg(long, default_value = "minioadmin")]
+        access_key: String,
+        #[arg(long, default_value = "minioadmin")]
+        secret_key: String,
+        /// File size.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        /// Runs per path (at least 5 for the published medians).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Block size.
+        #[arg(long, default_value = "64MiB")]
+        block_size: String,
+        /// Write the Markdown table here as well.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
 }
 
@@ -377,6 +412,36 @@ fn run(cli: Cli) -> Result<()> {
                 Ok(())
             })
         }
+        Cmd::Bench {
+            cmd: BenchCmd::Read { endpoint, bucket, access_key, secret_key, size, runs, block_size, out },
+        } => {
+            locus_common::init_logging(false);
+            let size: bytesize::ByteSize = size.parse().map_err(|e| Error::invalid(format!("bad --size: {e}")))?;
+            let bs: bytesize::ByteSize =
+                block_size.parse().map_err(|e| Error::invalid(format!("bad --block-size: {e}")))?;
+            let work = tempfile_dir()?;
+            let b = locus::bench::ReadBench {
+                endpoint: endpoint.clone(),
+                bucket: bucket.clone(),
+                access_key: access_key.clone(),
+                secret_key: secret_key.clone(),
+                size: size.as_u64(),
+                runs: *runs,
+                block_size: bs.as_u64(),
+                work_dir: work.clone(),
+            };
+            let res = runtime()?.block_on(b.run());
+            let _ = std::fs::remove_dir_all(&work);
+            let (rows, ratios) = res?;
+            let md = locus::bench::markdown(&b, &rows, &ratios);
+            println!("{md}");
+            if let Some(p) = out {
+                std::fs::write(p, &md)?;
+                let raw = json!({"rows": rows, "ratios": ratios});
+                std::fs::write(p.with_extension("json"), serde_json::to_string_pretty(&raw)?)?;
+            }
+            Ok(())
+        }
         Cmd::Report { json: as_json } => {
             let cfg = load_config(&cli, vec![])?;
             runtime()?.block_on(async move {
@@ -412,6 +477,12 @@ fn run(cli: Cli) -> Result<()> {
             })
         }
     }
+}
+
+fn tempfile_dir() -> Result<PathBuf> {
+    let p = std::env::temp_dir().join(format!("locus-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&p)?;
+    Ok(p)
 }
 
 fn human(b: u64) -> String {

@@ -1,0 +1,311 @@
+//! `locus bench read`: read throughput of one large file, every path side by side in
+//! one run: direct UFS (MinIO through OpenDAL), Locus first read (cold cache), Locus
+//! second read short-circuit, Locus second read forced remote, `cat` of a tmpfs copy,
+//! and one loopback TCP stream (`iperf3 -P 1`). Prints medians and ratios.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Command;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytesize::ByteSize;
+use futures::StreamExt;
+use locus_client::ReadOptions;
+use locus_common::config::{ClientConfig, Config, Locality, TierAlias, TierConfig};
+use locus_common::{Error, Result};
+use locus_proto::pb;
+use locus_ufs::Ufs;
+use serde::Serialize;
+use tokio::io::AsyncWrite;
+
+use crate::LocalCluster;
+
+/// What `locus bench read` needs.
+#[derive(Clone, Debug)]
+pub struct ReadBench {
+    pub endpoint: String,
+    pub bucket: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub size: u64,
+    pub runs: usize,
+    pub block_size: u64,
+    pub work_dir: PathBuf,
+}
+
+/// An output that copies every byte into a buffer, as a reader's `read()` would: a sink
+/// that dropped bytes unseen would let mmap reads skip touching memory.
+struct CopySink {
+    buf: Vec<u8>,
+    pos: usize,
+    total: u64,
+}
+
+impl CopySink {
+    fn new() -> Self {
+        CopySink { buf: vec![0u8; 8 << 20], pos: 0, total: 0 }
+    }
+}
+
+impl AsyncWrite for CopySink {
+    fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let mut rest = data;
+        while !rest.is_empty() {
+            if self.pos == self.buf.len() {
+                self.pos = 0;
+            }
+            let n = rest.len().min(self.buf.len() - self.pos);
+            let p = self.pos;
+            self.buf[p..p + n].copy_from_slice(&rest[..n]);
+            self.pos += n;
+            rest = &rest[n..];
+        }
+        self.total += data.len() as u64;
+        Poll::Ready(Ok(data.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[derive(Serialize)]
+pub struct Row {
+    pub name: String,
+    pub seconds: Vec<f64>,
+    pub median_s: f64,
+    pub median_mib_s: f64,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = s.len();
+    if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 }
+}
+
+fn row(name: &str, size: u64, seconds: Vec<f64>) -> Row {
+    let m = median(&seconds);
+    Row { name: name.into(), median_mib_s: size as f64 / (1 << 20) as f64 / m, median_s: m, seconds }
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let t = Instant::now();
+    let r = f();
+    (r, t.elapsed().as_secs_f64())
+}
+
+/// One loopback TCP stream with iperf3 (Debian's package), in bits per second.
+fn iperf3_single_stream() -> Result<f64> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let mut server = Command::new("iperf3")
+        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io("run iperf3 (apt-get install -y iperf3)", e))?;
+    std::thread::sleep(Duration::from_millis(500));
+    let out = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port, "-P", "1", "-t", "5", "-J"])
+        .output()
+        .map_err(|e| Error::io("run iperf3", e))?;
+    let _ = server.wait();
+    let j: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| Error::internal(format!("iperf3 output: {e}")))?;
+    j["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .ok_or_else(|| Error::internal(format!("iperf3 gave no result: {}", String::from_utf8_lossy(&out.stdout))))
+}
+
+async fn drain(ufs: &Ufs, key: &str, size: u64) -> Result<u64> {
+    let mut s = Box::pin(ufs.read_range(key, 0, size, 8 << 20, 4).await?);
+    let mut sink = CopySink::new();
+    while let Some(b) = s.next().await {
+        let b = b?;
+        tokio::io::AsyncWriteExt::write_all(&mut sink, &b).await.unwrap();
+    }
+    Ok(sink.total)
+}
+
+impl ReadBench {
+    pub async fn run(&self) -> Result<(Vec<Row>, BTreeMap<String, f64>)> {
+        let key = format!("bench-{}.bin", self.size);
+        let opts: BTreeMap<String, String> = [
+            ("endpoint".to_string(), self.endpoint.clone()),
+            ("access_key_id".to_string(), self.access_key.clone()),
+            ("secret_access_key".to_string(), self.secret_key.clone()),
+        ]
+        .into();
+        let ufs = Ufs::new(&format!("s3://{}", self.bucket), &opts, Duration::from_secs(120))?;
+        ufs.check().await?;
+        // The test file: random bytes, written once, and a tmpfs copy for `cat`.
+        let shm = PathBuf::from(format!("/dev/shm/locus-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&shm).map_err(|e| Error::io("create tmpfs dir", e))?;
+        let tmpfs_copy = shm.join(&key);
+        {
+            use rand::RngCore;
+            let mut w = ufs.writer(&key).await?;
+            let mut f = std::fs::File::create(&tmpfs_copy).map_err(|e| Error::io("create tmpfs copy", e))?;
+            let mut rng = rand::rng();
+            let mut left = self.size;
+            while left > 0 {
+                let mut chunk = vec![0u8; left.min(16 << 20) as usize];
+                rng.fill_bytes(&mut chunk);
+                std::io::Write::write_all(&mut f, &chunk).map_err(|e| Error::io("write tmpfs copy", e))?;
+                left -= chunk.len() as u64;
+                w.write(chunk.into()).await?;
+            }
+            w.close().await?;
+        }
+        let mut cfg = Config::default();
+        cfg.master.rpc_address = "127.0.0.1:0".into();
+        cfg.master.web_address = "127.0.0.1:0".into();
+        cfg.master.block_size = ByteSize::b(self.block_size);
+        cfg.worker.data_address = "127.0.0.1:0".into();
+        cfg.worker.tiers = vec![TierConfig {
+            alias: TierAlias::MEM,
+            dir: shm.join("mem"),
+            quota: ByteSize::b(self.size * 2 + (256 << 20)),
+        }];
+        let cluster = LocalCluster::start(cfg, &self.work_dir, 1, None).await?;
+        let result = self.measure(&cluster, &ufs, &key, &opts, &tmpfs_copy).await;
+        cluster.shutdown().await;
+        let _ = ufs.delete(&key, false).await;
+        let _ = std::fs::remove_dir_all(&shm);
+        result
+    }
+
+    async fn measure(
+        &self,
+        cluster: &LocalCluster,
+        ufs: &Ufs,
+        key: &str,
+        opts: &BTreeMap<String, String>,
+        tmpfs_copy: &std::path::Path,
+    ) -> Result<(Vec<Row>, BTreeMap<String, f64>)> {
+        let local = cluster.client(ClientConfig::default())?;
+        let remote = cluster.client(ClientConfig { locality: Locality::Remote, ..Default::default() })?;
+        local
+            .mount(pb::MountRequest {
+                path: "/bench".into(),
+                uri: format!("s3://{}", self.bucket),
+                options: opts.clone().into_iter().collect(),
+                ..Default::default()
+            })
+            .await?;
+        let path = format!("/bench/{key}");
+        let size = self.size;
+        let mut direct = Vec::new();
+        let mut first = Vec::new();
+        let mut short = Vec::new();
+        let mut remote_t = Vec::new();
+        let mut cat = Vec::new();
+        // Interleave the paths run by run, so background noise hits all of them alike.
+        for run in 0..self.runs {
+            eprintln!("run {}/{}", run + 1, self.runs);
+            let t = Instant::now();
+            let n = drain(ufs, key, size).await?;
+            direct.push(t.elapsed().as_secs_f64());
+            if n != size {
+                return Err(Error::internal("short direct read"));
+            }
+            local.free(&path, false).await?;
+            wait_uncached(&local, &path).await?;
+            let t = Instant::now();
+            let fi = local.status(&path, true).await?;
+            read_once(&local, fi, size).await?;
+            first.push(t.elapsed().as_secs_f64());
+            wait_cached(&local, &path).await?;
+            let t = Instant::now();
+            let fi = local.status(&path, true).await?;
+            read_once(&local, fi, size).await?;
+            short.push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            let fi = remote.status(&path, true).await?;
+            read_once(&remote, fi, size).await?;
+            remote_t.push(t.elapsed().as_secs_f64());
+            let (st, secs) = timed(|| {
+                Command::new("sh").arg("-c").arg(format!("cat '{}' > /dev/null", tmpfs_copy.display())).status()
+            });
+            st.map_err(|e| Error::io("cat", e))?;
+            cat.push(secs);
+        }
+        let iperf = iperf3_single_stream().ok();
+        let rows = vec![
+            row("direct UFS read (MinIO via OpenDAL)", size, direct),
+            row("Locus first read (cold)", size, first),
+            row("Locus second read, short-circuit", size, short),
+            row("Locus second read, forced remote", size, remote_t),
+            row("cat of a tmpfs copy", size, cat),
+        ];
+        let mut ratios = BTreeMap::new();
+        ratios.insert("short_circuit / tmpfs cat (goal >= 0.80)".into(), rows[2].median_mib_s / rows[4].median_mib_s);
+        ratios.insert("first read time / direct time (goal <= 1.05)".into(), rows[1].median_s / rows[0].median_s);
+        ratios.insert("second read speed-up over direct".into(), rows[0].median_s / rows[2].median_s);
+        if let Some(bps) = iperf {
+            let mib_s = bps / 8.0 / (1 << 20) as f64;
+            ratios.insert("iperf3 -P 1 loopback MiB/s".into(), mib_s);
+            ratios.insert("forced remote / iperf3 (goal >= 0.80)".into(), rows[3].median_mib_s / mib_s);
+        }
+        Ok((rows, ratios))
+    }
+}
+
+async fn read_once(c: &locus_client::Client, fi: pb::FileInfo, size: u64) -> Result<()> {
+    let mut sink = CopySink::new();
+    let n = c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut sink).await?;
+    if n != size || sink.total != size {
+        return Err(Error::internal(format!("read {n} bytes, expected {size}")));
+    }
+    Ok(())
+}
+
+async fn wait_uncached(c: &locus_client::Client, path: &str) -> Result<()> {
+    for _ in 0..200 {
+        if c.status(path, true).await?.blocks.iter().all(|b| b.locations.is_empty()) {
+            // the worker drops the blocks on its next heartbeat
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(Error::internal("blocks were not freed"))
+}
+
+async fn wait_cached(c: &locus_client::Client, path: &str) -> Result<()> {
+    for _ in 0..200 {
+        if c.status(path, true).await?.blocks.iter().all(|b| !b.locations.is_empty()) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(Error::internal("blocks were not cached after a read"))
+}
+
+/// Render the result as a Markdown table with the machine facts.
+pub fn markdown(b: &ReadBench, rows: &[Row], ratios: &BTreeMap<String, f64>) -> String {
+    let mut s = String::new();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    s.push_str(&format!(
+        "File {} ({} blocks of {}), {} runs per path, medians. Machine: {cores} cores, kernel {}. UFS: MinIO on loopback (no shaping).\n\n",
+        ByteSize::b(b.size).display().iec(),
+        b.size.div_ceil(b.block_size),
+        ByteSize::b(b.block_size).display().iec(),
+        b.runs,
+        kernel.trim()
+    ));
+    s.push_str("| path | median s | median MiB/s | runs (s) |\n|---|---|---|---|\n");
+    for r in rows {
+        let runs: Vec<String> = r.seconds.iter().map(|x| format!("{x:.3}")).collect();
+        s.push_str(&format!("| {} | {:.3} | {:.0} | {} |\n", r.name, r.median_s, r.median_mib_s, runs.join(" ")));
+    }
+    s.push_str("\n| ratio | value |\n|---|---|\n");
+    for (k, v) in ratios {
+        s.push_str(&format!("| {k} | {v:.2} |\n"));
+    }
+    s
+}
