@@ -23,8 +23,8 @@ use locus_proto::pb::{self, master_client::MasterClient};
 use locus_proto::{from_status, read_frame, to_error_info, write_frame};
 use locus_ufs::Ufs;
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
@@ -325,9 +325,9 @@ impl Inner {
     /// Serve one read request on a data connection.
     /// `hdr` becomes true once a response header went out: after that an error can only
     /// close the connection (the client sees a short read).
-    async fn handle_read<S: AsyncWrite + Unpin>(
+    async fn handle_read(
         self: &Arc<Self>,
-        sock: &mut S,
+        sock: &mut TcpStream,
         r: pb::ReadBlockRequest,
         hdr: &mut bool,
     ) -> Result<()> {
@@ -382,9 +382,9 @@ impl Inner {
         }
     }
 
-    async fn send_cached<S: AsyncWrite + Unpin>(
+    async fn send_cached(
         &self,
-        sock: &mut S,
+        sock: &mut TcpStream,
         r: &pb::ReadBlockRequest,
         lease: Lease,
         hdr: &mut bool,
@@ -404,25 +404,22 @@ impl Inner {
         if r.length == 0 {
             return Ok(());
         }
-        // SAFETY: the lease keeps the block file from being removed or rewritten while mapped.
-        let map = unsafe { memmap2::MmapOptions::new().offset(r.offset).len(r.length as usize).populate().map(&file) }
-            .map_err(|e| Error::io("map block", e))?;
-        let chunk = self.cfg.chunk_size.as_u64() as usize;
-        for piece in map.chunks(chunk) {
-            sock.write_all(piece).await.map_err(|e| Error::io("send block", e))?;
-            self.count_served(r.client_local, piece.len() as u64);
+        // Zero-copy from the block file to the socket. The lease keeps the file in place.
+        let (mut off, mut left) = (r.offset, r.length);
+        while left > 0 {
+            let n = sendfile(sock, &file, off, left.min(self.cfg.chunk_size.as_u64()))
+                .await
+                .map_err(|e| Error::io("send block", e))?;
+            off += n;
+            left -= n;
+            self.count_served(r.client_local, n);
         }
         drop(lease);
         Ok(())
     }
 
     /// NO_CACHE miss: stream the range from the UFS without keeping it.
-    async fn send_from_ufs<S: AsyncWrite + Unpin>(
-        &self,
-        sock: &mut S,
-        r: &pb::ReadBlockRequest,
-        hdr: &mut bool,
-    ) -> Result<()> {
+    async fn send_from_ufs(&self, sock: &mut TcpStream, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
         let ufs = self.ufs(r.mount_id).await?;
         let mut s = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset + r.offset, r.length, 8 << 20, 4).await?);
         write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
@@ -443,7 +440,7 @@ impl Inner {
 
     /// Cache miss: read the whole block from the UFS into a new block file, streaming the
     /// requested range to the client as it arrives.
-    async fn fill<S: AsyncWrite + Unpin>(&self, sock: &mut S, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
+    async fn fill(&self, sock: &mut TcpStream, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
         let temp = match self.store.create(r.block_id, r.block_length) {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
@@ -494,11 +491,7 @@ impl Inner {
 
     /// Write a file through to the UFS: chunk frames follow the request, a zero-length
     /// frame ends them.
-    async fn handle_write<S: AsyncRead + AsyncWrite + Unpin>(
-        &self,
-        sock: &mut S,
-        w: pb::WriteFileRequest,
-    ) -> Result<()> {
+    async fn handle_write(&self, sock: &mut TcpStream, w: pb::WriteFileRequest) -> Result<()> {
         let ufs = self.ufs(w.mount_id).await?;
         let mut writer = ufs.writer(&w.ufs_path).await?;
         write_frame(sock, &pb::DataResponse::default()).await?; // ready
@@ -541,6 +534,26 @@ impl Inner {
     }
 }
 
+/// `sendfile(2)` up to `len` bytes of `file` at `off` to the socket; returns the bytes sent.
+async fn sendfile(sock: &TcpStream, file: &std::fs::File, off: u64, len: u64) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    loop {
+        sock.writable().await?;
+        let r = sock.try_io(tokio::io::Interest::WRITABLE, || {
+            let mut o = off as libc::off_t;
+            // SAFETY: both descriptors are open for the duration of the call.
+            let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut o, len as usize) };
+            if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as u64) }
+        });
+        match r {
+            Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
     loop {
         let (sock, _) = tokio::select! {
@@ -551,8 +564,7 @@ async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Re
         let inner = inner.clone();
         let mut stop = stop.clone();
         tokio::spawn(async move {
-            let (rd, wr) = sock.into_split();
-            let mut s = tokio::io::join(rd, tokio::io::BufWriter::with_capacity(1 << 20, wr));
+            let mut s = sock;
             // A stopping worker drops its connections mid-stream, as a crash would.
             tokio::select! {
                 _ = serve_conn(inner, &mut s) => {}
@@ -562,7 +574,7 @@ async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Re
     }
 }
 
-async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(inner: Arc<Inner>, s: &mut S) {
+async fn serve_conn(inner: Arc<Inner>, s: &mut TcpStream) {
     loop {
         let req: pb::DataRequest = match read_frame(s).await {
             Ok(Some(r)) => r,

@@ -99,8 +99,9 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
     (r, t.elapsed().as_secs_f64())
 }
 
-/// One loopback TCP stream with iperf3 (Debian's package), in bits per second.
-fn iperf3_single_stream() -> Result<f64> {
+/// One loopback TCP stream with iperf3 (Debian's package), in bits per second; with
+/// `file`, the sender reads its data from that file (`-F`) instead of one cached buffer.
+fn iperf3_single_stream(file: Option<&std::path::Path>) -> Result<f64> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
     let mut server = Command::new("iperf3")
         .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port])
@@ -108,10 +109,13 @@ fn iperf3_single_stream() -> Result<f64> {
         .spawn()
         .map_err(|e| Error::io("run iperf3 (apt-get install -y iperf3)", e))?;
     std::thread::sleep(Duration::from_millis(500));
-    let out = Command::new("iperf3")
-        .args(["-c", "127.0.0.1", "-p", &port, "-P", "1", "-t", "5", "-J"])
-        .output()
-        .map_err(|e| Error::io("run iperf3", e))?;
+    let mut cmd = Command::new("iperf3");
+    cmd.args(["-c", "127.0.0.1", "-p", &port, "-P", "1", "-J"]);
+    match file {
+        Some(f) => cmd.arg("-F").arg(f),
+        None => cmd.args(["-t", "5"]),
+    };
+    let out = cmd.output().map_err(|e| Error::io("run iperf3", e))?;
     let _ = server.wait();
     let j: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| Error::internal(format!("iperf3 output: {e}")))?;
@@ -233,7 +237,8 @@ impl ReadBench {
             st.map_err(|e| Error::io("cat", e))?;
             cat.push(secs);
         }
-        let iperf = iperf3_single_stream().ok();
+        let iperf = iperf3_single_stream(None).ok();
+        let iperf_file = iperf3_single_stream(Some(tmpfs_copy)).ok();
         let rows = vec![
             row("direct UFS read (MinIO via OpenDAL)", size, direct),
             row("Locus first read (cold)", size, first),
@@ -249,6 +254,11 @@ impl ReadBench {
             let mib_s = bps / 8.0 / (1 << 20) as f64;
             ratios.insert("iperf3 -P 1 loopback MiB/s".into(), mib_s);
             ratios.insert("forced remote / iperf3 (goal >= 0.80)".into(), rows[3].median_mib_s / mib_s);
+        }
+        if let Some(bps) = iperf_file {
+            let mib_s = bps / 8.0 / (1 << 20) as f64;
+            ratios.insert("iperf3 -P 1 -F <tmpfs copy> loopback MiB/s".into(), mib_s);
+            ratios.insert("forced remote / iperf3 -F (file-sourced stream)".into(), rows[3].median_mib_s / mib_s);
         }
         Ok((rows, ratios))
     }
