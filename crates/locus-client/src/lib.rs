@@ -8,9 +8,13 @@
 //! crates.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::hash::{Hash, Hasher};
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use locus_common::config::{ClientConfig, Locality, ReadType};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb::{self, master_client::MasterClient};
@@ -24,6 +28,8 @@ use tonic::transport::Channel;
 const WORKER_LIST_TTL: Duration = Duration::from_secs(2);
 /// Bytes per write frame sent to a worker.
 const WRITE_CHUNK: usize = 4 << 20;
+/// Blocks filled ahead of the one being read.
+const READ_AHEAD_BLOCKS: usize = 2;
 
 /// Per-read options.
 #[derive(Clone, Copy, Debug, Default)]
@@ -258,41 +264,51 @@ impl Client {
         let caching = read_type != ReadType::NO_CACHE;
         let sc_fill = caching && self.has_local_worker().await;
         let mut pos = offset;
-        let mut prefetched: Option<(usize, u64)> = None;
+        // Read-ahead: up to READ_AHEAD_BLOCKS blocks beyond the one being read are filled by
+        // workers in the background, so the UFS stream never idles between blocks.
+        let mut loads: FuturesUnordered<Pin<Box<dyn Future<Output = (usize, Option<u64>)> + Send + '_>>> =
+            FuturesUnordered::new();
+        let mut scheduled: HashSet<usize> = HashSet::new();
+        let mut loaded: HashMap<usize, Option<u64>> = HashMap::new();
         while pos < end {
             let k = fi
                 .blocks
                 .iter()
                 .position(|b| b.offset <= pos && pos < b.offset + b.length)
                 .ok_or_else(|| Error::internal(format!("no block covers offset {pos} of {}", fi.path)))?;
-            let mut b = fi.blocks[k].clone();
-            if let Some((pk, w)) = prefetched.take() {
-                if pk == k {
-                    b.locations.push(pb::BlockLocation { worker_id: w, tier: String::new() });
+            // A co-located client has its local worker fill the block it reads too, then
+            // maps it; a remote client streams it from the filling worker.
+            let first = if sc_fill { k } else { k + 1 };
+            for j in first..=k + READ_AHEAD_BLOCKS {
+                match fi.blocks.get(j) {
+                    Some(nb) if caching && nb.locations.is_empty() && nb.offset < end && scheduled.insert(j) => {
+                        loads.push(Box::pin(async move { (j, self.load_block(fi, nb).await.ok()) }));
+                    }
+                    _ => {}
                 }
             }
-            let n = (b.offset + b.length).min(end) - pos;
-            // Read ahead: while this block is read, a worker caches the next one from the
-            // UFS, so the UFS stream never idles between blocks.
-            let next = fi.blocks.get(k + 1).filter(|nb| caching && nb.locations.is_empty() && nb.offset < end);
-            let cur = async {
-                if sc_fill && b.locations.is_empty() {
-                    // Co-located: let the local worker fill the block, then map it.
-                    if let Ok(w) = self.load_block(fi, &b).await {
-                        b.locations.push(pb::BlockLocation { worker_id: w, tier: String::new() });
+            while scheduled.contains(&k) && !loaded.contains_key(&k) {
+                match loads.next().await {
+                    Some((j, w)) => {
+                        loaded.insert(j, w);
                     }
+                    None => break,
                 }
-                self.read_block(fi, &b, pos - b.offset, n, opts, out).await
-            };
-            let ahead = async {
-                match next {
-                    Some(nb) => self.load_block(fi, nb).await.ok().map(|w| (k + 1, w)),
-                    None => None,
+            }
+            let mut b = fi.blocks[k].clone();
+            if let Some(Some(w)) = loaded.get(&k) {
+                b.locations.push(pb::BlockLocation { worker_id: *w, tier: String::new() });
+            }
+            let n = (b.offset + b.length).min(end) - pos;
+            let cur = self.read_block(fi, &b, pos - b.offset, n, opts, out);
+            tokio::pin!(cur);
+            let r = loop {
+                tokio::select! {
+                    r = &mut cur => break r,
+                    Some((j, w)) = loads.next(), if !loads.is_empty() => { loaded.insert(j, w); }
                 }
             };
-            let (r, p) = tokio::join!(cur, ahead);
             r?;
-            prefetched = p;
             pos += n;
         }
         out.flush().await.map_err(|e| Error::io("write output", e))?;
