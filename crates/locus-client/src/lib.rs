@@ -66,6 +66,12 @@ fn rpc_err(addr: &str, s: tonic::Status) -> Error {
     from_status(s)
 }
 
+/// A failed write to the reader's output (a closed pipe, a full disk) is the reader's
+/// problem, not a worker's: it is never retried elsewhere.
+fn output_err(e: std::io::Error) -> Error {
+    Error::io("write output", e).set_retryable(false)
+}
+
 impl Client {
     /// A client of the master at `master_address` (`host:port`). Connects lazily.
     pub fn new(master_address: &str, cfg: ClientConfig) -> Result<Client> {
@@ -311,7 +317,7 @@ impl Client {
             r?;
             pos += n;
         }
-        out.flush().await.map_err(|e| Error::io("write output", e))?;
+        out.flush().await.map_err(|e| output_err(e))?;
         Ok(end.saturating_sub(offset))
     }
 
@@ -346,15 +352,20 @@ impl Client {
                 if let Some((_, w, true)) = holders.first() {
                     match self.short_circuit(w, b.block_id, off + done, len - done, read_type, out).await {
                         Ok(()) => return Ok(()),
-                        Err(e) => {
+                        Err(e) if e.is_retryable() || e.kind() == ErrorKind::NotFound => {
                             tracing::debug!(worker = w.worker_id, error = %e, "short-circuit read failed; using the data path");
                         }
+                        Err(e) => return Err(e),
                     }
                 }
             }
             let w = match holders.first() {
                 Some((_, w, _)) => w.clone(),
-                None => self.pick_worker(b.block_id, &failed).await?,
+                None => match self.pick_worker(b.block_id, &failed).await {
+                    Ok(w) => w,
+                    // Every worker failed this block: say why the last one did.
+                    Err(e) => return Err(last_err.unwrap_or(e)),
+                },
             };
             let local = self.is_local(&w).await;
             let req = pb::ReadBlockRequest {
@@ -372,7 +383,7 @@ impl Client {
             };
             match self.remote_read(&w.data_address, req, out, &mut done).await {
                 Ok(()) => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Unavailable || e.kind() == ErrorKind::Io => {
+                Err(e) if e.is_retryable() => {
                     tracing::warn!(worker = w.worker_id, error = %e, done, "worker failed mid-read; trying another source");
                     failed.insert(w.worker_id);
                     last_err = Some(e);
@@ -414,7 +425,7 @@ impl Client {
         // socket) lives; block files are never rewritten in place.
         let map = unsafe { memmap2::MmapOptions::new().offset(off).len(len as usize).populate().map(&file) }
             .map_err(|e| Error::io("map block", e))?;
-        out.write_all(&map).await.map_err(|e| Error::io("write output", e))?;
+        out.write_all(&map).await.map_err(|e| output_err(e))?;
         drop(map);
         drop(s); // releases the lease
         Ok(())
@@ -442,7 +453,7 @@ impl Client {
                 return Err(Error::unavailable(format!("worker {addr} closed the stream with {left} bytes to go")));
             }
             let n = buf.len().min(left as usize);
-            out.write_all(&buf[..n]).await.map_err(|e| Error::io("write output", e))?;
+            out.write_all(&buf[..n]).await.map_err(|e| output_err(e))?;
             c.consume(n);
             left -= n as u64;
             *done += n as u64;

@@ -50,6 +50,10 @@ struct WorkerState {
     tiers: Vec<pb::TierUsage>,
     counters: pb::ReadCounters,
     pending_remove: Vec<u64>,
+    /// Heartbeats received; a worker has acted on a response once the next one arrives.
+    beats: u64,
+    /// The pin epoch the worker last reported.
+    pin_epoch: u64,
 }
 
 struct Metrics {
@@ -700,7 +704,8 @@ impl Master {
         let (parent_path, name) = lpath::split_parent(&path).unwrap();
         let w = self.inner.store.write()?;
         let mut dropped = Vec::new();
-        if let Some(parent) = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)? {
+        let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?;
+        if let Some(parent) = parent {
             self.remove_subtree(&w, parent, name, &mut dropped)?;
         }
         w.commit().map_err(db_err)?;
@@ -853,8 +858,28 @@ impl Master {
             }
         }
         self.bump_pin_epoch(&w)?;
+        let epoch = get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
         w.commit().map_err(db_err)?;
+        // Return once every live worker knows the new pins, so loads right after a pin
+        // cannot evict the pinned blocks.
+        self.await_workers(|_, s| s.pin_epoch >= epoch).await;
         Ok(n)
+    }
+
+    /// Wait (up to the worker timeout) until `done` holds for every live worker.
+    async fn await_workers(&self, done: impl Fn(u64, &WorkerState) -> bool) {
+        let deadline = Instant::now() + self.inner.cfg.worker_timeout;
+        while Instant::now() < deadline {
+            let all = {
+                let timeout = self.inner.cfg.worker_timeout;
+                let ws = self.inner.workers.lock();
+                ws.iter().filter(|(_, s)| s.last_heartbeat.elapsed() < timeout).all(|(id, s)| done(*id, s))
+            };
+            if all {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Drop the cached blocks of files at or below `path`. Returns the blocks freed.
@@ -881,7 +906,14 @@ impl Master {
         }
         w.commit().map_err(db_err)?;
         let n = dropped.len() as u64;
+        let targets: HashMap<u64, u64> = {
+            let ws = self.inner.workers.lock();
+            dropped.iter().filter_map(|(wk, _)| ws.get(wk).map(|s| (*wk, s.beats + 2))).collect()
+        };
         self.queue_removals(dropped);
+        // Return once the workers have deleted the blocks: a read right after `free`
+        // must fill the cache again, not hit blocks about to go.
+        self.await_workers(|id, s| targets.get(&id).is_none_or(|b| s.beats >= *b)).await;
         Ok(n)
     }
 
@@ -967,7 +999,8 @@ impl Master {
         let (parent_path, name) = lpath::split_parent(&path).unwrap();
         let w = self.inner.store.write()?;
         let mut dropped = Vec::new();
-        if let Some(parent) = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)? {
+        let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?;
+        if let Some(parent) = parent {
             self.remove_subtree(&w, parent, name, &mut dropped)?;
         }
         w.open_table(MOUNTS).map_err(db_err)?.remove(m.info.id).map_err(db_err)?;
@@ -1050,6 +1083,8 @@ impl Master {
                 tiers: req.tiers,
                 counters,
                 pending_remove: stale,
+                beats: 0,
+                pin_epoch: 0,
             },
         );
         tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = req.blocks.len(), "worker registered");
@@ -1065,6 +1100,8 @@ impl Master {
                 return Ok(resp);
             };
             s.last_heartbeat = Instant::now();
+            s.beats += 1;
+            s.pin_epoch = req.pin_epoch;
             s.tiers = req.tiers;
             if let Some(c) = req.counters {
                 let m = &self.inner.metrics;

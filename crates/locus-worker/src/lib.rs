@@ -303,6 +303,28 @@ impl Inner {
         Ok(())
     }
 
+    /// The UFS of the read's mount, after checking that the file still has the
+    /// fingerprint the client's metadata carries: a file changed behind Locus's back is
+    /// refused (before any byte is sent), never served as a mix of versions.
+    async fn checked_ufs(&self, r: &pb::ReadBlockRequest) -> Result<Ufs> {
+        let ufs = self.ufs(r.mount_id).await?;
+        if !r.fingerprint.is_empty() {
+            let now = ufs.stat(&r.ufs_path).await?.map(|s| s.fingerprint()).unwrap_or_default();
+            if now != r.fingerprint {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "{} changed in the UFS since its metadata was loaded ({} -> {}); it is re-read after the mount's sync interval",
+                        r.ufs_path,
+                        r.fingerprint,
+                        if now.is_empty() { "deleted" } else { now.as_str() }
+                    ),
+                ));
+            }
+        }
+        Ok(ufs)
+    }
+
     async fn ufs(&self, mount_id: u64) -> Result<Ufs> {
         if let Some(u) = self.ufs.lock().get(&mount_id) {
             return Ok(u.clone());
@@ -420,7 +442,7 @@ impl Inner {
 
     /// NO_CACHE miss: stream the range from the UFS without keeping it.
     async fn send_from_ufs(&self, sock: &mut TcpStream, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
-        let ufs = self.ufs(r.mount_id).await?;
+        let ufs = self.checked_ufs(r).await?;
         let mut s = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset + r.offset, r.length, 8 << 20, 4).await?);
         write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
         *hdr = true;
@@ -449,7 +471,7 @@ impl Inner {
             }
             Err(e) => return Err(e),
         };
-        let ufs = self.ufs(r.mount_id).await?;
+        let ufs = self.checked_ufs(r).await?;
         let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
         let mut file = std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
         if !r.load_only {
