@@ -332,13 +332,7 @@ impl Master {
         let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
         for i in 0..Self::block_count(rec.length, rec.block_size) {
             let b = locus_common::block_id(rec.version, i);
-            let workers: Vec<u64> = loc
-                .range((b, 0)..=(b, u64::MAX))
-                .map_err(db_err)?
-                .map(|e| e.map(|(k, _)| k.value().1))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(db_err)?;
-            for wk in workers {
+            for wk in second_keys(&loc, b)? {
                 loc.remove((b, wk)).map_err(db_err)?;
                 wb.remove((wk, b)).map_err(db_err)?;
                 dropped.push((wk, b));
@@ -1051,13 +1045,7 @@ impl Master {
         {
             let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
             let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
-            let old: Vec<u64> = wb
-                .range((id, 0)..=(id, u64::MAX))
-                .map_err(db_err)?
-                .map(|e| e.map(|(k, _)| k.value().1))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(db_err)?;
-            for b in old {
+            for b in second_keys(&wb, id)? {
                 wb.remove((id, b)).map_err(db_err)?;
                 loc.remove((b, id)).map_err(db_err)?;
             }

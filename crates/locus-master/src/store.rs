@@ -132,3 +132,12 @@ pub fn lookup(t: &impl ReadableTable<(u64, &'static str), u64>, path: &str) -> R
     }
     Ok(Some(id))
 }
+
+/// The second halves of the keys `(first, *)` of a pair-keyed table: the workers of a
+/// block in `locations`, the blocks of a worker in `worker_blocks`.
+pub fn second_keys<V: redb::Value + 'static>(t: &impl ReadableTable<(u64, u64), V>, first: u64) -> Result<Vec<u64>> {
+    t.range((first, 0)..=(first, u64::MAX))
+        .map_err(db_err)?
+        .map(|e| e.map(|(k, _)| k.value().1).map_err(db_err))
+        .collect()
+}
