@@ -69,7 +69,7 @@ fn rpc_err(addr: &str, s: tonic::Status) -> Error {
 /// A failed write to the reader's output (a closed pipe, a full disk) is the reader's
 /// problem, not a worker's: it is never retried elsewhere.
 fn output_err(e: std::io::Error) -> Error {
-    Error::io("write output", e).set_retryable(false)
+    Error::new(ErrorKind::Io, "cannot write the output").with_source(e).set_retryable(false)
 }
 
 impl Client {

@@ -236,6 +236,9 @@ fn default_host() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// Top-level names that `LOCUS_*` variables may set.
+const ENV_KEYS: &[&str] = &["master_address", "master", "worker", "client", "log_json"];
+
 impl Config {
     /// Defaults, then `file` (if any), then `LOCUS_*` environment variables.
     /// Merge flag values on top with [`Figment::merge`] before calling [`Config::extract`].
@@ -244,11 +247,16 @@ impl Config {
         if let Some(file) = file {
             f = f.merge(Toml::file_exact(file));
         }
-        f.merge(
-            Env::prefixed("LOCUS_")
-                .ignore(&["config"])
-                .map(|k| if k == "master" { "master_address".into() } else { k.as_str().replace("__", ".").into() }),
-        )
+        // Only variables naming a configuration section or field are configuration;
+        // others that share the prefix (LOCUS_CONFIG, a script's LOCUS_TOOLS_DIR) are not.
+        f.merge(Env::prefixed("LOCUS_").filter_map(|k| {
+            let k = k.as_str().to_ascii_lowercase();
+            if k == "master" {
+                return Some("master_address".into());
+            }
+            let top = k.split("__").next().unwrap_or("");
+            ENV_KEYS.contains(&top).then(|| k.replace("__", ".").into())
+        }))
     }
 
     /// Extract a validated configuration.
@@ -366,6 +374,8 @@ rpc_timeout = "9s"
         c.worker.low_watermark = 0.99;
         assert!(c.validate().is_err());
         figment::Jail::expect_with(|jail| {
+            jail.set_env("LOCUS_TOOLS_DIR", "/somewhere");
+            assert!(Config::load(None).is_ok(), "a LOCUS_ variable that names no section is not config");
             jail.set_env("LOCUS_WORKER__NO_SUCH_FIELD", "1");
             assert!(Config::load(None).is_err());
             Ok(())

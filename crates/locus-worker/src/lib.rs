@@ -395,7 +395,12 @@ impl Inner {
                 let res = self.fill(sock, &r, hdr).await;
                 self.inflight.lock().remove(&r.block_id);
                 let _ = tx.send(Some(res.is_ok()));
+                // The master learns of the block before the reader is told it is cached,
+                // so `load` followed by `stat` shows it.
                 let _ = self.commit_changes().await;
+                if res.is_ok() && r.load_only {
+                    write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await?;
+                }
                 return res;
             }
             if let Some(mut rx) = waiter {
@@ -505,9 +510,6 @@ impl Inner {
         }
         locus_common::fail::fail_point!("worker.fill.before_commit", |_| Err(Error::internal("failpoint")));
         temp.commit(pos)?;
-        if r.load_only {
-            write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await?;
-        }
         Ok(())
     }
 
