@@ -266,14 +266,15 @@ impl Config {
         Ok(c)
     }
 
-    /// Defaults + file + environment, no flags.
-    pub fn load(file: Option<&Path>) -> Result<Config> {
+    /// Defaults, then `file`, then the environment, then `flags` (a [`Figment`] of the
+    /// command line's values; `Figment::new()` for none).
+    pub fn load(file: Option<&Path>, flags: Figment) -> Result<Config> {
         if let Some(p) = file {
             if !p.exists() {
                 return Err(Error::not_found(format!("config file {} does not exist", p.display())));
             }
         }
-        Self::extract(&Self::figment(file))
+        Self::extract(&Self::figment(file).merge(flags))
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -375,9 +376,12 @@ rpc_timeout = "9s"
         assert!(c.validate().is_err());
         figment::Jail::expect_with(|jail| {
             jail.set_env("LOCUS_TOOLS_DIR", "/somewhere");
-            assert!(Config::load(None).is_ok(), "a LOCUS_ variable that names no section is not config");
+            assert!(
+                Config::load(None, Figment::new()).is_ok(),
+                "a LOCUS_ variable that names no section is not config"
+            );
             jail.set_env("LOCUS_WORKER__NO_SUCH_FIELD", "1");
-            assert!(Config::load(None).is_err());
+            assert!(Config::load(None, Figment::new()).is_err());
             Ok(())
         });
     }

@@ -285,19 +285,14 @@ fn parse_tier(s: &str) -> Result<TierConfig> {
 }
 
 fn load_config(cli: &Cli, flags: Vec<(&str, serde_json::Value)>) -> Result<Config> {
-    let mut f = Config::figment(cli.config.as_deref());
-    if let Some(p) = &cli.config {
-        if !p.exists() {
-            return Err(Error::not_found(format!("config file {} does not exist", p.display())).into());
-        }
-    }
+    let mut f = figment::Figment::new();
     if let Some(m) = &cli.master {
         f = f.merge(Serialized::default("master_address", m));
     }
     for (k, v) in flags {
         f = f.merge(Serialized::default(k, v));
     }
-    Ok(Config::extract(&f)?)
+    Ok(Config::load(cli.config.as_deref(), f)?)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
