@@ -194,10 +194,6 @@ impl Master {
         res
     }
 
-    pub fn config(&self) -> &MasterConfig {
-        &self.inner.cfg
-    }
-
     fn load_mounts(&self) -> Result<()> {
         let r = self.inner.store.read()?;
         let t = r.open_table(MOUNTS).map_err(db_err)?;
@@ -1216,10 +1212,5 @@ impl Master {
         let hits = m.cache_requests.with_label_values(&["hit"]).get();
         let misses = m.cache_requests.with_label_values(&["miss"]).get();
         m.hit_ratio.set(if hits + misses == 0 { 0.0 } else { hits as f64 / (hits + misses) as f64 });
-    }
-
-    /// How long since the master has heard from each worker (for tests and the page).
-    pub fn worker_timeout(&self) -> Duration {
-        self.inner.cfg.worker_timeout
     }
 }
