@@ -243,6 +243,7 @@ class Cluster(Locus):
 
     def __init__(self, data_dir: Path, log_dir: Path, workers: int = 1, args=(), env: dict | None = None):
         super().__init__(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+        self.gateway = f"127.0.0.1:{free_port()}"
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)
         self.workers = workers
@@ -265,6 +266,7 @@ class Cluster(Locus):
         env = clean_env({
             "LOCUS_MASTER__WEB_ADDRESS": self.web,
             "LOCUS_WORKER__DATA_ADDRESS": "127.0.0.1:0",
+            "LOCUS_GATEWAY__ADDRESS": self.gateway,
             "RUST_LOG": os.environ.get("RUST_LOG", "info"),
         })
         env.update(self.extra_env)

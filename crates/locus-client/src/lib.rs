@@ -38,6 +38,21 @@ pub struct ReadOptions {
     pub read_type: Option<ReadType>,
 }
 
+/// Per-write options.
+#[derive(Clone, Debug, Default)]
+pub struct PutOptions {
+    /// Replace an existing file.
+    pub overwrite: bool,
+    /// Stored with the object in an S3 UFS (and in the namespace, via the sealed meta).
+    pub content_type: String,
+    pub user_metadata: HashMap<String, String>,
+}
+
+/// Bytes per chunk of a [`Client::read_stream`].
+const STREAM_CHUNK: usize = 1 << 20;
+/// Bytes of a block mapped at once by a short-circuit read (bounds the reader's RSS).
+const MAP_WINDOW: u64 = 16 << 20;
+
 type DataConn = BufReader<BufWriter<TcpStream>>;
 
 #[derive(Default)]
@@ -104,9 +119,16 @@ impl Client {
         Ok(self.m().get_status(r).await.map_err(|s| self.err(s))?.into_inner())
     }
 
-    /// One page of a listing.
-    pub async fn list_page(&self, path: &str, start_after: &str, limit: u32) -> Result<(Vec<pb::FileInfo>, bool)> {
-        let r = pb::ListStatusRequest { path: path.into(), start_after: start_after.into(), limit };
+    /// One page of a listing: entries after `start_after` (or from it, when `inclusive`)
+    /// in name order.
+    pub async fn list_page(
+        &self,
+        path: &str,
+        start_after: &str,
+        inclusive: bool,
+        limit: u32,
+    ) -> Result<(Vec<pb::FileInfo>, bool)> {
+        let r = pb::ListStatusRequest { path: path.into(), start_after: start_after.into(), limit, inclusive };
         let r = self.m().list_status(r).await.map_err(|s| self.err(s))?.into_inner();
         Ok((r.entries, r.truncated))
     }
@@ -118,7 +140,7 @@ impl Client {
             let mut after = String::new();
             let mut subdirs = Vec::new();
             loop {
-                let (page, more) = self.list_page(&d, &after, 0).await?;
+                let (page, more) = self.list_page(&d, &after, false, 0).await?;
                 for e in &page {
                     f(e);
                     if recursive && e.is_dir && e.path != d {
@@ -172,6 +194,12 @@ impl Client {
     pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
         let r = pb::PathRequest { path: path.into(), recursive };
         Ok(self.m().free(r).await.map_err(|s| self.err(s))?.into_inner().count)
+    }
+
+    /// Replace the tags of a file.
+    pub async fn set_tags(&self, path: &str, tags: HashMap<String, String>) -> Result<pb::FileInfo> {
+        let r = pb::SetTagsRequest { path: path.into(), tags };
+        Ok(self.m().set_tags(r).await.map_err(|s| self.err(s))?.into_inner())
     }
 
     pub async fn report(&self) -> Result<pb::Report> {
@@ -421,12 +449,16 @@ impl Client {
             return Err(Error::new(ErrorKind::Corrupt, "leased block is shorter than the read"));
         }
         let file = std::fs::File::open(&r.path).map_err(|e| Error::io(format!("open {}", r.path), e))?;
-        // SAFETY: the worker keeps the block file in place while our lease (this open
-        // socket) lives; block files are never rewritten in place.
-        let map = unsafe { memmap2::MmapOptions::new().offset(off).len(len as usize).populate().map(&file) }
-            .map_err(|e| Error::io("map block", e))?;
-        out.write_all(&map).await.map_err(|e| output_err(e))?;
-        drop(map);
+        let mut pos = off;
+        while pos < off + len {
+            let n = MAP_WINDOW.min(off + len - pos);
+            // SAFETY: the worker keeps the block file in place while our lease (this open
+            // socket) lives; block files are never rewritten in place.
+            let map = unsafe { memmap2::MmapOptions::new().offset(pos).len(n as usize).populate().map(&file) }
+                .map_err(|e| Error::io("map block", e))?;
+            out.write_all(&map).await.map_err(|e| output_err(e))?;
+            pos += n;
+        }
         drop(s); // releases the lease
         Ok(())
     }
@@ -530,19 +562,59 @@ impl Client {
         false
     }
 
+    /// Stream `len` bytes from `offset` of the file as chunks of at most 1 MiB, read
+    /// ahead by a background task (so the caller never holds the file in memory).
+    pub fn read_stream(
+        self: &std::sync::Arc<Self>,
+        fi: pb::FileInfo,
+        offset: u64,
+        len: u64,
+        opts: ReadOptions,
+    ) -> tokio_stream::wrappers::ReceiverStream<Result<bytes::Bytes>> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes>>(8);
+        let client = self.clone();
+        tokio::spawn(async move {
+            let mut w = ChannelWriter { tx: tokio_util::sync::PollSender::new(tx.clone()) };
+            if let Err(e) = client.read_to(&fi, offset, len, opts, &mut w).await {
+                // The reader may be gone already (it hung up): nothing left to tell.
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        tokio_stream::wrappers::ReceiverStream::new(rx)
+    }
+
     // ------------------------------------------------------------ writes
 
     /// Write a new file from `input`, through a worker to the UFS.
     pub async fn put<R: AsyncRead + Unpin>(&self, path: &str, input: &mut R, overwrite: bool) -> Result<pb::FileInfo> {
+        let opts = PutOptions { overwrite, ..Default::default() };
+        self.put_with(path, input, &opts, |_| Ok(pb::ObjectMeta::default())).await
+    }
+
+    /// Write a new file from `input`. Once `input` is exhausted, `seal` checks it (for
+    /// example against a checksum the writer sent) and returns the object metadata to
+    /// record; if `seal` fails, the write is abandoned and the UFS keeps its old object.
+    pub async fn put_with<R: AsyncRead + Unpin>(
+        &self,
+        path: &str,
+        input: &mut R,
+        opts: &PutOptions,
+        seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
+    ) -> Result<pb::FileInfo> {
         let target = self
             .m()
-            .create_file(pb::CreateFileRequest { path: path.into(), overwrite })
+            .create_file(pb::CreateFileRequest { path: path.into(), overwrite: opts.overwrite })
             .await
             .map_err(|s| self.err(s))?
             .into_inner();
         let w = self.pick_worker(0, &HashSet::new()).await?;
         let mut c = self.conn(&w.data_address).await?;
-        let req = pb::WriteFileRequest { mount_id: target.mount_id, ufs_path: target.ufs_path.clone() };
+        let req = pb::WriteFileRequest {
+            mount_id: target.mount_id,
+            ufs_path: target.ufs_path.clone(),
+            content_type: opts.content_type.clone(),
+            user_metadata: opts.user_metadata.clone(),
+        };
         write_frame(&mut c, &pb::DataRequest { req: Some(pb::data_request::Req::Write(req)) }).await?;
         c.flush().await.map_err(|e| Error::io("send", e))?;
         let r: pb::DataResponse =
@@ -550,22 +622,26 @@ impl Client {
         if let Some(e) = r.error {
             return Err(from_error_info(e));
         }
+        // Any error before the closing frame drops the connection, which the worker takes
+        // as an abort.
         let mut buf = vec![0u8; WRITE_CHUNK];
         loop {
             let mut n = 0;
             while n < buf.len() {
-                let k = input.read(&mut buf[n..]).await.map_err(|e| Error::io("read input", e))?;
+                let k = input.read(&mut buf[n..]).await.map_err(input_err)?;
                 if k == 0 {
                     break;
                 }
                 n += k;
             }
-            c.write_all(&(n as u32).to_be_bytes()).await.map_err(|e| Error::io("send", e))?;
             if n == 0 {
                 break;
             }
+            c.write_all(&(n as u32).to_be_bytes()).await.map_err(|e| Error::io("send", e))?;
             c.write_all(&buf[..n]).await.map_err(|e| Error::io("send", e))?;
         }
+        let meta = seal(input)?;
+        c.write_all(&0u32.to_be_bytes()).await.map_err(|e| Error::io("send", e))?;
         c.flush().await.map_err(|e| Error::io("send", e))?;
         let r: pb::DataResponse =
             read_frame(&mut c).await?.ok_or_else(|| Error::unavailable("worker closed the connection"))?;
@@ -573,9 +649,57 @@ impl Client {
             return Err(from_error_info(e));
         }
         self.put_conn(&w.data_address, c);
-        let req = pb::CompleteFileRequest { path: target.path, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms };
+        let req = pb::CompleteFileRequest {
+            path: target.path,
+            length: r.length,
+            etag: r.etag,
+            mtime_ms: r.mtime_ms,
+            meta: Some(meta),
+        };
         Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
     }
 }
 
 use tokio::io::AsyncBufReadExt;
+
+/// A failed read of a write's input keeps the error the input gave, when it is ours (a
+/// front end's stream carries a Locus error inside the `io::Error`).
+fn input_err(e: std::io::Error) -> Error {
+    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
+        return *e.into_inner().unwrap().downcast::<Error>().unwrap();
+    }
+    Error::io("read input", e).set_retryable(false)
+}
+
+/// An `AsyncWrite` that hands what is written to a channel, in chunks.
+struct ChannelWriter {
+    tx: tokio_util::sync::PollSender<Result<bytes::Bytes>>,
+}
+
+impl AsyncWrite for ChannelWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        use std::task::Poll;
+        match self.tx.poll_reserve(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(_)) => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+            Poll::Ready(Ok(())) => {
+                let n = buf.len().min(STREAM_CHUNK);
+                let chunk = bytes::Bytes::copy_from_slice(&buf[..n]);
+                match self.tx.send_item(Ok(chunk)) {
+                    Ok(()) => Poll::Ready(Ok(n)),
+                    Err(_) => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+                }
+            }
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

@@ -22,6 +22,8 @@ pub const DEFAULT_MASTER_ADDRESS: &str = "127.0.0.1:19998";
 pub const DEFAULT_WEB_ADDRESS: &str = "127.0.0.1:19999";
 /// Default worker data-path address (block reads and writes over TCP).
 pub const DEFAULT_WORKER_DATA_ADDRESS: &str = "127.0.0.1:29999";
+/// Default S3 gateway address (the port Alluxio's S3 proxy uses).
+pub const DEFAULT_GATEWAY_ADDRESS: &str = "127.0.0.1:39999";
 
 /// The whole configuration of every Locus role.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -32,6 +34,7 @@ pub struct Config {
     pub master: MasterConfig,
     pub worker: WorkerConfig,
     pub client: ClientConfig,
+    pub gateway: GatewayConfig,
     /// Log as JSON lines instead of text. Default `false`.
     pub log_json: bool,
 }
@@ -43,6 +46,7 @@ impl Default for Config {
             master: MasterConfig::default(),
             worker: WorkerConfig::default(),
             client: ClientConfig::default(),
+            gateway: GatewayConfig::default(),
             log_json: false,
         }
     }
@@ -228,6 +232,43 @@ impl Default for ClientConfig {
     }
 }
 
+/// S3 gateway settings.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Address the gateway listens on. Default `127.0.0.1:39999`.
+    pub address: String,
+    /// Access key clients sign requests with. Default `locusadmin` (change it: like
+    /// MinIO's `minioadmin`, the default pair is public). Empty disables signed access.
+    pub access_key_id: String,
+    /// Secret key of `access_key_id`. Default `locusadmin`.
+    pub secret_access_key: String,
+    /// Allow unsigned requests. Default `false`: every request must carry a valid
+    /// AWS Signature V4.
+    pub anonymous: bool,
+    /// Base domains for virtual-hosted-style requests (`bucket.DOMAIN`). Path-style
+    /// requests always work. Default `["localhost"]`.
+    pub domains: Vec<String>,
+    /// Region reported by GetBucketLocation. Default `us-east-1`.
+    pub region: String,
+    /// Largest object a single PutObject (or one part) may carry. Default 5 GiB, as S3.
+    pub max_object_size: ByteSize,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            address: DEFAULT_GATEWAY_ADDRESS.into(),
+            access_key_id: "locusadmin".into(),
+            secret_access_key: "locusadmin".into(),
+            anonymous: false,
+            domains: vec!["localhost".into()],
+            region: "us-east-1".into(),
+            max_object_size: ByteSize::gib(5),
+        }
+    }
+}
+
 fn default_host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -237,7 +278,7 @@ fn default_host() -> String {
 }
 
 /// Top-level names that `LOCUS_*` variables may set.
-const ENV_KEYS: &[&str] = &["master_address", "master", "worker", "client", "log_json"];
+const ENV_KEYS: &[&str] = &["master_address", "master", "worker", "client", "gateway", "log_json"];
 
 impl Config {
     /// Defaults, then `file` (if any), then `LOCUS_*` environment variables.
@@ -284,6 +325,10 @@ impl Config {
         }
         if self.master.block_size.as_u64() < 4096 {
             return Err(Error::invalid("master.block_size must be at least 4 KiB"));
+        }
+        let g = &self.gateway;
+        if g.access_key_id.is_empty() != g.secret_access_key.is_empty() {
+            return Err(Error::invalid("gateway.access_key_id and gateway.secret_access_key are set together"));
         }
         let mut seen = std::collections::HashSet::new();
         for t in &w.tiers {
@@ -346,6 +391,14 @@ read_type = "NO_CACHE"
 short_circuit = false
 locality = "remote"
 rpc_timeout = "9s"
+[gateway]
+address = "0.0.0.0:4"
+access_key_id = "ak"
+secret_access_key = "sk"
+anonymous = true
+domains = ["s3.example"]
+region = "eu-west-1"
+max_object_size = "1 GiB"
 "#,
         )
         .unwrap();
@@ -365,6 +418,9 @@ rpc_timeout = "9s"
             assert_eq!(c.worker.uds_path.as_deref(), Some(Path::new("/w/s.sock")));
             assert_eq!(c.client.locality, Locality::Remote);
             assert!(!c.client.short_circuit);
+            assert_eq!(c.gateway.domains, vec!["s3.example".to_string()]);
+            assert_eq!(c.gateway.max_object_size, ByteSize::gib(1));
+            assert!(c.gateway.anonymous);
             Ok(())
         });
     }

@@ -5,6 +5,11 @@
 
 use crate::{Error, Result};
 
+/// A directory at the root of a writable `file://` mount where writes land before they
+/// are renamed into place (so a failed write never leaves a torn file). It is not part
+/// of the namespace: paths through it are refused and listings skip it.
+pub const UFS_TEMP_DIR: &str = ".locus-tmp";
+
 /// Normalise and validate a Locus path. Returns it without a trailing slash (`/` for root).
 pub fn normalize(path: &str) -> Result<String> {
     if !path.starts_with('/') {
@@ -17,6 +22,9 @@ pub fn normalize(path: &str) -> Result<String> {
     for comp in path.split('/').filter(|c| !c.is_empty()) {
         if comp == "." || comp == ".." {
             return Err(Error::invalid(format!("path must not contain '.' or '..': {path:?}")));
+        }
+        if comp == UFS_TEMP_DIR {
+            return Err(Error::invalid(format!("path must not contain {UFS_TEMP_DIR:?}: {path:?}")));
         }
         if comp.contains('\0') {
             return Err(Error::invalid("path contains a NUL byte"));

@@ -272,6 +272,8 @@ impl Master {
                 rec.length = st.length;
                 rec.fingerprint = fp;
                 rec.mtime_ms = st.mtime_ms;
+                // The object changed behind Locus: what was known about it is stale.
+                rec.meta = None;
             }
             rec.synced_ms = now;
             put_inode(w, &rec)?;
@@ -309,6 +311,7 @@ impl Master {
             version,
             synced_ms: now,
             children_loaded: false,
+            meta: None,
         };
         put_inode(w, &rec)?;
         w.open_table(CHILDREN).map_err(db_err)?.insert((parent, name), id).map_err(db_err)?;
@@ -506,6 +509,7 @@ impl Master {
             ufs_path: rel,
             blocks: Vec::new(),
             mount_point: m.info.path.clone(),
+            meta: rec.meta.clone(),
         };
         if with_blocks && !rec.is_dir {
             let live = self.live_workers();
@@ -550,7 +554,10 @@ impl Master {
             let next = stream.next().await;
             let done = next.is_none();
             if let Some(e) = next {
-                batch.push(e?);
+                let e = e?;
+                if e.path != lpath::UFS_TEMP_DIR {
+                    batch.push(e);
+                }
             }
             if batch.len() >= 1000 || (done && !batch.is_empty()) {
                 let w = self.inner.store.write()?;
@@ -595,18 +602,25 @@ impl Master {
         Ok(())
     }
 
-    /// One page of a directory listing, in name order after `start_after`.
-    pub async fn list_status(&self, path: &str, start_after: &str, limit: u32) -> Result<(Vec<pb::FileInfo>, bool)> {
+    /// One page of a directory listing, in name order after `start_after` (or from it,
+    /// when `inclusive`).
+    pub async fn list_status(
+        &self,
+        path: &str,
+        start_after: &str,
+        inclusive: bool,
+        limit: u32,
+    ) -> Result<(Vec<pb::FileInfo>, bool)> {
         let path = normalize(path)?;
         let rec = self.must_resolve(&path).await?;
         if !rec.is_dir {
             return Ok((vec![self.file_info(&path, &rec, false)?], false));
         }
-        if start_after.is_empty() {
-            if let Ok((m, _)) = self.mount_for(&path) {
-                if !rec.children_loaded || Self::sync_due(&rec, &m) {
-                    self.load_children(&path, &rec).await?;
-                }
+        if let Ok((m, _)) = self.mount_for(&path) {
+            // A listing that starts mid-directory (a later page, or S3's start-after) still
+            // needs the directory loaded; a due sync waits for a listing from the start.
+            if !rec.children_loaded || (start_after.is_empty() && Self::sync_due(&rec, &m)) {
+                self.load_children(&path, &rec).await?;
             }
         }
         let limit = if limit == 0 { DEFAULT_LIST_PAGE } else { limit.min(10_000) } as usize;
@@ -618,7 +632,7 @@ impl Master {
         for e in ch.range((rec.id, start_after)..(rec.id + 1, "")).map_err(db_err)? {
             let (k, id) = e.map_err(db_err)?;
             let name = k.value().1;
-            if name == start_after {
+            if name == start_after && !inclusive {
                 continue;
             }
             if out.len() == limit {
@@ -678,7 +692,7 @@ impl Master {
         }
         let rec = self.must_resolve(&path).await?;
         if rec.is_dir && !recursive {
-            let (entries, _) = self.list_status(&path, "", 1).await?;
+            let (entries, _) = self.list_status(&path, "", false, 1).await?;
             if !entries.is_empty() {
                 return Err(Error::new(
                     ErrorKind::FailedPrecondition,
@@ -780,9 +794,28 @@ impl Master {
         let w = self.inner.store.write()?;
         let mut dropped = Vec::new();
         let id = self.upsert_from_ufs(&w, parent.id, name, &st, now_ms(), &mut dropped)?;
-        let rec = get_inode(&w.open_table(INODES).map_err(db_err)?, id)?.unwrap();
+        let mut rec = get_inode(&w.open_table(INODES).map_err(db_err)?, id)?.unwrap();
+        rec.meta = req.meta.filter(|m| *m != pb::ObjectMeta::default());
+        put_inode(&w, &rec)?;
         w.commit().map_err(db_err)?;
         self.queue_removals(dropped);
+        self.file_info(&path, &rec, false)
+    }
+
+    /// Replace the tags of a file.
+    pub async fn set_tags(&self, path: &str, tags: HashMap<String, String>) -> Result<pb::FileInfo> {
+        let path = normalize(path)?;
+        let rec = self.must_resolve(&path).await?;
+        if rec.is_dir {
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
+        }
+        self.writable(&path)?;
+        let w = self.inner.store.write()?;
+        let mut rec = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?
+            .ok_or_else(|| Error::not_found(format!("{path} does not exist")))?;
+        rec.meta.get_or_insert_with(Default::default).tags = tags;
+        put_inode(&w, &rec)?;
+        w.commit().map_err(db_err)?;
         self.file_info(&path, &rec, false)
     }
 
@@ -806,7 +839,7 @@ impl Master {
         while let Some(d) = dirs.pop() {
             let mut after = String::new();
             loop {
-                let (page, more) = self.list_status(&d, &after, DEFAULT_LIST_PAGE).await?;
+                let (page, more) = self.list_status(&d, &after, false, DEFAULT_LIST_PAGE).await?;
                 for e in &page {
                     if e.is_dir {
                         dirs.push(e.path.clone());

@@ -36,7 +36,7 @@ impl pb::master_server::Master for Master {
     }
     async fn list_status(&self, r: Request<pb::ListStatusRequest>) -> R<pb::ListStatusResponse> {
         let r = r.into_inner();
-        ok(Master::list_status(self, &r.path, &r.start_after, r.limit)
+        ok(Master::list_status(self, &r.path, &r.start_after, r.inclusive, r.limit)
             .await
             .map(|(entries, truncated)| pb::ListStatusResponse { entries, truncated }))
     }
@@ -58,6 +58,10 @@ impl pb::master_server::Master for Master {
     }
     async fn complete_file(&self, r: Request<pb::CompleteFileRequest>) -> R<pb::FileInfo> {
         ok(Master::complete_file(self, r.into_inner()).await)
+    }
+    async fn set_tags(&self, r: Request<pb::SetTagsRequest>) -> R<pb::FileInfo> {
+        let r = r.into_inner();
+        ok(Master::set_tags(self, &r.path, r.tags).await)
     }
     async fn set_pinned(&self, r: Request<pb::SetPinnedRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();

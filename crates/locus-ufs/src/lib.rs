@@ -85,7 +85,13 @@ impl Ufs {
                 Ok(_) => return Err(Error::invalid(format!("{dir} is not a directory"))),
                 Err(e) => return Err(Error::io(format!("cannot use {uri}"), e)),
             }
-            let b = opendal::services::Fs::default().root(dir);
+            let mut b = opendal::services::Fs::default().root(dir);
+            // Writes go to a temporary file renamed into place on close, so an aborted
+            // or failed write never tears the object it replaces. Read-only roots skip it.
+            let tmp = std::path::Path::new(dir).join(locus_common::path::UFS_TEMP_DIR);
+            if std::fs::create_dir_all(&tmp).is_ok() {
+                b = b.atomic_write_dir(&tmp.to_string_lossy());
+            }
             Operator::new(b).map_err(|e| ufs_err("file mount", e))?
         } else if let Some(rest) = uri.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -230,15 +236,24 @@ impl Ufs {
         Ok(s.map_err(move |e| Error::io(format!("read {p}"), e).set_retryable(true)))
     }
 
-    /// Open a streaming writer for `path` (multipart on S3 for large objects).
-    pub async fn writer(&self, path: &str) -> Result<UfsWriter> {
-        let w = self
-            .op
-            .writer_with(path)
-            .chunk(16 << 20)
-            .concurrent(4)
-            .await
-            .map_err(|e| ufs_err(format!("create {path}"), e))?;
+    /// Open a streaming writer for `path` (multipart on S3 for large objects). The
+    /// content type and user metadata are stored with the object where the store keeps
+    /// them (S3), and dropped where it cannot (a local directory).
+    pub async fn writer(
+        &self,
+        path: &str,
+        content_type: &str,
+        user_metadata: &std::collections::HashMap<String, String>,
+    ) -> Result<UfsWriter> {
+        let cap = self.op.info().capability();
+        let mut wb = self.op.writer_with(path).chunk(16 << 20).concurrent(4);
+        if !content_type.is_empty() && cap.write_with_content_type {
+            wb = wb.content_type(content_type);
+        }
+        if !user_metadata.is_empty() && cap.write_with_user_metadata {
+            wb = wb.user_metadata(user_metadata.clone());
+        }
+        let w = wb.await.map_err(|e| ufs_err(format!("create {path}"), e))?;
         Ok(UfsWriter { w, path: path.into(), ufs: self.clone() })
     }
 
@@ -302,7 +317,7 @@ mod tests {
         let ufs =
             Ufs::new(&format!("file://{}", dir.path().display()), &BTreeMap::new(), Duration::from_secs(5)).unwrap();
         ufs.check().await.unwrap();
-        let mut w = ufs.writer("a/b.txt").await.unwrap();
+        let mut w = ufs.writer("a/b.txt", "text/plain", &Default::default()).await.unwrap();
         w.write(Bytes::from_static(b"hello world")).await.unwrap();
         let st = w.close().await.unwrap();
         assert_eq!(st.length, 11);

@@ -517,7 +517,7 @@ impl Inner {
     /// frame ends them.
     async fn handle_write(&self, sock: &mut TcpStream, w: pb::WriteFileRequest) -> Result<()> {
         let ufs = self.ufs(w.mount_id).await?;
-        let mut writer = ufs.writer(&w.ufs_path).await?;
+        let mut writer = ufs.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
         write_frame(sock, &pb::DataResponse::default()).await?; // ready
         sock.flush().await.map_err(|e| Error::io("send", e))?;
         let mut total = 0u64;

@@ -152,7 +152,7 @@ impl ReadBench {
         let tmpfs_copy = shm.join(&key);
         {
             use rand::RngCore;
-            let mut w = ufs.writer(&key).await?;
+            let mut w = ufs.writer(&key, "", &Default::default()).await?;
             let mut f = std::fs::File::create(&tmpfs_copy).map_err(|e| Error::io("create tmpfs copy", e))?;
             let mut rng = rand::rng();
             let mut left = self.size;

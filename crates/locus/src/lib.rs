@@ -1,10 +1,12 @@
-//! The `locus` binary's library side: [`LocalCluster`], which runs a master and N
-//! workers in one process. `locus local start` runs it on fixed ports; tests run it as a
+//! The `locus` binary's library side: [`LocalCluster`], which runs a master, N workers
+//! and (optionally) the S3 gateway in one process. `locus local start` runs it on fixed ports; tests run it as a
 //! MiniCluster on port 0. It may depend on every Locus crate.
 
 pub mod bench;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytesize::ByteSize;
@@ -24,6 +26,13 @@ pub struct LocalCluster {
     root_ufs: Option<String>,
     master: Option<RunningMaster>,
     workers: Vec<Option<Worker>>,
+    gateway: Option<RunningGateway>,
+}
+
+struct RunningGateway {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<()>>,
 }
 
 struct RunningMaster {
@@ -65,7 +74,7 @@ impl LocalCluster {
             Some(s) => Some(s),
         };
         cfg.master.meta_dir = data_dir.join("master");
-        let mut c = LocalCluster { cfg, data_dir, root_ufs, master: None, workers: Vec::new() };
+        let mut c = LocalCluster { cfg, data_dir, root_ufs, master: None, workers: Vec::new(), gateway: None };
         c.start_master().await?;
         for _ in 0..workers {
             c.workers.push(None);
@@ -176,8 +185,32 @@ impl LocalCluster {
         Client::new(&self.master_address(), cfg)
     }
 
+    /// Start the S3 gateway on `cfg.gateway.address` (port 0 picks one). Returns where
+    /// it listens.
+    pub async fn start_gateway(&mut self) -> Result<SocketAddr> {
+        let client = Arc::new(self.client(self.cfg.client.clone())?);
+        let gw = locus_s3::GatewayBuilder::new(client, self.cfg.gateway.clone()).build()?;
+        let listener = gw.bind().await?;
+        let addr = listener.local_addr().map_err(|e| Error::io("gateway address", e))?;
+        let (stop, rx) = oneshot::channel();
+        let task = tokio::spawn(gw.serve(listener, async move {
+            let _ = rx.await;
+        }));
+        self.gateway = Some(RunningGateway { addr, stop, task });
+        Ok(addr)
+    }
+
+    /// Where the S3 gateway listens, if it runs.
+    pub fn gateway_address(&self) -> Option<SocketAddr> {
+        self.gateway.as_ref().map(|g| g.addr)
+    }
+
     /// Stop everything.
     pub async fn shutdown(mut self) {
+        if let Some(g) = self.gateway.take() {
+            let _ = g.stop.send(());
+            let _ = g.task.await;
+        }
         for i in 0..self.workers.len() {
             self.stop_worker(i).await;
         }

@@ -34,6 +34,8 @@ enum Cmd {
     Master(MasterArgs),
     /// Run a worker.
     Worker(WorkerArgs),
+    /// Run the S3-compatible gateway (buckets are the top-level directories).
+    Gateway(GatewayArgs),
     /// Run a whole cluster in this process.
     Local {
         #[command(subcommand)]
@@ -82,6 +84,13 @@ struct WorkerArgs {
     tiers: Vec<String>,
 }
 
+#[derive(Args)]
+struct GatewayArgs {
+    /// Listen address (default 127.0.0.1:39999; also gateway.address / LOCUS_GATEWAY__ADDRESS).
+    #[arg(long)]
+    address: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum LocalCmd {
     /// Start a master, workers and the status page over a local directory; Ctrl-C stops.
@@ -104,6 +113,12 @@ enum LocalCmd {
         /// Block size of new files (default 64MiB).
         #[arg(long)]
         block_size: Option<String>,
+        /// S3 gateway listen address (default 127.0.0.1:39999).
+        #[arg(long)]
+        gateway_address: Option<String>,
+        /// Do not run the S3 gateway.
+        #[arg(long)]
+        no_gateway: bool,
     },
 }
 
@@ -295,6 +310,22 @@ fn load_config(cli: &Cli, flags: Vec<(&str, serde_json::Value)>) -> Result<Confi
     Ok(Config::load(cli.config.as_deref(), f)?)
 }
 
+fn print_gateway_auth(g: &locus_common::config::GatewayConfig) {
+    if g.access_key_id.is_empty() {
+        println!(
+            "  s3 auth      {}",
+            if g.anonymous { "anonymous access" } else { "no keys: every request is refused" }
+        );
+    } else {
+        let warn = if g.access_key_id == "locusadmin" && g.secret_access_key == "locusadmin" {
+            " (the public default: set gateway.access_key_id/secret_access_key)"
+        } else {
+            ""
+        };
+        println!("  s3 auth      access key {}{warn}", g.access_key_id);
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
@@ -363,10 +394,32 @@ fn run(cli: Cli) -> Result<()> {
                 Ok(())
             })
         }
-        Cmd::Local { cmd: LocalCmd::Start { data_dir, workers, ufs, mem_quota, tiers, block_size } } => {
+        Cmd::Gateway(a) => {
+            let mut flags = vec![];
+            if let Some(v) = &a.address {
+                flags.push(("gateway.address", json!(v)));
+            }
+            let cfg = load_config(&cli, flags)?;
+            locus_common::init_logging(cfg.log_json);
+            runtime()?.block_on(async move {
+                let client = std::sync::Arc::new(Client::new(&cfg.master_address, cfg.client.clone())?);
+                let gw = locus_s3::GatewayBuilder::new(client, cfg.gateway.clone()).build()?;
+                let listener = gw.bind().await?;
+                println!("s3 gateway  http://{}  master {}", listener.local_addr()?, cfg.master_address);
+                print_gateway_auth(&cfg.gateway);
+                gw.serve(listener, wait_for_signal()).await?;
+                Ok(())
+            })
+        }
+        Cmd::Local {
+            cmd: LocalCmd::Start { data_dir, workers, ufs, mem_quota, tiers, block_size, gateway_address, no_gateway },
+        } => {
             let mut flags = vec![];
             if let Some(b) = block_size {
                 flags.push(("master.block_size", json!(b)));
+            }
+            if let Some(v) = gateway_address {
+                flags.push(("gateway.address", json!(v)));
             }
             let mut cfg = load_config(&cli, flags)?;
             if let Some(m) = &cli.master {
@@ -384,9 +437,17 @@ fn run(cli: Cli) -> Result<()> {
             }
             locus_common::init_logging(cfg.log_json);
             runtime()?.block_on(async move {
-                let c = LocalCluster::start(cfg, data_dir, *workers, ufs.clone()).await?;
+                let gateway_cfg = cfg.gateway.clone();
+                let mut c = LocalCluster::start(cfg, data_dir, *workers, ufs.clone()).await?;
+                if !*no_gateway {
+                    c.start_gateway().await?;
+                }
                 println!("Locus is running");
                 println!("  master rpc   {}", c.master_address());
+                if let Some(g) = c.gateway_address() {
+                    println!("  s3 gateway   http://{g}");
+                    print_gateway_auth(&gateway_cfg);
+                }
                 println!("  status page  http://{}/", c.web_address());
                 println!("  metrics      http://{}/metrics", c.web_address());
                 for i in 0..*workers {

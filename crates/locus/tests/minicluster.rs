@@ -312,11 +312,11 @@ async fn changed_ufs_file_is_reread_after_the_sync_interval() {
     // listing notices deletions
     std::fs::write(other.join("y.txt"), b"y").unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let (names, _) = cl.list_page("/m", "", 0).await.unwrap();
+    let (names, _) = cl.list_page("/m", "", false, 0).await.unwrap();
     assert_eq!(names.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["x.txt", "y.txt"]);
     std::fs::remove_file(other.join("y.txt")).unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let (names, _) = cl.list_page("/m", "", 0).await.unwrap();
+    let (names, _) = cl.list_page("/m", "", false, 0).await.unwrap();
     assert_eq!(names.len(), 1);
     c.shutdown().await;
 }
@@ -345,7 +345,7 @@ async fn master_and_worker_restarts_recover_namespace_mounts_and_disk_blocks() {
     let cl = client(&c, Locality::Auto);
     let mounts = cl.mount_table().await.unwrap();
     assert!(mounts.iter().any(|m| m.path == "/m2"), "{mounts:?}");
-    let (entries, _) = cl.list_page("/m2/dir", "", 0).await.unwrap();
+    let (entries, _) = cl.list_page("/m2/dir", "", false, 0).await.unwrap();
     assert_eq!(entries.len(), 1);
     for _ in 0..50 {
         if cached_fraction(&cl.status("/m2/dir/f.bin", true).await.unwrap()) == 1.0 {

@@ -1,0 +1,286 @@
+//! Object listings in S3 key order, page by page.
+//!
+//! The namespace is a tree and S3 keys are flat strings, so a listing is a depth-first
+//! walk that yields keys in byte order. Two details make that order differ from the
+//! directory order the master returns:
+//! - a directory `a` sorts as `a/`, so a sibling such as `a.txt` (`.` < `/`) comes
+//!   before everything under `a/`: each level holds directories back until the next
+//!   name sorts after them;
+//! - a listing resumes from a key (continuation token, marker, start-after): the walk
+//!   seeks down that key's path instead of re-reading everything before it.
+//!
+//! Memory stays bounded by one page of the master's listing per directory level.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use locus_client::Client;
+use locus_common::path as lpath;
+use locus_common::{ErrorKind, Result};
+use locus_proto::pb;
+
+use crate::UPLOADS_DIR;
+
+/// Entries fetched from the master per call.
+const PAGE: u32 = 1000;
+
+/// One listed entry.
+#[derive(Debug)]
+pub(crate) enum Entry {
+    /// An object (a directory here is an empty directory: a `dir/` marker object).
+    Object { key: String, fi: pb::FileInfo },
+    /// A common prefix, ending with the delimiter.
+    Prefix(String),
+}
+
+impl Entry {
+    pub(crate) fn key(&self) -> &str {
+        match self {
+            Entry::Object { key, .. } => key,
+            Entry::Prefix(p) => p,
+        }
+    }
+}
+
+/// What to list.
+pub(crate) struct ListRequest<'a> {
+    pub bucket: &'a str,
+    pub prefix: &'a str,
+    pub delimiter: Option<&'a str>,
+    /// List keys after this one (the continuation token, marker or start-after).
+    pub after: &'a str,
+    pub max_keys: usize,
+    /// Directory entries count as common prefixes or as `dir/` marker objects;
+    /// the `.locus-uploads` directory at the bucket root never appears.
+    pub skip_hidden: bool,
+}
+
+struct Held(String, pb::FileInfo);
+impl PartialEq for Held {
+    fn eq(&self, o: &Self) -> bool {
+        self.0 == o.0
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&o.0)
+    }
+}
+
+enum Next {
+    File(pb::FileInfo),
+    Dir(pb::FileInfo),
+}
+
+/// One directory level of the walk.
+struct Cursor {
+    path: String,
+    /// Key of this directory's children: "" at the bucket root, else `a/b/`.
+    key_prefix: String,
+    page: VecDeque<pb::FileInfo>,
+    after: String,
+    inclusive: bool,
+    more: bool,
+    /// Directories waiting for their place in key order (sorting as `name/`).
+    held: BinaryHeap<Reverse<Held>>,
+    yielded: bool,
+    /// This directory, when an empty one lists as a `dir/` marker object.
+    dir: Option<pb::FileInfo>,
+    root: bool,
+}
+
+fn sort_key(fi: &pb::FileInfo) -> String {
+    if fi.is_dir { format!("{}/", fi.name) } else { fi.name.clone() }
+}
+
+impl Cursor {
+    fn new(path: String, key_prefix: String, after: &str, inclusive: bool, dir: Option<pb::FileInfo>) -> Cursor {
+        Cursor {
+            root: key_prefix.is_empty(),
+            path,
+            key_prefix,
+            page: VecDeque::new(),
+            after: after.to_string(),
+            inclusive,
+            more: true,
+            held: BinaryHeap::new(),
+            yielded: false,
+            dir,
+        }
+    }
+
+    async fn next(&mut self, c: &Client) -> Result<Option<Next>> {
+        loop {
+            if self.page.is_empty() && self.more {
+                let (page, more) = c.list_page(&self.path, &self.after, self.inclusive, PAGE).await?;
+                self.more = more && !page.is_empty();
+                if let Some(l) = page.last() {
+                    self.after = l.name.clone();
+                    self.inclusive = false;
+                }
+                self.page = page.into();
+            }
+            let Some(front) = self.page.front() else {
+                return Ok(self.held.pop().map(|Reverse(h)| Next::Dir(h.1)));
+            };
+            let k = sort_key(front);
+            if self.held.peek().is_some_and(|Reverse(h)| h.0 < k) {
+                return Ok(self.held.pop().map(|Reverse(h)| Next::Dir(h.1)));
+            }
+            let e = self.page.pop_front().unwrap();
+            if e.is_dir {
+                self.held.push(Reverse(Held(k, e)));
+            } else {
+                return Ok(Some(Next::File(e)));
+            }
+        }
+    }
+
+    /// Directories named by a proper prefix of `name` followed by a byte below `/`: they
+    /// sort after `name` (as `prefix/`) although their names sort before it.
+    async fn hold_prefix_dirs(&mut self, c: &Client, name: &str) -> Result<()> {
+        for (i, b) in name.bytes().enumerate() {
+            if i > 0 && b < b'/' && name.is_char_boundary(i) {
+                if let Some(fi) = dir_status(c, &lpath::join(&self.path, &name[..i])).await? {
+                    self.held.push(Reverse(Held(format!("{}/", fi.name), fi)));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The status of `path` if it is a directory.
+async fn dir_status(c: &Client, path: &str) -> Result<Option<pb::FileInfo>> {
+    match c.status(path, false).await {
+        Ok(fi) if fi.is_dir => Ok(Some(fi)),
+        Ok(_) => Ok(None),
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::InvalidArgument) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Locus path of a key prefix that ends at a directory boundary (`a/b/` → `/bucket/a/b`);
+/// `None` when no such directory can exist.
+fn dir_path(bucket: &str, dir_key: &str) -> Option<String> {
+    lpath::normalize(&format!("/{bucket}/{dir_key}"))
+        .ok()
+        .filter(|_| !dir_key.split('/').any(|c| c == UPLOADS_DIR) && (dir_key.is_empty() || !dir_key.contains("//")))
+}
+
+/// One page of a listing: up to `max_keys` entries after `req.after`, and whether more
+/// follow.
+pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry>, bool)> {
+    let prefix = req.prefix;
+    let slash = req.delimiter == Some("/");
+    // The deepest directory the prefix names, and the rest of the prefix inside it.
+    let (dkey, rem) = match prefix.rfind('/') {
+        Some(i) => (&prefix[..=i], &prefix[i + 1..]),
+        None => ("", prefix),
+    };
+    let Some(dpath) = dir_path(req.bucket, dkey) else {
+        return Ok((Vec::new(), false));
+    };
+    let Some(dfi) = dir_status(c, &dpath).await? else {
+        return Ok((Vec::new(), false));
+    };
+    // After a common prefix, skip the whole group it stands for.
+    let mut after = req.after.to_string();
+    let mut skip_group: Option<String> = None;
+    if let Some(d) = req.delimiter.filter(|d| !d.is_empty()) {
+        if let Some(i) = after.strip_prefix(prefix).and_then(|r| r.find(d)) {
+            after.truncate(prefix.len() + i + d.len());
+            skip_group = Some(after.clone());
+        }
+    }
+    let mut stack: Vec<Cursor> = Vec::new();
+    if after.as_str() < prefix {
+        let marker = (rem.is_empty() && !dkey.is_empty()).then_some(dfi);
+        stack.push(Cursor::new(dpath, dkey.to_string(), rem, true, marker));
+    } else if let Some(rest) = after.strip_prefix(dkey) {
+        // Seek down the path of `after`.
+        let comps: Vec<&str> = rest.split('/').collect();
+        let (mut path, mut key_prefix) = (dpath, dkey.to_string());
+        let mut dir = None;
+        for (i, comp) in comps.iter().enumerate() {
+            let last = i + 1 == comps.len();
+            let mut cur = Cursor::new(path.clone(), key_prefix.clone(), comp, last, dir.take());
+            cur.hold_prefix_dirs(c, comp).await?;
+            stack.push(cur);
+            if last || slash {
+                break;
+            }
+            let child = lpath::join(&path, comp);
+            match dir_status(c, &child).await? {
+                Some(fi) => {
+                    dir = Some(fi);
+                    path = child;
+                    key_prefix = format!("{key_prefix}{comp}/");
+                }
+                None => break,
+            }
+        }
+    }
+    let mut out: Vec<Entry> = Vec::new();
+    let mut last_group: Option<String> = None;
+    while out.len() <= req.max_keys {
+        let Some(top) = stack.last_mut() else { break };
+        let (key, fi, descend) = match top.next(c).await? {
+            Some(Next::File(fi)) => {
+                top.yielded = true;
+                (format!("{}{}", top.key_prefix, fi.name), fi, false)
+            }
+            Some(Next::Dir(fi)) => {
+                top.yielded = true;
+                if req.skip_hidden && top.root && fi.name == UPLOADS_DIR {
+                    continue;
+                }
+                (format!("{}{}/", top.key_prefix, fi.name), fi, !slash)
+            }
+            None => {
+                let done = stack.pop().unwrap();
+                match done.dir {
+                    Some(fi) if !done.yielded => (done.key_prefix, fi, false),
+                    _ => continue,
+                }
+            }
+        };
+        if !key.starts_with(prefix) && !prefix.starts_with(key.as_str()) {
+            if key.as_str() > prefix {
+                break; // every later key sorts after the prefix too
+            }
+            continue;
+        }
+        if descend {
+            let path = lpath::join(&stack.last().unwrap().path, &fi.name);
+            stack.push(Cursor::new(path, key, "", false, Some(fi)));
+            continue;
+        }
+        if key.as_str() <= after.as_str() || skip_group.as_deref().is_some_and(|g| key.starts_with(g)) {
+            continue;
+        }
+        if !key.starts_with(prefix) {
+            continue;
+        }
+        if let Some(d) = req.delimiter.filter(|d| !d.is_empty()) {
+            if let Some(i) = key[prefix.len()..].find(d) {
+                let group = key[..prefix.len() + i + d.len()].to_string();
+                if last_group.as_deref() != Some(group.as_str()) {
+                    last_group = Some(group.clone());
+                    out.push(Entry::Prefix(group));
+                }
+                continue;
+            }
+        }
+        out.push(Entry::Object { key, fi });
+    }
+    let truncated = out.len() > req.max_keys;
+    out.truncate(req.max_keys);
+    Ok((out, truncated))
+}

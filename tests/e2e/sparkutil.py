@@ -1,0 +1,97 @@
+"""PySpark (local[2]) against an S3 endpoint through s3a, for the end-to-end tests.
+
+The jars s3a needs (hadoop-aws, the AWS SDK v2 bundle and the analytics accelerator) are
+fetched and cached by `scripts/install-spark PYTHON TOOLS_DIR`, which also installs
+pyspark, pyarrow, s3fs and pandas. Typical use in a test module:
+
+    jars = find_jars(TOOLS_DIR)        # None: skip, or run scripts/install-spark first
+    spark = spark_session("http://127.0.0.1:9000", "minioadmin", "minioadmin", jars)
+    try:
+        assert spark.read.text("s3a://bucket/file.txt").count() == n
+    finally:
+        spark.stop()
+
+A SparkSession takes 5-25 s to start, so share one per module or per test session. Only one
+can run per Python process: the jars and the s3a settings are fixed when it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# The files scripts/install-spark puts into TOOLS_DIR/jars (Hadoop 3.5.0, as pyspark 4.3.0 ships).
+JAR_NAMES = (
+    "hadoop-aws-3.5.0.jar",
+    "bundle-2.35.4.jar",
+    "analyticsaccelerator-s3-1.3.1.jar",
+)
+
+
+def find_jars(tools_dir) -> str | None:
+    """The comma-joined absolute paths of the three s3a jars in TOOLS_DIR/jars, or None if
+    any is missing. Reads the list scripts/install-spark wrote (jars/s3a-jars.txt; it names
+    other versions if pyspark ships another Hadoop), else looks for JAR_NAMES."""
+    d = Path(tools_dir).expanduser().absolute() / "jars"
+    listed = d / "s3a-jars.txt"
+    if listed.is_file():
+        paths = [Path(p) for p in listed.read_text().strip().split(",") if p]
+    else:
+        paths = [d / n for n in JAR_NAMES]
+    if not all(p.is_file() and p.stat().st_size > 0 for p in paths):
+        return None
+    return ",".join(str(p) for p in paths)
+
+
+def spark_session(endpoint: str, access_key: str, secret_key: str, jars: str, app: str = "locus-test"):
+    """A local[2] SparkSession whose s3a:// paths go to `endpoint` (e.g. http://127.0.0.1:9000).
+
+    `jars` is the comma-separated list find_jars() or scripts/install-spark gives. Path-style
+    addressing, plain HTTP, region us-east-1, static keys. Everything binds to 127.0.0.1, the
+    web UI is off and shuffles use 2 partitions, to keep it fast and quiet. Stop it with
+    spark.stop()."""
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        raise RuntimeError("a SparkSession is already running in this process: stop it first "
+                           "(jars and s3a settings are fixed when the JVM starts)")
+    # Read by the JVM pyspark launches; without it Spark may pick a non-loopback address.
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    # Python workers (UDFs, RDD lambdas) run with this interpreter, not whatever `python3` is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+    s3a = {
+        "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "fs.s3a.endpoint": endpoint,
+        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": access_key,
+        "fs.s3a.secret.key": secret_key,
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        # A broken endpoint should fail a test in seconds, not after minutes of retries.
+        "fs.s3a.attempts.maximum": "2",
+        "fs.s3a.retry.limit": "2",
+        "fs.s3a.retry.interval": "100ms",
+    }
+    b = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        # On the driver's class path, not spark.jars: in local mode the driver is the only
+        # JVM, and spark.jars would copy the 686 MB SDK bundle into /tmp/spark-*/userFiles-*
+        # at every session start (about 1 s and 686 MB of disk each time).
+        .config("spark.driver.extraClassPath", os.pathsep.join(j for j in jars.split(",") if j))
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+    )
+    for k, v in s3a.items():
+        b = b.config("spark.hadoop." + k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
