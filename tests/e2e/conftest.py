@@ -559,3 +559,64 @@ def standalone_factory(tmp, request):
         s.cleanup()
         if _failed(request):
             print(s.log_tail(80))
+
+
+# --------------------------------------------------------------------------- S3 gateway
+
+GW_KEY = "locusadmin"
+GW_SECRET = "locusadmin"
+
+
+def gw_client(endpoint: str, key: str = GW_KEY, secret: str = GW_SECRET, **cfg):
+    """A boto3 client of the gateway with boto3's defaults (checksums included)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
+                        region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}, **cfg))
+
+
+class Gateway:
+    """A cluster and its gateway with two buckets: `local`, a directory of the default
+    file:// UFS, and `lake`, a mount of a real MinIO bucket."""
+
+    def __init__(self, cluster: Cluster, minio_endpoint: str):
+        self.cluster = cluster
+        self.endpoint = f"http://{cluster.gateway}"
+        self.minio = s3_client(minio_endpoint)
+        self.minio_endpoint = minio_endpoint
+        self.minio_bucket = f"lake-{uuid.uuid4().hex[:10]}"
+        self.minio.create_bucket(Bucket=self.minio_bucket)
+        cluster.mount_s3("/lake", self.minio_bucket, "", minio_endpoint, "1s")
+        self.s3 = gw_client(self.endpoint)
+        wait_until(lambda: _port_open(cluster.gateway), timeout=20, what="the gateway to listen")
+        self.s3.create_bucket(Bucket="local")
+
+    def new_bucket(self) -> str:
+        name = f"b-{uuid.uuid4().hex[:12]}"
+        self.s3.create_bucket(Bucket=name)
+        return name
+
+
+def _port_open(addr: str) -> bool:
+    host, port = addr.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def gateway(e2e_tmp, minio, request):
+    """One cluster (1 worker, 8 MiB blocks) with its S3 gateway, shared by a module."""
+    d = Path(tempfile.mkdtemp(prefix="gw-", dir=e2e_tmp))
+    c = Cluster(d / "c", d, workers=1, args=["--block-size", "8MiB"])
+    try:
+        c.start()
+        yield Gateway(c, minio)
+    finally:
+        c.cleanup()
+        if request.session.testsfailed:
+            print(c.log_tail(80))

@@ -93,6 +93,7 @@ impl Client {
         let ch = tonic::transport::Endpoint::from_shared(format!("http://{master_address}"))
             .map_err(|e| Error::invalid(format!("bad master address {master_address:?}: {e}")))?
             .connect_timeout(Duration::from_secs(3))
+            .tcp_nodelay(true)
             .timeout(cfg.rpc_timeout)
             .connect_lazy();
         Ok(Client {
@@ -196,10 +197,11 @@ impl Client {
         Ok(self.m().free(r).await.map_err(|s| self.err(s))?.into_inner().count)
     }
 
-    /// Replace the tags of a file.
-    pub async fn set_tags(&self, path: &str, tags: HashMap<String, String>) -> Result<pb::FileInfo> {
-        let r = pb::SetTagsRequest { path: path.into(), tags };
-        Ok(self.m().set_tags(r).await.map_err(|s| self.err(s))?.into_inner())
+    /// Replace the object metadata of a file or directory (`tags_only`: just its tags).
+    /// Default metadata clears it.
+    pub async fn set_object_meta(&self, path: &str, meta: pb::ObjectMeta, tags_only: bool) -> Result<pb::FileInfo> {
+        let r = pb::SetObjectMetaRequest { path: path.into(), meta: Some(meta), tags_only };
+        Ok(self.m().set_object_meta(r).await.map_err(|s| self.err(s))?.into_inner())
     }
 
     pub async fn report(&self) -> Result<pb::Report> {

@@ -802,18 +802,22 @@ impl Master {
         self.file_info(&path, &rec, false)
     }
 
-    /// Replace the tags of a file.
-    pub async fn set_tags(&self, path: &str, tags: HashMap<String, String>) -> Result<pb::FileInfo> {
+    /// Replace the object metadata of a file or directory (or only its tags).
+    pub async fn set_object_meta(&self, path: &str, meta: pb::ObjectMeta, tags_only: bool) -> Result<pb::FileInfo> {
         let path = normalize(path)?;
         let rec = self.must_resolve(&path).await?;
-        if rec.is_dir {
-            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
-        }
         self.writable(&path)?;
         let w = self.inner.store.write()?;
         let mut rec = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?
             .ok_or_else(|| Error::not_found(format!("{path} does not exist")))?;
-        rec.meta.get_or_insert_with(Default::default).tags = tags;
+        if tags_only {
+            rec.meta.get_or_insert_with(Default::default).tags = meta.tags;
+        } else {
+            rec.meta = Some(meta);
+        }
+        if rec.meta.as_ref().is_some_and(|m| *m == pb::ObjectMeta::default()) {
+            rec.meta = None;
+        }
         put_inode(&w, &rec)?;
         w.commit().map_err(db_err)?;
         self.file_info(&path, &rec, false)

@@ -20,7 +20,9 @@ pub(crate) async fn serve(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // No Nagle: a reply that spans two segments would otherwise wait out the client's
+    // delayed ACK (40 ms per listing page).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(MasterServer::new(master).max_decoding_message_size(16 << 20))
         .serve_with_incoming_shutdown(incoming, shutdown)
@@ -59,9 +61,9 @@ impl pb::master_server::Master for Master {
     async fn complete_file(&self, r: Request<pb::CompleteFileRequest>) -> R<pb::FileInfo> {
         ok(Master::complete_file(self, r.into_inner()).await)
     }
-    async fn set_tags(&self, r: Request<pb::SetTagsRequest>) -> R<pb::FileInfo> {
+    async fn set_object_meta(&self, r: Request<pb::SetObjectMetaRequest>) -> R<pb::FileInfo> {
         let r = r.into_inner();
-        ok(Master::set_tags(self, &r.path, r.tags).await)
+        ok(Master::set_object_meta(self, &r.path, r.meta.unwrap_or_default(), r.tags_only).await)
     }
     async fn set_pinned(&self, r: Request<pb::SetPinnedRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();

@@ -16,6 +16,7 @@ mod s3;
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -52,14 +53,14 @@ impl GatewayBuilder {
         let cfg = self.cfg;
         let mut b = s3s::service::S3ServiceBuilder::new(s3::LocusS3::new(self.client, cfg.clone()));
         if !cfg.access_key_id.is_empty() {
-            b.set_auth(s3s::auth::SimpleAuth::from_single(cfg.access_key_id.clone(), cfg.secret_access_key.clone()));
+            b.set_auth(Keys(Some((cfg.access_key_id.clone(), cfg.secret_access_key.clone()))));
             if cfg.anonymous {
                 b.set_access(AllowAll);
             }
         } else if !cfg.anonymous {
             // No keys and no anonymous access: an auth provider that knows nobody, so
             // every request is refused.
-            b.set_auth(s3s::auth::SimpleAuth::new());
+            b.set_auth(Keys(None));
         }
         b.set_host(Hosts { domains: cfg.domains.clone() });
         Ok(Gateway { service: b.build(), cfg })
@@ -98,9 +99,29 @@ impl Gateway {
                 _ = &mut shutdown => break,
             };
             let _ = stream.set_nodelay(true);
+            let service = self.service.clone();
+            let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let service = service.clone();
+                async move {
+                    // A request answered before its body was read (an error), or with an
+                    // empty body, never got its `100 Continue`: the client may not send the
+                    // body, and botocore then mistakes the connection's state (its next
+                    // request waits out the read timeout). Such a connection is not reused.
+                    let empty = http_body::Body::is_end_stream(req.body());
+                    let expects = req.headers().contains_key(http::header::EXPECT);
+                    let done = Arc::new(AtomicBool::new(false));
+                    let (parts, body) = req.into_parts();
+                    let body = s3s::Body::http_body_unsync(Tracked { inner: body, done: done.clone() });
+                    let mut res = service.call(http::Request::from_parts(parts, body)).await?;
+                    if (expects && empty) || (!empty && !done.load(Ordering::Acquire)) {
+                        res.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, s3s::HttpError>(res)
+                }
+            });
             let conn = hyper::server::conn::http1::Builder::new()
                 .max_buf_size(MAX_HEAD_BYTES.max(8192))
-                .serve_connection(TokioIo::new(stream), self.service.clone());
+                .serve_connection(TokioIo::new(stream), svc);
             let conn = graceful.watch(conn);
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
@@ -115,6 +136,46 @@ impl Gateway {
             }
         }
         Ok(())
+    }
+}
+
+/// A request body that records when it was read to the end.
+struct Tracked {
+    inner: hyper::body::Incoming,
+    done: Arc<AtomicBool>,
+}
+
+impl http_body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(None) = r {
+            self.done.store(true, Ordering::Release);
+        }
+        r
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The configured key pair (if any).
+struct Keys(Option<(String, String)>);
+
+#[async_trait::async_trait]
+impl s3s::auth::S3Auth for Keys {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<s3s::auth::SecretKey> {
+        match &self.0 {
+            Some((k, s)) if k == access_key => Ok(s.clone().into()),
+            _ => Err(s3s::s3_error!(InvalidAccessKeyId)),
+        }
     }
 }
 

@@ -90,7 +90,8 @@ struct Cursor {
     /// Directories waiting for their place in key order (sorting as `name/`).
     held: BinaryHeap<Reverse<Held>>,
     yielded: bool,
-    /// This directory, when an empty one lists as a `dir/` marker object.
+    /// This directory, when it lists as a `dir/` marker object: first if it is an
+    /// explicit marker (it has object metadata), else last and only if it is empty.
     dir: Option<pb::FileInfo>,
     root: bool,
 }
@@ -231,7 +232,13 @@ pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry
     let mut last_group: Option<String> = None;
     while out.len() <= req.max_keys {
         let Some(top) = stack.last_mut() else { break };
-        let (key, fi, descend) = match top.next(c).await? {
+        let explicit = top.dir.as_ref().is_some_and(|d| d.meta.is_some());
+        let next = if explicit { None } else { top.next(c).await? };
+        let (key, fi, descend) = match next {
+            None if explicit => {
+                top.yielded = true;
+                (top.key_prefix.clone(), top.dir.take().unwrap(), false)
+            }
             Some(Next::File(fi)) => {
                 top.yielded = true;
                 (format!("{}{}", top.key_prefix, fi.name), fi, false)

@@ -76,6 +76,11 @@ fn etag_of(fi: &pb::FileInfo) -> String {
     }
 }
 
+/// What marks a directory as an explicit `dir/` object.
+fn marker_meta() -> pb::ObjectMeta {
+    pb::ObjectMeta { etag: EMPTY_MD5.into(), ..Default::default() }
+}
+
 fn meta_of(fi: &pb::FileInfo) -> pb::ObjectMeta {
     fi.meta.clone().unwrap_or_default()
 }
@@ -427,7 +432,17 @@ impl LocusS3 {
         let path = object_path(bucket, key)?;
         match self.client.status(&path, false).await {
             Ok(fi) if fi.is_dir => {
-                if !key.ends_with('/') || !self.is_empty_dir(&path).await? {
+                if !key.ends_with('/') {
+                    return Ok(());
+                }
+                if !self.is_empty_dir(&path).await? {
+                    // The marker goes; the directory stays while it has objects.
+                    if fi.meta.is_some() {
+                        self.client
+                            .set_object_meta(&path, pb::ObjectMeta::default(), false)
+                            .await
+                            .map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
+                    }
                     return Ok(());
                 }
             }
@@ -449,6 +464,9 @@ impl LocusS3 {
         while let Some((parent, _)) = lpath::split_parent(&cur) {
             if parent == top || parent == "/" || !self.is_empty_dir(parent).await.unwrap_or(false) {
                 break;
+            }
+            if self.client.status(parent, false).await.map(|p| p.meta.is_some()).unwrap_or(true) {
+                break; // an explicit `dir/` marker stays, as in S3
             }
             if self.client.delete(parent, false).await.is_err() {
                 break; // a mount point, or it filled up again
@@ -828,10 +846,25 @@ impl S3 for LocusS3 {
             return Err(s3_error!(EntityTooLarge));
         }
         if i.key.ends_with('/') {
-            if i.content_length.is_some_and(|n| n > 0) {
-                return Err(s3_error!(InvalidArgument, "a key ending in '/' names a directory and takes no data"));
+            // (Streaming-signed markers declare a body length for their empty chunk.)
+            if let Some(mut body) = i.body {
+                while let Some(chunk) = body.next().await {
+                    let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "{e}"))?;
+                    if !chunk.is_empty() {
+                        return Err(s3_error!(
+                            InvalidArgument,
+                            "a key ending in '/' names a directory and takes no data"
+                        ));
+                    }
+                }
             }
+            // A directory marker: the directory, flagged so that it lists as `key/` even
+            // when it has children and outlives them.
             self.client.mkdir(&path, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
+            self.client
+                .set_object_meta(&path, marker_meta(), false)
+                .await
+                .map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
             return ok(PutObjectOutput { e_tag: Some(etag(EMPTY_MD5)), ..Default::default() });
         }
         if matches!(i.if_none_match, Some(ETagCondition::Any)) && self.client.status(&path, false).await.is_ok() {
@@ -957,13 +990,17 @@ impl S3 for LocusS3 {
         let tags = check_tags(
             i.tagging.tag_set.into_iter().map(|t| (t.key.unwrap_or_default(), t.value.unwrap_or_default())).collect(),
         )?;
-        self.client.set_tags(&fi.path, tags).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
+        let meta = pb::ObjectMeta { tags, ..Default::default() };
+        self.client.set_object_meta(&fi.path, meta, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
         ok(PutObjectTaggingOutput::default())
     }
 
     async fn delete_object_tagging(&self, req: S3Request<DeleteObjectTaggingInput>) -> R<DeleteObjectTaggingOutput> {
         let fi = self.object(&req.input.bucket, &req.input.key, false).await?;
-        self.client.set_tags(&fi.path, HashMap::new()).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
+        self.client
+            .set_object_meta(&fi.path, pb::ObjectMeta::default(), true)
+            .await
+            .map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
         ok(DeleteObjectTaggingOutput::default())
     }
 
@@ -1081,15 +1118,18 @@ impl S3 for LocusS3 {
             return Err(s3_error!(MalformedXML, "the upload names no parts"));
         }
         let have: HashMap<i32, pb::FileInfo> = self.parts(&dir).await?.into_iter().collect();
-        let mut chosen = Vec::with_capacity(wanted.len());
-        let mut md5s = Md5::new();
         let mut prev = 0;
-        for (k, p) in wanted.iter().enumerate() {
+        for p in &wanted {
             let n = p.part_number.ok_or_else(|| s3_error!(InvalidPart, "a part has no number"))?;
             if n <= prev {
                 return Err(s3_error!(InvalidPartOrder));
             }
             prev = n;
+        }
+        let mut chosen = Vec::with_capacity(wanted.len());
+        let mut md5s = Md5::new();
+        for (k, p) in wanted.iter().enumerate() {
+            let n = p.part_number.unwrap_or_default();
             let fi = have.get(&n).ok_or_else(|| s3_error!(InvalidPart, "part {n} was not uploaded"))?;
             let tag = etag_of(fi);
             if p.e_tag.as_ref().is_some_and(|e| e.value() != tag) {
