@@ -2,7 +2,7 @@
 
 The jars s3a needs (hadoop-aws, the AWS SDK v2 bundle and the analytics accelerator) are
 fetched and cached by `scripts/install-spark PYTHON TOOLS_DIR`, which also installs
-pyspark, pyarrow, s3fs and pandas. Typical use in a test module:
+pyspark, pyarrow and pandas. Typical use in a test module:
 
     jars = find_jars(TOOLS_DIR)        # None: skip, or run scripts/install-spark first
     spark = spark_session("http://127.0.0.1:9000", "minioadmin", "minioadmin", jars)

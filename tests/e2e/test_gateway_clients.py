@@ -190,17 +190,12 @@ def test_spark_writes_parquet_and_reads_it_back(gateway, spark, bucket):
 # --------------------------------------------------------------------------- memory
 
 
-class _Pattern(io.RawIOBase):
-    """`size` bytes of a repeating 1 MiB random block, seekable, never held whole."""
+class _Pattern:
+    """`size` bytes of a repeating 1 MiB random block: a seekable file, never held whole."""
 
     def __init__(self, size: int, block: bytes):
-        self.size, self.block, self.pos = size, block, 0
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
+        self.size, self.pos = size, 0
+        self.block2 = block + block
 
     def tell(self):
         return self.pos
@@ -209,15 +204,17 @@ class _Pattern(io.RawIOBase):
         self.pos = {0: off, 1: self.pos + off, 2: self.size + off}[whence]
         return self.pos
 
-    def readinto(self, b):
-        n = min(len(b), self.size - self.pos)
-        if n <= 0:
-            return 0
-        o = self.pos % len(self.block)
-        chunk = (self.block[o:] + self.block)[:n] if o + n > len(self.block) else self.block[o:o + n]
-        b[:n] = chunk
-        self.pos += n
-        return n
+    def read(self, n=-1):
+        left = self.size - self.pos
+        n = left if n is None or n < 0 else min(n, left)
+        out = bytearray()
+        blen = len(self.block2) // 2
+        while len(out) < n:
+            o = self.pos % blen
+            k = min(n - len(out), blen)
+            out += self.block2[o:o + k]
+            self.pos += k
+        return bytes(out)
 
 
 def _rss(pid: int) -> int:
