@@ -257,6 +257,11 @@ impl Ufs {
         Ok(UfsWriter { w, path: path.into(), ufs: self.clone() })
     }
 
+    /// Write a whole object in one request (one PutObject on S3).
+    pub async fn put(&self, path: &str, data: Bytes) -> Result<()> {
+        self.op.write(path, data).await.map(|_| ()).map_err(|e| ufs_err(format!("put {path}"), e))
+    }
+
     pub async fn create_dir(&self, path: &str) -> Result<()> {
         self.op.create_dir(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("mkdir {path}"), e))
     }

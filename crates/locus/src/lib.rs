@@ -3,6 +3,7 @@
 //! MiniCluster on port 0. It may depend on every Locus crate.
 
 pub mod bench;
+pub mod bench_gateway;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -124,6 +124,32 @@ enum LocalCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The S3 gateway against MinIO, side by side: GET of a cached object (1 and 4
+    /// streams), PUT, and 4 KiB GET latency. Starts its own Locus; needs a running MinIO.
+    Gateway {
+        /// MinIO endpoint.
+        #[arg(long, default_value = "http://127.0.0.1:9000")]
+        endpoint: String,
+        /// MinIO bucket (must exist).
+        #[arg(long, default_value = "bench")]
+        bucket: String,
+        #[arg(long, default_value = "minioadmin")]
+        access_key: String,
+        #[arg(long, default_value = "minioadmin")]
+        secret_key: String,
+        /// Object size.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        /// Runs per throughput measure.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// 4 KiB GETs per server.
+        #[arg(long, default_value_t = 500)]
+        small_gets: usize,
+        /// Write the Markdown table here as well (and the raw runs next to it as JSON).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Read one large file: direct UFS, Locus first read, short-circuit, forced remote,
     /// tmpfs `cat`, and an iperf3 loopback stream. Needs a running S3 store (MinIO).
     Read {
@@ -495,6 +521,33 @@ fn run(cli: Cli) -> Result<()> {
                 std::fs::write(p, &md)?;
                 let raw = json!({"rows": rows, "ratios": ratios});
                 std::fs::write(p.with_extension("json"), serde_json::to_string_pretty(&raw)?)?;
+            }
+            Ok(())
+        }
+        Cmd::Bench {
+            cmd: BenchCmd::Gateway { endpoint, bucket, access_key, secret_key, size, runs, small_gets, out },
+        } => {
+            locus_common::init_logging(false);
+            let size: bytesize::ByteSize = size.parse().map_err(|e| Error::invalid(format!("bad --size: {e}")))?;
+            let work = tempfile_dir()?;
+            let b = locus::bench_gateway::GatewayBench {
+                endpoint: endpoint.clone(),
+                bucket: bucket.clone(),
+                access_key: access_key.clone(),
+                secret_key: secret_key.clone(),
+                size: size.as_u64(),
+                runs: *runs,
+                small_gets: *small_gets,
+                work_dir: work.clone(),
+            };
+            let res = runtime()?.block_on(b.run());
+            let _ = std::fs::remove_dir_all(&work);
+            let rows = res?;
+            let md = locus::bench_gateway::markdown(&b, &rows);
+            println!("{md}");
+            if let Some(p) = out {
+                std::fs::write(p, &md)?;
+                std::fs::write(p.with_extension("json"), serde_json::to_string_pretty(&json!({"rows": rows}))?)?;
             }
             Ok(())
         }
