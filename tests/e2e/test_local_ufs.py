@@ -113,5 +113,7 @@ def test_rm_on_local_ufs(cluster):
     assert c.ls_json("/") == []
 
     # The namespace and the UFS agree afterwards, and the cached block is gone.
-    assert sorted(p.name for p in ufs.iterdir()) == []
+    # (.locus-tmp holds writes in flight, renamed into place on close: none are left.)
+    assert sorted(p.name for p in ufs.iterdir() if p.name != ".locus-tmp") == []
+    assert list((ufs / ".locus-tmp").iterdir()) == []
     c.wait_report(lambda r: r["workers"][0]["tiers"][0]["blocks"] == 0, what="the removed file's block to go")
