@@ -76,6 +76,24 @@ fn etag_of(fi: &pb::FileInfo) -> String {
     }
 }
 
+/// The `x-amz-checksum-*` values a PutObject or UploadPart input carries.
+macro_rules! sent_checksums {
+    ($i:expr) => {
+        Checksum {
+            checksum_crc32: $i.checksum_crc32,
+            checksum_crc32c: $i.checksum_crc32c,
+            checksum_crc64nvme: $i.checksum_crc64nvme,
+            checksum_sha1: $i.checksum_sha1,
+            checksum_sha256: $i.checksum_sha256,
+            ..Default::default()
+        }
+    };
+}
+
+fn empty_body() -> StreamingBlob {
+    StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, io::Error>>())
+}
+
 /// What marks a directory as an explicit `dir/` object.
 fn marker_meta() -> pb::ObjectMeta {
     pb::ObjectMeta { etag: EMPTY_MD5.into(), ..Default::default() }
@@ -826,11 +844,7 @@ impl S3 for LocusS3 {
             metadata: (!meta.user.is_empty()).then_some(meta.user),
             tag_count,
             storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
-            body: Some(if n == 0 {
-                StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, io::Error>>())
-            } else {
-                self.stream(fi, start, n, ReadOptions { read_type })
-            }),
+            body: Some(if n == 0 { empty_body() } else { self.stream(fi, start, n, ReadOptions { read_type }) }),
             ..Default::default()
         };
         ok(out)
@@ -873,16 +887,9 @@ impl S3 for LocusS3 {
         let tags = parse_tagging(i.tagging.as_deref())?;
         let user = i.metadata.unwrap_or_default();
         let content_type = i.content_type.unwrap_or_default();
-        let sums = Checksum {
-            checksum_crc32: i.checksum_crc32,
-            checksum_crc32c: i.checksum_crc32c,
-            checksum_crc64nvme: i.checksum_crc64nvme,
-            checksum_sha1: i.checksum_sha1,
-            checksum_sha256: i.checksum_sha256,
-            ..Default::default()
-        };
+        let sums = sent_checksums!(i);
         let expected = Expected::new(i.content_md5.as_deref(), sums, &headers)?;
-        let body = i.body.unwrap_or_else(|| StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, io::Error>>()));
+        let body = i.body.unwrap_or_else(empty_body);
         let opts = PutOptions {
             overwrite: true,
             content_type: content_type.clone(),
@@ -1012,11 +1019,10 @@ impl S3 for LocusS3 {
     ) -> R<CreateMultipartUploadOutput> {
         let i = req.input;
         self.bucket(&i.bucket).await?;
-        let path = object_path(&i.bucket, &i.key)?;
+        object_path(&i.bucket, &i.key)?;
         if i.key.ends_with('/') {
             return Err(s3_error!(InvalidArgument, "a key ending in '/' names a directory"));
         }
-        let _ = path;
         let upload_id = hex(&rand::random::<[u8; 16]>());
         let dir = self.upload_dir(&i.bucket, &upload_id)?;
         self.client.mkdir(&dir, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
@@ -1051,16 +1057,9 @@ impl S3 for LocusS3 {
             return Err(s3_error!(EntityTooLarge));
         }
         let (dir, _) = self.upload(&i.bucket, &i.key, &i.upload_id).await?;
-        let sums = Checksum {
-            checksum_crc32: i.checksum_crc32,
-            checksum_crc32c: i.checksum_crc32c,
-            checksum_crc64nvme: i.checksum_crc64nvme,
-            checksum_sha1: i.checksum_sha1,
-            checksum_sha256: i.checksum_sha256,
-            ..Default::default()
-        };
+        let sums = sent_checksums!(i);
         let expected = Expected::new(i.content_md5.as_deref(), sums, &headers)?;
-        let body = i.body.unwrap_or_else(|| StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, io::Error>>()));
+        let body = i.body.unwrap_or_else(empty_body);
         let part = format!("{dir}/{:05}", i.part_number);
         let opts = PutOptions { overwrite: true, ..Default::default() };
         let w = self.checked_put(&part, body, expected, trailers, opts, pb::ObjectMeta::default()).await?;
@@ -1164,8 +1163,7 @@ impl S3 for LocusS3 {
         };
         let meta =
             pb::ObjectMeta { content_type: rec.content_type, etag: final_etag.clone(), user: rec.user, tags: rec.tags };
-        let w = self.checked_put(&path, StreamingBlob::wrap(body), Expected::default(), None, opts, meta).await?;
-        let _ = w;
+        self.checked_put(&path, StreamingBlob::wrap(body), Expected::default(), None, opts, meta).await?;
         if let Err(e) = self.client.delete(&dir, true).await {
             tracing::warn!(dir, error = %e, "cannot remove the parts of a completed upload");
         }
