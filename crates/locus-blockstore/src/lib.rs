@@ -58,6 +58,9 @@ struct State {
     blocks: HashMap<u64, Meta>,
     tick: u64,
     pinned_versions: HashSet<u64>,
+    /// Versions written here whose pin the master has not confirmed yet: version → the
+    /// pin epoch from which the master's pin list covers it.
+    write_pins: HashMap<u64, u64>,
     changes: Vec<Change>,
     evictions: u64,
 }
@@ -102,7 +105,8 @@ fn block_path(dir: &Path, id: u64) -> PathBuf {
 }
 
 fn pinned(state: &State, id: u64) -> bool {
-    state.pinned_versions.contains(&locus_common::split_block_id(id).0)
+    let v = locus_common::split_block_id(id).0;
+    state.pinned_versions.contains(&v) || state.write_pins.contains_key(&v)
 }
 
 /// Move a file between tiers; tiers may sit on different file systems.
@@ -133,6 +137,7 @@ impl BlockStore {
             blocks: HashMap::new(),
             tick: 0,
             pinned_versions: HashSet::new(),
+            write_pins: HashMap::new(),
             changes: Vec::new(),
             evictions: 0,
         };
@@ -194,9 +199,20 @@ impl BlockStore {
         std::mem::take(&mut self.inner.state.lock().changes)
     }
 
-    /// Replace the set of pinned file versions (blocks of these are never evicted).
-    pub fn set_pinned_versions(&self, versions: HashSet<u64>) {
-        self.inner.state.lock().pinned_versions = versions;
+    /// Replace the set of pinned file versions (blocks of these are never evicted) with
+    /// the master's list as of pin epoch `epoch`. Write pins that list covers end.
+    pub fn set_pinned_versions(&self, versions: HashSet<u64>, epoch: u64) {
+        let mut s = self.inner.state.lock();
+        s.pinned_versions = versions;
+        s.write_pins.retain(|_, e| *e > epoch);
+    }
+
+    /// Pin the blocks of a version being written here until the master's pin list as of
+    /// `epoch` arrives (it pins them itself from then on, for as long as they need it).
+    pub fn pin_written(&self, version: u64, epoch: u64) {
+        let mut s = self.inner.state.lock();
+        let e = s.write_pins.entry(version).or_insert(epoch);
+        *e = (*e).max(epoch);
     }
 
     pub fn contains(&self, block_id: u64) -> bool {
@@ -448,7 +464,7 @@ mod tests {
         let pinned_id = locus_common::block_id(9, 0);
         put(&s, pinned_id, 400).unwrap();
         put(&s, 2, 400).unwrap();
-        s.set_pinned_versions([9].into());
+        s.set_pinned_versions([9].into(), 1);
         let lease = s.lease(2, false).unwrap().unwrap();
         let e = s.create(3, 400).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ResourceExhausted);
@@ -457,6 +473,23 @@ mod tests {
         put(&s, 3, 400).unwrap();
         assert!(s.contains(pinned_id), "pinned block survives eviction");
         assert!(!s.contains(2));
+    }
+
+    #[test]
+    fn write_pins_hold_until_the_master_list_covers_them() {
+        let d = tempfile::tempdir().unwrap();
+        let s = BlockStore::open(&[tier(TierAlias::MEM, d.path(), 1000)], 0.9, 0.5).unwrap();
+        let written = locus_common::block_id(5, 0);
+        s.pin_written(5, 7);
+        put(&s, written, 400).unwrap();
+        s.set_pinned_versions(HashSet::new(), 6); // an older list does not know the write yet
+        put(&s, 2, 400).unwrap();
+        put(&s, 3, 400).unwrap();
+        assert!(s.contains(written), "write-pinned block is not evicted");
+        assert!(!s.contains(2), "the unpinned one goes instead");
+        s.set_pinned_versions(HashSet::new(), 7); // the master's list as of the write: persisted
+        put(&s, 4, 400).unwrap();
+        assert!(!s.contains(written), "released once the master's list no longer pins it");
     }
 
     #[test]

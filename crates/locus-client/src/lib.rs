@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use locus_common::config::{ClientConfig, Locality, ReadType};
+use locus_common::config::{ClientConfig, Locality, ReadType, WriteType};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb::{self, master_client::MasterClient};
 use locus_proto::{from_error_info, from_status, read_frame, write_frame};
@@ -46,6 +46,10 @@ pub struct PutOptions {
     /// Stored with the object in an S3 UFS (and in the namespace, via the sealed meta).
     pub content_type: String,
     pub user_metadata: HashMap<String, String>,
+    /// Overrides the client's (and the mount's, and the cluster's) write type.
+    pub write_type: Option<WriteType>,
+    /// Overrides `client.replication.durable` (0 = min(2, live workers)).
+    pub durable_replicas: Option<u32>,
 }
 
 /// Bytes per chunk of a [`Client::read_stream`].
@@ -192,6 +196,17 @@ impl Client {
         Ok(self.m().set_pinned(r).await.map_err(|s| self.err(s))?.into_inner().count)
     }
 
+    /// Queue the persist of a MUST_CACHE file; returns its status (see `persist_state`).
+    pub async fn persist(&self, path: &str) -> Result<pb::FileInfo> {
+        let r = pb::PathRequest { path: path.into(), recursive: false };
+        Ok(self.m().persist(r).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
+    pub async fn set_replication(&self, path: &str, min: u32, max: u32, recursive: bool) -> Result<u64> {
+        let r = pb::SetReplicationRequest { path: path.into(), min, max, recursive };
+        Ok(self.m().set_replication(r).await.map_err(|s| self.err(s))?.into_inner().count)
+    }
+
     pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
         let r = pb::PathRequest { path: path.into(), recursive };
         Ok(self.m().free(r).await.map_err(|s| self.err(s))?.into_inner().count)
@@ -297,7 +312,8 @@ impl Client {
         }
         let end = offset.saturating_add(len).min(fi.length);
         let read_type = opts.read_type.unwrap_or(self.cfg.read_type);
-        let caching = read_type != ReadType::NO_CACHE;
+        // Bytes only in worker caches cannot be filled from the UFS.
+        let caching = read_type != ReadType::NO_CACHE && persisted(fi);
         let sc_fill = caching && self.has_local_worker().await;
         let mut pos = offset;
         // Read-ahead: up to READ_AHEAD_BLOCKS blocks beyond the one being read are filled by
@@ -391,6 +407,14 @@ impl Client {
             }
             let w = match holders.first() {
                 Some((_, w, _)) => w.clone(),
+                None if !persisted(fi) => {
+                    return Err(last_err.unwrap_or_else(|| {
+                        Error::unavailable(format!(
+                            "block {} of {} has no live copy, and the file is not persisted ({})",
+                            b.block_id, fi.path, fi.persist_state
+                        ))
+                    }));
+                }
                 None => match self.pick_worker(b.block_id, &failed).await {
                     Ok(w) => w,
                     // Every worker failed this block: say why the last one did.
@@ -603,19 +627,29 @@ impl Client {
         opts: &PutOptions,
         seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
     ) -> Result<pb::FileInfo> {
+        let write_type = opts.write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
         let target = self
             .m()
-            .create_file(pb::CreateFileRequest { path: path.into(), overwrite: opts.overwrite })
+            .create_file(pb::CreateFileRequest { path: path.into(), overwrite: opts.overwrite, write_type })
             .await
             .map_err(|s| self.err(s))?
             .into_inner();
-        let w = self.pick_worker(0, &HashSet::new()).await?;
+        let wt = WriteType::parse_or_err(&target.write_type)?;
+        let copies =
+            if wt.needs_durable_copies() { opts.durable_replicas.unwrap_or(self.cfg.replication.durable) } else { 1 };
+        let mut pipeline = self.write_pipeline(path, copies).await?;
+        let w = pipeline.remove(0);
         let mut c = self.conn(&w.data_address).await?;
         let req = pb::WriteFileRequest {
             mount_id: target.mount_id,
             ufs_path: target.ufs_path.clone(),
             content_type: opts.content_type.clone(),
             user_metadata: opts.user_metadata.clone(),
+            write_type: target.write_type.clone(),
+            version: target.version,
+            block_size: target.block_size,
+            pipeline,
+            pin_epoch: target.pin_epoch,
         };
         write_frame(&mut c, &pb::DataRequest { req: Some(pb::data_request::Req::Write(req)) }).await?;
         c.flush().await.map_err(|e| Error::io("send", e))?;
@@ -657,12 +691,58 @@ impl Client {
             etag: r.etag,
             mtime_ms: r.mtime_ms,
             meta: Some(meta),
+            version: target.version,
+            write_type: target.write_type,
         };
         Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
     }
 }
 
 use tokio::io::AsyncBufReadExt;
+
+impl Client {
+    /// Workers for a write that must end on `copies` of them (0 = min(2, live)): a
+    /// co-located worker first, then others in an order that spreads files. Waits up to
+    /// `client.replication.wait` for enough live workers.
+    async fn write_pipeline(&self, path: &str, copies: u32) -> Result<Vec<pb::WorkerAddress>> {
+        let rc = &self.cfg.replication;
+        let deadline = Instant::now() + rc.wait;
+        let mut refresh = false;
+        loop {
+            let ws = self.workers(refresh).await?;
+            refresh = true;
+            let want = if copies == 0 { ws.len().min(2) } else { copies as usize };
+            let enough = want > 0 && ws.len() >= want;
+            let timed_out = Instant::now() >= deadline;
+            if enough || (timed_out && rc.allow_fewer && !ws.is_empty()) {
+                let mut order: Vec<(u8, u64, pb::WorkerAddress)> = Vec::new();
+                for w in ws {
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    (path, w.worker_id).hash(&mut h);
+                    let local = self.is_local(&w).await;
+                    order.push(((!local) as u8, h.finish(), w));
+                }
+                order.sort_by_key(|o| (o.0, o.1));
+                return Ok(order.into_iter().take(want.max(1)).map(|o| o.2).collect());
+            }
+            if timed_out {
+                return Err(Error::unavailable(format!(
+                    "the write needs {} worker copies but {} workers are live (waited {:?}; \
+                     client.replication.allow_fewer lets it go on with fewer)",
+                    want.max(1),
+                    ws.len(),
+                    rc.wait
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Whether the UFS holds the file's bytes (an empty state is an older master's: yes).
+fn persisted(fi: &pb::FileInfo) -> bool {
+    fi.persist_state.is_empty() || fi.persist_state == "PERSISTED"
+}
 
 /// A failed read of a write's input keeps the error the input gave, when it is ours (a
 /// front end's stream carries a Locus error inside the `io::Error`).

@@ -75,6 +75,18 @@ pub struct MasterConfig {
     pub ufs_timeout: Duration,
     /// Size of redb's page cache. Bounds master memory whatever the file count. Default 64 MiB.
     pub meta_cache_size: ByteSize,
+    /// Write type of writes that set none and whose mount sets none (the cluster
+    /// default). Default `ASYNC_THROUGH`.
+    pub write_type: WriteType,
+    /// UFS operations of the persist queue run at once (on unrelated paths). Default 4.
+    pub persist_concurrency: usize,
+    /// Copies of each block the master keeps of a persisted file (extra copies made by a
+    /// durable write are released after the persist). Default 1.
+    pub replication_min: u32,
+    /// A write not completed this long after it was created is abandoned and its blocks
+    /// are dropped. Default `1h`.
+    #[serde(with = "humantime_serde")]
+    pub abandoned_write_timeout: Duration,
 }
 
 impl Default for MasterConfig {
@@ -88,6 +100,10 @@ impl Default for MasterConfig {
             default_sync_interval: Duration::from_secs(60),
             ufs_timeout: Duration::from_secs(20),
             meta_cache_size: ByteSize::mib(64),
+            write_type: WriteType::ASYNC_THROUGH,
+            persist_concurrency: 4,
+            replication_min: 1,
+            abandoned_write_timeout: Duration::from_secs(3600),
         }
     }
 }
@@ -195,6 +211,85 @@ impl ReadType {
     }
 }
 
+/// Where a write's bytes go before it is acknowledged.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[allow(non_camel_case_types)]
+pub enum WriteType {
+    /// Worker memory only; never persisted unless asked (`locus fs persist`). The blocks
+    /// are never evicted.
+    MUST_CACHE,
+    /// Worker memory and the UFS; acknowledged once the UFS write completes.
+    CACHE_THROUGH,
+    /// The UFS only.
+    THROUGH,
+    /// Fast durable writes (default): acknowledged once `client.replication.durable`
+    /// workers hold the blocks in memory, then persisted to the UFS in the background.
+    /// The blocks are never evicted before their persist is confirmed.
+    #[default]
+    ASYNC_THROUGH,
+}
+
+impl WriteType {
+    pub fn parse(s: &str) -> Option<WriteType> {
+        match s.to_ascii_uppercase().as_str() {
+            "MUST_CACHE" => Some(WriteType::MUST_CACHE),
+            "CACHE_THROUGH" => Some(WriteType::CACHE_THROUGH),
+            "THROUGH" => Some(WriteType::THROUGH),
+            "ASYNC_THROUGH" => Some(WriteType::ASYNC_THROUGH),
+            _ => None,
+        }
+    }
+    /// Parse, with an error that names the choices.
+    pub fn parse_or_err(s: &str) -> Result<WriteType> {
+        Self::parse(s).ok_or_else(|| {
+            Error::invalid(format!("unknown write type {s:?} (MUST_CACHE, CACHE_THROUGH, THROUGH, ASYNC_THROUGH)"))
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteType::MUST_CACHE => "MUST_CACHE",
+            WriteType::CACHE_THROUGH => "CACHE_THROUGH",
+            WriteType::THROUGH => "THROUGH",
+            WriteType::ASYNC_THROUGH => "ASYNC_THROUGH",
+        }
+    }
+    /// The written blocks go to worker caches.
+    pub fn caches(self) -> bool {
+        self != WriteType::THROUGH
+    }
+    /// The UFS write completes before the write is acknowledged.
+    pub fn writes_ufs(self) -> bool {
+        matches!(self, WriteType::THROUGH | WriteType::CACHE_THROUGH)
+    }
+    /// Worker copies are the only copies until a persist: they are pinned, and the
+    /// write waits for `replication.durable` of them.
+    pub fn needs_durable_copies(self) -> bool {
+        matches!(self, WriteType::MUST_CACHE | WriteType::ASYNC_THROUGH)
+    }
+}
+
+/// How writes replicate blocks across workers before they are acknowledged.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplicationConfig {
+    /// Workers that must hold each block in memory before an `ASYNC_THROUGH` or
+    /// `MUST_CACHE` write is acknowledged; the copies are made by a pipeline through the
+    /// workers. Default 0, meaning min(2, live workers).
+    pub durable: u32,
+    /// How long a write waits for `durable` live workers. Default `10s`; then it fails
+    /// with an error naming both counts (unless `allow_fewer`).
+    #[serde(with = "humantime_serde")]
+    pub wait: Duration,
+    /// After `wait`, go on with the live workers there are instead of failing. Default `false`.
+    pub allow_fewer: bool,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        ReplicationConfig { durable: 0, wait: Duration::from_secs(10), allow_fewer: false }
+    }
+}
+
 /// Which workers a client treats as co-located.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
@@ -219,6 +314,11 @@ pub struct ClientConfig {
     /// Time limit of one master RPC. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub rpc_timeout: Duration,
+    /// Write type of writes that set none. Default: none, so the mount's or the
+    /// cluster's (`master.write_type`) applies.
+    pub write_type: Option<WriteType>,
+    /// Durable replication of writes (`client.replication.durable`, ...).
+    pub replication: ReplicationConfig,
 }
 
 impl Default for ClientConfig {
@@ -228,6 +328,8 @@ impl Default for ClientConfig {
             short_circuit: true,
             locality: Locality::Auto,
             rpc_timeout: Duration::from_secs(30),
+            write_type: None,
+            replication: ReplicationConfig::default(),
         }
     }
 }
@@ -369,6 +471,10 @@ worker_timeout = "3s"
 default_sync_interval = "5m"
 ufs_timeout = "7s"
 meta_cache_size = "8 MiB"
+write_type = "CACHE_THROUGH"
+persist_concurrency = 2
+replication_min = 2
+abandoned_write_timeout = "10m"
 [worker]
 data_address = "0.0.0.0:3"
 host = "h1"
@@ -391,6 +497,11 @@ read_type = "NO_CACHE"
 short_circuit = false
 locality = "remote"
 rpc_timeout = "9s"
+write_type = "MUST_CACHE"
+[client.replication]
+durable = 3
+wait = "4s"
+allow_fewer = true
 [gateway]
 address = "0.0.0.0:4"
 access_key_id = "ak"
@@ -421,6 +532,14 @@ max_object_size = "1 GiB"
             assert_eq!(c.gateway.domains, vec!["s3.example".to_string()]);
             assert_eq!(c.gateway.max_object_size, ByteSize::gib(1));
             assert!(c.gateway.anonymous);
+            assert_eq!(c.master.write_type, WriteType::CACHE_THROUGH);
+            assert_eq!(c.master.persist_concurrency, 2);
+            assert_eq!(c.master.replication_min, 2);
+            assert_eq!(c.master.abandoned_write_timeout, Duration::from_secs(600));
+            assert_eq!(c.client.write_type, Some(WriteType::MUST_CACHE));
+            assert_eq!(c.client.replication.durable, 3);
+            assert_eq!(c.client.replication.wait, Duration::from_secs(4));
+            assert!(c.client.replication.allow_fewer);
             Ok(())
         });
     }

@@ -62,6 +62,19 @@ impl Job {
         Job { status, stop, handle }
     }
 
+    /// Run a long-lived loop (a scheduler with its own pacing). `f` gets a receiver that
+    /// turns true when the job must stop, and a handle to report its status.
+    pub fn spawn_loop<F, Fut>(name: &str, f: F) -> Job
+    where
+        F: FnOnce(watch::Receiver<bool>, JobHandle) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let status = Arc::new(Mutex::new(JobStatus { name: name.to_string(), ..Default::default() }));
+        let (stop, stopped) = watch::channel(false);
+        let handle = tokio::spawn(f(stopped, JobHandle { status: status.clone() }));
+        Job { status, stop, handle }
+    }
+
     pub fn status(&self) -> JobStatus {
         self.status.lock().unwrap().clone()
     }
@@ -75,5 +88,26 @@ impl Job {
     /// Stop at once, abandoning a run in progress (a simulated crash).
     pub fn abort(self) {
         self.handle.abort();
+    }
+}
+
+/// What a loop job uses to report its runs.
+#[derive(Clone)]
+pub struct JobHandle {
+    status: Arc<Mutex<JobStatus>>,
+}
+
+impl JobHandle {
+    /// Count one unit of work and its outcome.
+    pub fn record(&self, r: &crate::Result<()>) {
+        let mut s = self.status.lock().unwrap();
+        s.runs += 1;
+        match r {
+            Ok(()) => s.last_error = None,
+            Err(e) => {
+                s.failures += 1;
+                s.last_error = Some(e.to_string());
+            }
+        }
     }
 }

@@ -46,3 +46,7 @@ mod tests {
         assert_eq!(super::split_block_id(id), (77, 5));
     }
 }
+
+/// The fingerprint of a file whose bytes are only in worker caches. It matches no UFS
+/// object, so no worker ever fills such a file's blocks from the UFS.
+pub const UNPERSISTED_FINGERPRINT: &str = "locus:unpersisted";

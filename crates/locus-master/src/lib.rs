@@ -6,6 +6,7 @@
 //! bytes with workers directly. It depends on `locus-common`, `locus-proto` and
 //! `locus-ufs`, and must never depend on `locus-worker` or `locus-client`.
 
+mod persist;
 mod service;
 pub mod store;
 mod web;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use locus_common::config::MasterConfig;
+use locus_common::config::{MasterConfig, WriteType};
 use locus_common::metrics::{BYTES_READ, CACHE_REQUESTS, EVICTIONS};
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
@@ -33,6 +34,18 @@ pub use web::render_metrics;
 
 /// Entries returned by one `ListStatus` page when the caller sets no limit.
 pub const DEFAULT_LIST_PAGE: u32 = 1000;
+
+/// Persist states as `stat` shows them. A record stores "" for PERSISTED.
+pub const NOT_PERSISTED: &str = "NOT_PERSISTED";
+pub const TO_BE_PERSISTED: &str = "TO_BE_PERSISTED";
+pub const PERSISTED: &str = "PERSISTED";
+pub const LOST: &str = "LOST";
+pub use locus_common::UNPERSISTED_FINGERPRINT;
+
+/// Whether the UFS holds what the namespace says (so a UFS sync may refresh the entry).
+fn is_persisted(rec: &pb::InodeRecord) -> bool {
+    rec.persist_state.is_empty() || rec.persist_state == PERSISTED
+}
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
@@ -112,6 +125,9 @@ pub(crate) struct Inner {
     mounts: RwLock<Vec<MountEntry>>,
     workers: Mutex<HashMap<u64, WorkerState>>,
     metrics: Metrics,
+    /// The persist queue's pending operations (mirrored from redb) and their run state.
+    persist: Mutex<persist::Tracker>,
+    persist_wake: tokio::sync::Notify,
 }
 
 /// Builds a [`Master`].
@@ -140,9 +156,12 @@ impl MasterBuilder {
             mounts: RwLock::new(Vec::new()),
             workers: Mutex::new(HashMap::new()),
             metrics: Metrics::new(),
+            persist: Mutex::new(persist::Tracker::default()),
+            persist_wake: tokio::sync::Notify::new(),
         });
         let m = Master { inner };
         m.load_mounts()?;
+        m.load_persist_queue()?;
         if m.inner.mounts.read().is_empty() {
             if let Some(uri) = self.root_ufs {
                 if let Some(dir) = uri.strip_prefix("file://") {
@@ -181,6 +200,7 @@ impl Master {
         let web_task = tokio::spawn(web::serve(self.clone(), web, async move {
             let _ = rx2.changed().await;
         }));
+        let persist_job = persist::start(self.clone());
         let mut rx3 = rx;
         let res = service::serve(self.clone(), rpc, async move {
             tokio::select! {
@@ -191,6 +211,7 @@ impl Master {
         .await;
         let _ = tx.send(true);
         let _ = web_task.await;
+        persist_job.stop().await;
         res
     }
 
@@ -256,6 +277,10 @@ impl Master {
                 let t = w.open_table(INODES).map_err(db_err)?;
                 get_inode(&t, id)?.ok_or_else(|| Error::internal("dangling child"))?
             };
+            if !is_persisted(&rec) {
+                // Locus holds newer bytes than the UFS until the persist lands.
+                return Ok(id);
+            }
             if rec.is_dir != st.is_dir {
                 // A file became a directory or back: replace the entry.
                 self.remove_subtree(w, parent, name, dropped)?;
@@ -298,6 +323,24 @@ impl Master {
     ) -> Result<pb::InodeRecord> {
         let id = next_id(w, "inode", ROOT_ID + 1)?;
         let version = if is_dir { 0 } else { next_id(w, "version", 1)? };
+        self.insert_inode(w, parent, name, is_dir, length, fingerprint, mtime_ms, now, version, id)
+    }
+
+    /// Insert a new entry with the given id and version.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_inode(
+        &self,
+        w: &WriteTransaction,
+        parent: u64,
+        name: &str,
+        is_dir: bool,
+        length: u64,
+        fingerprint: String,
+        mtime_ms: i64,
+        now: i64,
+        version: u64,
+        id: u64,
+    ) -> Result<pb::InodeRecord> {
         let rec = pb::InodeRecord {
             id,
             parent,
@@ -312,6 +355,7 @@ impl Master {
             synced_ms: now,
             children_loaded: false,
             meta: None,
+            ..Default::default()
         };
         put_inode(w, &rec)?;
         w.open_table(CHILDREN).map_err(db_err)?.insert((parent, name), id).map_err(db_err)?;
@@ -411,7 +455,7 @@ impl Master {
     /// against the UFS once its mount's sync interval has passed.
     async fn resolve(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
         if let Some(rec) = self.read_inode_by_path(path)? {
-            if rec.is_dir || path == "/" {
+            if rec.is_dir || path == "/" || !is_persisted(&rec) {
                 return Ok(Some(rec));
             }
             let (m, rel) = self.mount_for(path)?;
@@ -510,32 +554,41 @@ impl Master {
             blocks: Vec::new(),
             mount_point: m.info.path.clone(),
             meta: rec.meta.clone(),
+            persist_state: if is_persisted(rec) { PERSISTED.into() } else { rec.persist_state.clone() },
+            replication_min: if rec.replication_min == 0 {
+                self.inner.cfg.replication_min
+            } else {
+                rec.replication_min
+            },
+            replication_max: rec.replication_max,
+            ..Default::default()
         };
         if with_blocks && !rec.is_dir {
-            let live = self.live_workers();
-            let r = self.inner.store.read()?;
-            let loc = r.open_table(LOCATIONS).map_err(db_err)?;
-            let n = Self::block_count(rec.length, rec.block_size);
-            for i in 0..n {
-                let b = locus_common::block_id(rec.version, i);
-                let offset = i * rec.block_size;
-                let mut locations = Vec::new();
-                for e in loc.range((b, 0)..=(b, u64::MAX)).map_err(db_err)? {
-                    let (k, v) = e.map_err(db_err)?;
-                    let wk = k.value().1;
-                    if live.contains_key(&wk) {
-                        locations.push(pb::BlockLocation { worker_id: wk, tier: v.value().to_string() });
-                    }
-                }
-                fi.blocks.push(pb::BlockInfo {
-                    block_id: b,
-                    offset,
-                    length: rec.block_size.min(rec.length - offset),
-                    locations,
-                });
-            }
+            fi.blocks = self.block_infos(rec)?;
         }
         Ok(fi)
+    }
+
+    /// The blocks of a file with their live locations.
+    fn block_infos(&self, rec: &pb::InodeRecord) -> Result<Vec<pb::BlockInfo>> {
+        let live = self.live_workers();
+        let r = self.inner.store.read()?;
+        let loc = r.open_table(LOCATIONS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for i in 0..Self::block_count(rec.length, rec.block_size) {
+            let b = locus_common::block_id(rec.version, i);
+            let offset = i * rec.block_size;
+            let mut locations = Vec::new();
+            for e in loc.range((b, 0)..=(b, u64::MAX)).map_err(db_err)? {
+                let (k, v) = e.map_err(db_err)?;
+                let wk = k.value().1;
+                if live.contains_key(&wk) {
+                    locations.push(pb::BlockLocation { worker_id: wk, tier: v.value().to_string() });
+                }
+            }
+            out.push(pb::BlockInfo { block_id: b, offset, length: rec.block_size.min(rec.length - offset), locations });
+        }
+        Ok(out)
     }
 
     pub async fn get_status(&self, path: &str, with_blocks: bool) -> Result<pb::FileInfo> {
@@ -583,7 +636,7 @@ impl Master {
                 let (k, id) = e.map_err(db_err)?;
                 let name = k.value().1.to_string();
                 if let Some(r) = get_inode(&inodes, id.value())? {
-                    if r.synced_ms < start && !self.is_mount_point(&lpath::join(path, &name)) {
+                    if r.synced_ms < start && is_persisted(&r) && !self.is_mount_point(&lpath::join(path, &name)) {
                         v.push(name);
                     }
                 }
@@ -674,14 +727,25 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
         }
         let (m, rel) = self.writable(&path)?;
-        m.ufs.create_dir(&rel).await?;
+        // Behind queued changes to an overlapping path, the mkdir queues too (in order).
+        let guard = self.begin_ufs_op(m.info.id, &[&rel]);
+        if guard.is_some() {
+            m.ufs.create_dir(&rel).await?;
+        }
         let w = self.inner.store.write()?;
+        let mut ops = Vec::new();
         if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, name)?.is_none() {
             let mut rec = self.new_inode(&w, parent.id, name, true, 0, String::new(), now_ms(), now_ms())?;
             rec.children_loaded = true;
+            if guard.is_none() {
+                rec.persist_state = TO_BE_PERSISTED.into();
+                let op = pb::PersistOp { kind: "MKDIR".into(), inode_id: rec.id, ..self.op_for(&m, &rel, &path) };
+                ops.push(self.enqueue(&w, op)?);
+            }
             put_inode(&w, &rec)?;
         }
         w.commit().map_err(db_err)?;
+        self.track(ops);
         Ok(())
     }
 
@@ -704,16 +768,27 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} contains a mount point")));
         }
         let (m, rel) = self.writable(&path)?;
-        m.ufs.delete(&rel, rec.is_dir).await?;
+        // The UFS delete happens even for bytes never persisted: an older version may be
+        // there, and must not come back at the next sync.
+        let guard = self.begin_ufs_op(m.info.id, &[&rel]);
+        if guard.is_some() {
+            m.ufs.delete(&rel, rec.is_dir).await?;
+        }
         let (parent_path, name) = lpath::split_parent(&path).unwrap();
         let w = self.inner.store.write()?;
         let mut dropped = Vec::new();
+        let mut ops = Vec::new();
         let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?;
         if let Some(parent) = parent {
             self.remove_subtree(&w, parent, name, &mut dropped)?;
         }
+        if guard.is_none() {
+            let op = pb::PersistOp { kind: "DELETE".into(), is_dir: rec.is_dir, ..self.op_for(&m, &rel, &path) };
+            ops.push(self.enqueue(&w, op)?);
+        }
         w.commit().map_err(db_err)?;
         self.queue_removals(dropped);
+        self.track(ops);
         Ok(())
     }
 
@@ -740,9 +815,22 @@ impl Master {
         if sm.info.id != dm.info.id {
             return Err(Error::invalid("rename across mounts is not supported"));
         }
-        sm.ufs.rename(&srel, &drel).await?;
+        let guard = self.begin_ufs_op(sm.info.id, &[&srel, &drel]);
+        if guard.is_some() {
+            match sm.ufs.rename(&srel, &drel).await {
+                // Bytes not persisted yet have nothing to move in the UFS.
+                Err(e) if e.kind() == ErrorKind::NotFound && !is_persisted(&rec) => {}
+                r => r?,
+            }
+        }
         let (sparent_path, sname) = lpath::split_parent(&src).unwrap();
         let w = self.inner.store.write()?;
+        let mut ops = Vec::new();
+        if guard.is_none() {
+            let op =
+                pb::PersistOp { kind: "RENAME".into(), dst_ufs_path: drel.clone(), ..self.op_for(&sm, &srel, &src) };
+            ops.push(self.enqueue(&w, op)?);
+        }
         {
             let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
             let sparent = lookup(&ch, sparent_path)?.ok_or_else(|| Error::not_found(sparent_path.to_string()))?;
@@ -754,11 +842,14 @@ impl Master {
         r.name = dname.to_string();
         put_inode(&w, &r)?;
         w.commit().map_err(db_err)?;
+        self.track(ops);
         Ok(())
     }
 
-    /// Check that `path` may be written; returns where its bytes go.
-    pub async fn create_file(&self, path: &str, overwrite: bool) -> Result<pb::FileInfo> {
+    /// Check that `path` may be written and open a write: returns where its bytes go,
+    /// the write type that applies (the request's, else the mount's, else the cluster
+    /// default), and the new file version whose blocks the write creates.
+    pub async fn create_file(&self, path: &str, overwrite: bool, write_type: &str) -> Result<pb::FileInfo> {
         let path = normalize(path)?;
         if path == "/" {
             return Err(Error::invalid("cannot write to /"));
@@ -774,32 +865,188 @@ impl Master {
         let (parent_path, _) = lpath::split_parent(&path).unwrap();
         self.create_directory(parent_path, true).await?;
         let (m, rel) = self.writable(&path)?;
+        let wt = if !write_type.is_empty() {
+            WriteType::parse_or_err(write_type)?
+        } else if !m.info.write_type.is_empty() {
+            WriteType::parse_or_err(&m.info.write_type)?
+        } else {
+            self.inner.cfg.write_type
+        };
+        if wt.writes_ufs() {
+            // A synchronous UFS write must not race queued changes to the same path.
+            self.wait_ufs_quiet(m.info.id, &rel).await?;
+        }
+        let w = self.inner.store.write()?;
+        let version = next_id(&w, "version", 1)?;
+        w.open_table(VERSIONS).map_err(db_err)?.insert(version, 0).map_err(db_err)?;
+        w.open_table(PENDING_WRITES).map_err(db_err)?.insert(version, now_ms()).map_err(db_err)?;
+        if wt.needs_durable_copies() {
+            // Pinned from the start: the copies the write makes are the only ones.
+            w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
+            self.bump_pin_epoch(&w)?;
+        }
+        let pin_epoch = get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
+        w.commit().map_err(db_err)?;
         Ok(pb::FileInfo {
             path: path.clone(),
             mount_id: m.info.id,
             ufs_path: rel,
             block_size: self.inner.cfg.block_size.as_u64(),
             mount_point: m.info.path.clone(),
+            version,
+            write_type: wt.as_str().into(),
+            pin_epoch,
             ..Default::default()
         })
     }
 
-    /// Record a file whose bytes a worker has written to the UFS.
+    /// Record a written file: its bytes are in the UFS (THROUGH, CACHE_THROUGH), or in
+    /// worker caches (MUST_CACHE), or both until the persist queued here lands
+    /// (ASYNC_THROUGH). Replaces an older version of the file.
     pub async fn complete_file(&self, req: pb::CompleteFileRequest) -> Result<pb::FileInfo> {
         let path = normalize(&req.path)?;
         let (parent_path, name) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
         let parent = self.must_resolve(parent_path).await?;
-        let st =
-            UfsStatus { path: name.into(), is_dir: false, length: req.length, etag: req.etag, mtime_ms: req.mtime_ms };
+        let (m, rel) = self.writable(&path)?;
+        let wt = if req.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&req.write_type)? };
+        let now = now_ms();
         let w = self.inner.store.write()?;
+        let version = if req.version == 0 {
+            next_id(&w, "version", 1)?
+        } else {
+            if w.open_table(PENDING_WRITES).map_err(db_err)?.remove(req.version).map_err(db_err)?.is_none() {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!("the write of {path} is unknown or was abandoned (see master.abandoned_write_timeout)"),
+                ));
+            }
+            req.version
+        };
         let mut dropped = Vec::new();
-        let id = self.upsert_from_ufs(&w, parent.id, name, &st, now_ms(), &mut dropped)?;
-        let mut rec = get_inode(&w.open_table(INODES).map_err(db_err)?, id)?.unwrap();
+        let mut ops = Vec::new();
+        let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, name)?;
+        let mut rec = match existing {
+            Some(id) => {
+                let old = get_inode(&w.open_table(INODES).map_err(db_err)?, id)?
+                    .ok_or_else(|| Error::internal("dangling child"))?;
+                if old.is_dir {
+                    return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
+                }
+                self.drop_version(&w, &old, &mut dropped)?;
+                old
+            }
+            None => {
+                let id = next_id(&w, "inode", ROOT_ID + 1)?;
+                self.insert_inode(&w, parent.id, name, false, 0, String::new(), now, now, version, id)?
+            }
+        };
+        rec.version = version;
+        w.open_table(VERSIONS).map_err(db_err)?.insert(version, rec.id).map_err(db_err)?;
+        rec.length = req.length;
+        rec.block_size = self.inner.cfg.block_size.as_u64();
+        rec.mtime_ms = if req.mtime_ms > 0 { req.mtime_ms } else { now };
         rec.meta = req.meta.filter(|m| *m != pb::ObjectMeta::default());
+        rec.synced_ms = now;
+        match wt {
+            WriteType::THROUGH | WriteType::CACHE_THROUGH => {
+                let st = UfsStatus {
+                    path: name.into(),
+                    is_dir: false,
+                    length: req.length,
+                    etag: req.etag,
+                    mtime_ms: req.mtime_ms,
+                };
+                rec.fingerprint = st.fingerprint();
+                rec.persist_state = String::new();
+            }
+            WriteType::ASYNC_THROUGH => {
+                rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
+                rec.persist_state = TO_BE_PERSISTED.into();
+                let op = pb::PersistOp {
+                    kind: "PERSIST".into(),
+                    inode_id: rec.id,
+                    version,
+                    length: req.length,
+                    ..self.op_for(&m, &rel, &path)
+                };
+                ops.push(self.enqueue(&w, op)?);
+            }
+            WriteType::MUST_CACHE => {
+                rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
+                rec.persist_state = NOT_PERSISTED.into();
+            }
+        }
+        if rec.pinned {
+            w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
+            self.bump_pin_epoch(&w)?;
+        }
         put_inode(&w, &rec)?;
         w.commit().map_err(db_err)?;
         self.queue_removals(dropped);
+        self.track(ops);
         self.file_info(&path, &rec, false)
+    }
+
+    /// Queue the persist of a file written MUST_CACHE (a no-op for one persisted or
+    /// queued already).
+    pub async fn persist(&self, path: &str) -> Result<pb::FileInfo> {
+        let path = normalize(path)?;
+        let rec = self.must_resolve(&path).await?;
+        if rec.is_dir {
+            return Err(Error::invalid(format!("{path} is a directory")));
+        }
+        let (m, rel) = self.writable(&path)?;
+        match rec.persist_state.as_str() {
+            NOT_PERSISTED => {}
+            LOST => {
+                return Err(Error::new(
+                    ErrorKind::Corrupt,
+                    format!("{path} was lost: every copy of a block went before it was persisted"),
+                ));
+            }
+            _ => return self.file_info(&path, &rec, false),
+        }
+        let w = self.inner.store.write()?;
+        let mut rec = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?
+            .ok_or_else(|| Error::not_found(format!("{path} does not exist")))?;
+        rec.persist_state = TO_BE_PERSISTED.into();
+        let op = pb::PersistOp {
+            kind: "PERSIST".into(),
+            inode_id: rec.id,
+            version: rec.version,
+            length: rec.length,
+            ..self.op_for(&m, &rel, &path)
+        };
+        let op = self.enqueue(&w, op)?;
+        put_inode(&w, &rec)?;
+        w.commit().map_err(db_err)?;
+        self.track(vec![op]);
+        self.file_info(&path, &rec, false)
+    }
+
+    /// Set the replication bounds of files at or below `path`. Returns the files changed.
+    pub async fn set_replication(&self, path: &str, min: u32, max: u32, recursive: bool) -> Result<u64> {
+        if max != 0 && min > max {
+            return Err(Error::invalid(format!("replication min {min} exceeds max {max}")));
+        }
+        let path = normalize(path)?;
+        let mut ids = Vec::new();
+        let n = self
+            .for_each_file(&path, recursive, &mut |r| {
+                ids.push(r.id);
+                Ok(())
+            })
+            .await?;
+        let w = self.inner.store.write()?;
+        for id in ids {
+            if let Some(mut r) = get_inode(&w.open_table(INODES).map_err(db_err)?, id)? {
+                r.replication_min = min;
+                r.replication_max = max;
+                put_inode(&w, &r)?;
+            }
+        }
+        w.commit().map_err(db_err)?;
+        Ok(n)
     }
 
     /// Replace the object metadata of a file or directory (or only its tags).
@@ -880,7 +1127,8 @@ impl Master {
             let mut p = w.open_table(PINNED).map_err(db_err)?;
             if pinned {
                 p.insert(r.version, ()).map_err(db_err)?;
-            } else {
+            } else if is_persisted(&r) {
+                // Bytes not persisted yet stay pinned whatever the user says.
                 p.remove(r.version).map_err(db_err)?;
             }
         }
@@ -920,6 +1168,12 @@ impl Master {
                     format!("{} is pinned (unpin it first)", r.name),
                 ));
             }
+            if !is_persisted(r) {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!("{} is not persisted: its cached blocks are its only copy (locus fs persist)", r.name),
+                ));
+            }
             recs.push(r.clone());
             Ok(())
         })
@@ -950,6 +1204,9 @@ impl Master {
         let path = normalize(&req.path)?;
         let opts: BTreeMap<String, String> = req.options.clone().into_iter().collect();
         let ufs = Ufs::new(&req.uri, &opts, self.inner.cfg.ufs_timeout)?;
+        if !req.write_type.is_empty() {
+            WriteType::parse_or_err(&req.write_type)?;
+        }
         if self.inner.mounts.read().iter().any(|m| m.info.path == path) {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} is already a mount point")));
         }
@@ -986,6 +1243,7 @@ impl Master {
             options: req.options,
             readonly: req.readonly,
             sync_interval_ms: sync,
+            write_type: req.write_type.to_ascii_uppercase(),
         };
         w.open_table(MOUNTS).map_err(db_err)?.insert(id, info.encode_to_vec().as_slice()).map_err(db_err)?;
         if let Some((parent_path, name)) = lpath::split_parent(&path) {
@@ -1225,6 +1483,12 @@ impl Master {
             cache_misses: m.cache_requests.with_label_values(&["miss"]).get(),
             evictions: m.evictions.get(),
         });
+        drop(ws);
+        let b = self.persist_backlog();
+        rep.persist_backlog_files = b.files;
+        rep.persist_backlog_bytes = b.bytes;
+        rep.persist_oldest_age_ms = b.oldest_age_ms;
+        rep.persist_queue_ops = b.ops;
         rep
     }
 

@@ -56,7 +56,7 @@ impl pb::master_server::Master for Master {
     }
     async fn create_file(&self, r: Request<pb::CreateFileRequest>) -> R<pb::FileInfo> {
         let r = r.into_inner();
-        ok(Master::create_file(self, &r.path, r.overwrite).await)
+        ok(Master::create_file(self, &r.path, r.overwrite, &r.write_type).await)
     }
     async fn complete_file(&self, r: Request<pb::CompleteFileRequest>) -> R<pb::FileInfo> {
         ok(Master::complete_file(self, r.into_inner()).await)
@@ -68,6 +68,15 @@ impl pb::master_server::Master for Master {
     async fn set_pinned(&self, r: Request<pb::SetPinnedRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();
         ok(Master::set_pinned(self, &r.path, r.pinned, r.recursive).await.map(|count| pb::CountResponse { count }))
+    }
+    async fn persist(&self, r: Request<pb::PathRequest>) -> R<pb::FileInfo> {
+        ok(Master::persist(self, &r.into_inner().path).await)
+    }
+    async fn set_replication(&self, r: Request<pb::SetReplicationRequest>) -> R<pb::CountResponse> {
+        let r = r.into_inner();
+        ok(Master::set_replication(self, &r.path, r.min, r.max, r.recursive)
+            .await
+            .map(|count| pb::CountResponse { count }))
     }
     async fn free(&self, r: Request<pb::PathRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();

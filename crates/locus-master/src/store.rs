@@ -12,6 +12,13 @@
 //! | `workers` | worker id | `WorkerAddress` (protobuf) |
 //! | `pinned` | file version | () |
 //! | `counters` | name | u64 (id allocators, pin epoch) |
+//! | `persist_queue` | seq | `PersistOp` (protobuf): UFS changes still to make, in order |
+//! | `pending_writes` | file version | creation time (ms) of a write not completed yet |
+//!
+//! A file version is in `versions` from `CreateFile` on (mapped to inode 0 until the
+//! write completes), so that workers may report its blocks while it is written.
+//! `pinned` holds the versions whose blocks must not be evicted: files pinned by users,
+//! and files whose bytes are not persisted yet.
 
 use std::path::Path;
 
@@ -29,6 +36,8 @@ pub const WORKER_BLOCKS: TableDefinition<(u64, u64), ()> = TableDefinition::new(
 pub const WORKERS: TableDefinition<u64, &[u8]> = TableDefinition::new("workers");
 pub const PINNED: TableDefinition<u64, ()> = TableDefinition::new("pinned");
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+pub const PERSIST_QUEUE: TableDefinition<u64, &[u8]> = TableDefinition::new("persist_queue");
+pub const PENDING_WRITES: TableDefinition<u64, i64> = TableDefinition::new("pending_writes");
 
 pub const ROOT_ID: u64 = 1;
 
@@ -65,6 +74,8 @@ impl Store {
             w.open_table(WORKERS).map_err(db_err)?;
             w.open_table(PINNED).map_err(db_err)?;
             w.open_table(COUNTERS).map_err(db_err)?;
+            w.open_table(PERSIST_QUEUE).map_err(db_err)?;
+            w.open_table(PENDING_WRITES).map_err(db_err)?;
             if inodes.get(ROOT_ID).map_err(db_err)?.is_none() {
                 let root = pb::InodeRecord { id: ROOT_ID, is_dir: true, ..Default::default() };
                 inodes.insert(ROOT_ID, root.encode_to_vec().as_slice()).map_err(db_err)?;

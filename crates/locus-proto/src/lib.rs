@@ -13,6 +13,22 @@ use locus_common::{Error, ErrorKind};
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// The user metadata an S3 UFS stores with an object: the `x-amz-meta-*` pairs, plus the
+/// tags as one `locus-tags` entry (S3 tagging is not in OpenDAL).
+pub fn ufs_user_metadata(meta: &pb::ObjectMeta) -> std::collections::HashMap<String, String> {
+    let mut m = meta.user.clone();
+    if !meta.tags.is_empty() {
+        let mut enc = form_urlencoded::Serializer::new(String::new());
+        let mut sorted: Vec<_> = meta.tags.iter().collect();
+        sorted.sort();
+        for (k, v) in sorted {
+            enc.append_pair(k, v);
+        }
+        m.insert("locus-tags".into(), enc.finish());
+    }
+    m
+}
+
 /// Largest control frame accepted on the data plane. Block bytes are not framed.
 pub const MAX_FRAME: usize = 1 << 20;
 
@@ -159,7 +175,8 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
         "capacity": cap.iter().map(|(k, (c, u))| (k.clone(), json!({"capacity": c, "used": u}))).collect::<serde_json::Map<_, _>>(),
         "bytes_read": {"short_circuit": t.short_circuit, "local_worker": t.local_worker, "remote_worker": t.remote_worker, "ufs": t.ufs},
         "cache": {"hits": t.cache_hits, "misses": t.cache_misses, "evictions": t.evictions, "hit_ratio": t.hit_ratio()},
-        "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms})).collect::<Vec<_>>(),
+        "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type})).collect::<Vec<_>>(),
+        "persist_backlog": {"files": r.persist_backlog_files, "bytes": r.persist_backlog_bytes, "oldest_age_ms": r.persist_oldest_age_ms, "queued_ops": r.persist_queue_ops},
     })
 }
 

@@ -31,6 +31,11 @@ use tokio::net::TcpListener;
 /// or `NO_CACHE`.
 pub const READ_TYPE_HEADER: &str = "x-locus-read-type";
 
+/// Request header choosing the write type of one PUT, copy or multipart completion:
+/// `MUST_CACHE`, `CACHE_THROUGH`, `THROUGH` or `ASYNC_THROUGH` (default: the mount's,
+/// else the cluster's).
+pub const WRITE_TYPE_HEADER: &str = "x-locus-write-type";
+
 /// Directory at the root of each bucket holding multipart uploads in progress. Hidden
 /// from listings; keys through it are refused.
 pub(crate) const UPLOADS_DIR: &str = ".locus-uploads";

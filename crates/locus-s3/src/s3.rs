@@ -12,7 +12,7 @@ use base64::engine::general_purpose::{STANDARD as B64, URL_SAFE_NO_PAD as B64URL
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use locus_client::{Client, PutOptions, ReadOptions};
-use locus_common::config::{GatewayConfig, ReadType};
+use locus_common::config::{GatewayConfig, ReadType, WriteType};
 use locus_common::path as lpath;
 use locus_common::{Error, ErrorKind};
 use locus_proto::pb;
@@ -22,7 +22,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::list::{self, Entry, ListRequest};
-use crate::{READ_TYPE_HEADER, UPLOADS_DIR, s3_error};
+use crate::{READ_TYPE_HEADER, UPLOADS_DIR, WRITE_TYPE_HEADER, s3_error};
 
 /// MD5 of nothing: the ETag of empty objects and directory markers.
 const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
@@ -152,6 +152,19 @@ fn read_type(headers: &http::HeaderMap) -> S3Result<Option<ReadType>> {
     }
 }
 
+/// The write type a request asked for with `x-locus-write-type`.
+fn write_type(headers: &http::HeaderMap) -> S3Result<Option<WriteType>> {
+    match headers.get(WRITE_TYPE_HEADER) {
+        None => Ok(None),
+        Some(v) => v.to_str().ok().and_then(WriteType::parse).map(Some).ok_or_else(|| {
+            s3_error!(
+                InvalidArgument,
+                "{WRITE_TYPE_HEADER} must be MUST_CACHE, CACHE_THROUGH, THROUGH or ASYNC_THROUGH"
+            )
+        }),
+    }
+}
+
 fn parse_tagging(h: Option<&str>) -> S3Result<HashMap<String, String>> {
     let tags: Vec<(String, String)> = match h {
         Some(q) => form_urlencoded::parse(q.as_bytes()).into_owned().collect(),
@@ -182,19 +195,8 @@ fn tag_set(tags: &HashMap<String, String>) -> TagSet {
     v
 }
 
-/// Tags travel to an S3 UFS as one user-metadata entry (S3 has no tagging in OpenDAL).
 fn ufs_user_metadata(user: &HashMap<String, String>, tags: &HashMap<String, String>) -> HashMap<String, String> {
-    let mut m = user.clone();
-    if !tags.is_empty() {
-        let mut enc = form_urlencoded::Serializer::new(String::new());
-        let mut sorted: Vec<_> = tags.iter().collect();
-        sorted.sort();
-        for (k, v) in sorted {
-            enc.append_pair(k, v);
-        }
-        m.insert("locus-tags".into(), enc.finish());
-    }
-    m
+    locus_proto::ufs_user_metadata(&pb::ObjectMeta { user: user.clone(), tags: tags.clone(), ..Default::default() })
 }
 
 // ------------------------------------------------------------------ conditions
@@ -894,6 +896,8 @@ impl S3 for LocusS3 {
             overwrite: true,
             content_type: content_type.clone(),
             user_metadata: ufs_user_metadata(&user, &tags),
+            write_type: write_type(&headers)?,
+            ..Default::default()
         };
         let meta = pb::ObjectMeta { content_type, etag: String::new(), user, tags };
         let w = self.checked_put(&path, body, expected, trailers, opts, meta).await?;
@@ -910,6 +914,7 @@ impl S3 for LocusS3 {
     }
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> R<CopyObjectOutput> {
+        let wt = write_type(&req.headers)?;
         let i = req.input;
         self.bucket(&i.bucket).await?;
         let path = object_path(&i.bucket, &i.key)?;
@@ -939,6 +944,8 @@ impl S3 for LocusS3 {
             overwrite: true,
             content_type: content_type.clone(),
             user_metadata: ufs_user_metadata(&user, &tags),
+            write_type: wt,
+            ..Default::default()
         };
         let meta = pb::ObjectMeta { content_type, etag: String::new(), user, tags };
         let w = self.checked_put(&path, body, Expected::default(), None, opts, meta).await?;
@@ -1109,6 +1116,7 @@ impl S3 for LocusS3 {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> R<CompleteMultipartUploadOutput> {
+        let wt = write_type(&req.headers)?;
         let i = req.input;
         let path = object_path(&i.bucket, &i.key)?;
         let (dir, rec) = self.upload(&i.bucket, &i.key, &i.upload_id).await?;
@@ -1160,6 +1168,8 @@ impl S3 for LocusS3 {
             overwrite: true,
             content_type: rec.content_type.clone(),
             user_metadata: ufs_user_metadata(&rec.user, &rec.tags),
+            write_type: wt,
+            ..Default::default()
         };
         let meta =
             pb::ObjectMeta { content_type: rec.content_type, etag: final_etag.clone(), user: rec.user, tags: rec.tags };

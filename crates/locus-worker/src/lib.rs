@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use locus_blockstore::{BlockStore, Change, Lease};
-use locus_common::config::{ReadType, TierAlias, TierConfig, WorkerConfig};
+use locus_common::config::{ReadType, TierAlias, TierConfig, WorkerConfig, WriteType};
 use locus_common::job::Job;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb::{self, master_client::MasterClient};
@@ -271,7 +271,7 @@ impl Inner {
             return Ok(());
         }
         if resp.pins_changed {
-            self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect());
+            self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect(), resp.pin_epoch);
             self.pin_epoch.store(resp.pin_epoch, Relaxed);
         }
         for b in resp.remove_blocks {
@@ -513,42 +513,206 @@ impl Inner {
         Ok(())
     }
 
-    /// Write a file through to the UFS: chunk frames follow the request, a zero-length
-    /// frame ends them.
+    /// Take a write: chunk frames follow the request, a zero-length frame ends them. The
+    /// bytes go to this worker's cache (as blocks of the new version) and/or the UFS, as
+    /// the write type says, and down the replication pipeline: each chunk is forwarded to
+    /// the next worker while it is stored here. The answer comes once every worker of the
+    /// pipeline holds the blocks and has reported them to the master.
     async fn handle_write(&self, sock: &mut TcpStream, w: pb::WriteFileRequest) -> Result<()> {
-        let ufs = self.ufs(w.mount_id).await?;
-        let mut writer = ufs.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
+        let wt = if w.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&w.write_type)? };
+        let mut blocks = if wt.caches() {
+            if w.version == 0 || w.block_size == 0 {
+                return Err(Error::invalid("a cached write needs a file version and a block size"));
+            }
+            if wt.needs_durable_copies() {
+                self.store.pin_written(w.version, w.pin_epoch);
+            }
+            Some(BlockWriter {
+                store: self.store.clone(),
+                version: w.version,
+                block_size: w.block_size,
+                index: 0,
+                cur: None,
+            })
+        } else {
+            None
+        };
+        let mut ufs_writer = match wt.writes_ufs() {
+            true => Some(self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?),
+            false => None,
+        };
+        // The rest of the pipeline, fed by a task so that forwarding overlaps local writes.
+        let mut down = None;
+        if wt.caches() && !w.pipeline.is_empty() {
+            let next = w.pipeline[0].clone();
+            let req = pb::WriteFileRequest {
+                pipeline: w.pipeline[1..].to_vec(),
+                write_type: if wt.writes_ufs() { WriteType::MUST_CACHE.as_str().into() } else { w.write_type.clone() },
+                ..w.clone()
+            };
+            match forward_write(next, req).await {
+                Ok(d) => down = Some(d),
+                Err(e) => {
+                    if let Some(u) = ufs_writer.take() {
+                        u.abort().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
         write_frame(sock, &pb::DataResponse::default()).await?; // ready
         sock.flush().await.map_err(|e| Error::io("send", e))?;
-        let mut total = 0u64;
-        loop {
-            let mut lenb = [0u8; 4];
-            if let Err(e) = sock.read_exact(&mut lenb).await {
-                writer.abort().await;
-                return Err(Error::io("read write chunk", e));
+        let res: Result<u64> = async {
+            let mut total = 0u64;
+            loop {
+                let mut lenb = [0u8; 4];
+                sock.read_exact(&mut lenb).await.map_err(|e| Error::io("read write chunk", e))?;
+                let len = u32::from_be_bytes(lenb) as usize;
+                if len == 0 {
+                    break;
+                }
+                if len > 64 << 20 {
+                    return Err(Error::invalid("write chunk larger than 64 MiB"));
+                }
+                let mut buf = vec![0u8; len];
+                sock.read_exact(&mut buf).await.map_err(|e| Error::io("read write chunk", e))?;
+                let buf = Bytes::from(buf);
+                total += len as u64;
+                if let Some((tx, _)) = &down {
+                    // A broken pipeline shows in its task's result below.
+                    let _ = tx.send(buf.clone()).await;
+                }
+                if let Some(b) = &mut blocks {
+                    b.write(&buf)?;
+                }
+                if let Some(u) = &mut ufs_writer {
+                    u.write(buf).await?;
+                }
             }
-            let len = u32::from_be_bytes(lenb) as usize;
-            if len == 0 {
-                break;
+            if let Some(b) = blocks.take() {
+                b.finish()?;
             }
-            if len > 64 << 20 {
-                writer.abort().await;
-                return Err(Error::invalid("write chunk larger than 64 MiB"));
+            Ok(total)
+        }
+        .await;
+        let total = match res {
+            Ok(t) => t,
+            Err(e) => {
+                if let Some(u) = ufs_writer.take() {
+                    u.abort().await;
+                }
+                return Err(e);
             }
-            let mut buf = vec![0u8; len];
-            if let Err(e) = sock.read_exact(&mut buf).await {
-                writer.abort().await;
-                return Err(Error::io("read write chunk", e));
+        };
+        let mut replicas = u32::from(wt.caches());
+        if let Some((tx, task)) = down.take() {
+            drop(tx);
+            let r = task.await.map_err(|e| Error::internal(format!("pipeline task: {e}")))?;
+            match r {
+                Ok(r) => replicas += r.replicas,
+                Err(e) => {
+                    if let Some(u) = ufs_writer.take() {
+                        u.abort().await;
+                    }
+                    return Err(e);
+                }
             }
-            total += len as u64;
-            if let Err(e) = writer.write(Bytes::from(buf)).await {
+        }
+        let mut resp = pb::DataResponse { length: total, replicas, ..Default::default() };
+        if let Some(u) = ufs_writer {
+            let st = u.close().await?;
+            if st.length != total {
+                return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after writing {total}", st.length)));
+            }
+            resp.etag = st.etag;
+            resp.mtime_ms = st.mtime_ms;
+        }
+        locus_common::fail::fail_point!("worker.write.before_ack", |_| Err(Error::internal("failpoint")));
+        // The master learns of the blocks before the writer is told they are stored.
+        if wt.caches() {
+            self.commit_changes().await?;
+        }
+        write_frame(sock, &resp).await
+    }
+
+    /// A block's bytes: from this worker's store, else from the first of `sources` (data
+    /// addresses of other holders) that serves it.
+    async fn open_block(&self, block_id: u64, length: u64, sources: &[String]) -> Result<BlockSource> {
+        if let Some(lease) = self.store.lease(block_id, false)? {
+            if lease.len != length {
+                return Err(Error::new(
+                    ErrorKind::Corrupt,
+                    format!("block {block_id} has {} bytes, not {length}", lease.len),
+                ));
+            }
+            let file = std::fs::File::open(&lease.path).map_err(|e| Error::io("open block", e))?;
+            return Ok(BlockSource::Local { file, left: length, _lease: lease });
+        }
+        let mut last = Error::unavailable(format!("no live copy of block {block_id}"));
+        for addr in sources.iter().filter(|a| **a != self.data_address) {
+            let req = pb::ReadBlockRequest {
+                block_id,
+                offset: 0,
+                length,
+                block_length: length,
+                read_type: "NO_CACHE".into(),
+                // Never filled from the UFS: these bytes are not there (yet).
+                fingerprint: locus_common::UNPERSISTED_FINGERPRINT.into(),
+                ..Default::default()
+            };
+            let r = async {
+                let s =
+                    TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
+                let _ = s.set_nodelay(true);
+                let mut s = tokio::io::BufReader::with_capacity(1 << 20, s);
+                write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await?;
+                s.flush().await.map_err(|e| Error::io("send", e))?;
+                let r: pb::DataResponse =
+                    read_frame(&mut s).await?.ok_or_else(|| Error::unavailable(format!("worker {addr} closed")))?;
+                if let Some(e) = r.error {
+                    return Err(locus_proto::from_error_info(e));
+                }
+                Ok(BlockSource::Peer { sock: s, left: length })
+            }
+            .await;
+            match r {
+                Ok(src) => return Ok(src),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Write a file's cached blocks to the UFS (the master's persist scheduler asks).
+    async fn handle_persist(&self, sock: &mut TcpStream, p: pb::PersistRequest) -> Result<()> {
+        let ufs = self.ufs(p.mount_id).await?;
+        let addrs: HashMap<u64, String> = p.workers.iter().map(|w| (w.worker_id, w.data_address.clone())).collect();
+        let mut writer = ufs.writer(&p.ufs_path, &p.content_type, &p.user_metadata).await?;
+        let res: Result<u64> = async {
+            let mut total = 0;
+            for b in &p.blocks {
+                let sources: Vec<String> =
+                    b.locations.iter().filter_map(|l| addrs.get(&l.worker_id).cloned()).collect();
+                let mut src = self.open_block(b.block_id, b.length, &sources).await?;
+                while let Some(chunk) = src.next().await? {
+                    total += chunk.len() as u64;
+                    writer.write(chunk).await?;
+                }
+            }
+            locus_common::fail::fail_point!("worker.persist.before_commit", |_| Err(Error::internal("failpoint")));
+            Ok(total)
+        }
+        .await;
+        let total = match res {
+            Ok(t) => t,
+            Err(e) => {
                 writer.abort().await;
                 return Err(e);
             }
-        }
+        };
         let st = writer.close().await?;
         if st.length != total {
-            return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after writing {total}", st.length)));
+            return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after persisting {total}", st.length)));
         }
         write_frame(
             sock,
@@ -556,6 +720,151 @@ impl Inner {
         )
         .await
     }
+
+    /// Copy a block from another worker into this one's store (re-replication).
+    async fn handle_replicate(&self, sock: &mut TcpStream, r: pb::ReplicateRequest) -> Result<()> {
+        if !self.store.contains(r.block_id) {
+            let mut src = self.open_block(r.block_id, r.length, &r.sources).await?;
+            let temp = self.store.create(r.block_id, r.length)?;
+            let mut f = std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
+            let mut n = 0u64;
+            while let Some(chunk) = src.next().await? {
+                std::io::Write::write_all(&mut f, &chunk).map_err(|e| Error::io("write block file", e))?;
+                n += chunk.len() as u64;
+            }
+            temp.commit(n)?;
+            self.commit_changes().await?;
+        }
+        write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await
+    }
+}
+
+/// Splits a write into blocks of the new version in the store.
+struct BlockWriter {
+    store: BlockStore,
+    version: u64,
+    block_size: u64,
+    index: u64,
+    cur: Option<(locus_blockstore::TempBlock, std::fs::File, u64)>,
+}
+
+impl BlockWriter {
+    fn write(&mut self, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            if self.cur.is_none() {
+                let t = self.store.create(locus_common::block_id(self.version, self.index), self.block_size)?;
+                let f = std::fs::File::create(&t.path).map_err(|e| Error::io("create block file", e))?;
+                self.cur = Some((t, f, 0));
+            }
+            let (_, f, n) = self.cur.as_mut().unwrap();
+            let k = data.len().min((self.block_size - *n) as usize);
+            std::io::Write::write_all(f, &data[..k]).map_err(|e| Error::io("write block file", e))?;
+            *n += k as u64;
+            data = &data[k..];
+            if *n == self.block_size {
+                let (t, _, n) = self.cur.take().unwrap();
+                t.commit(n)?;
+                self.index += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<()> {
+        match self.cur.take() {
+            Some((t, _, n)) if n > 0 => t.commit(n),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Where [`Inner::open_block`] reads a block from.
+enum BlockSource {
+    Local { file: std::fs::File, left: u64, _lease: Lease },
+    Peer { sock: tokio::io::BufReader<TcpStream>, left: u64 },
+}
+
+impl BlockSource {
+    /// The next chunk (at most 4 MiB), or `None` at the end of the block.
+    async fn next(&mut self) -> Result<Option<Bytes>> {
+        const CHUNK: u64 = 4 << 20;
+        match self {
+            BlockSource::Local { file, left, .. } => {
+                if *left == 0 {
+                    return Ok(None);
+                }
+                let mut buf = vec![0u8; CHUNK.min(*left) as usize];
+                std::io::Read::read_exact(file, &mut buf).map_err(|e| Error::io("read block file", e))?;
+                *left -= buf.len() as u64;
+                Ok(Some(Bytes::from(buf)))
+            }
+            BlockSource::Peer { sock, left } => {
+                if *left == 0 {
+                    return Ok(None);
+                }
+                let mut buf = vec![0u8; CHUNK.min(*left) as usize];
+                sock.read_exact(&mut buf).await.map_err(|e| Error::unavailable(format!("peer stream broke: {e}")))?;
+                *left -= buf.len() as u64;
+                Ok(Some(Bytes::from(buf)))
+            }
+        }
+    }
+}
+
+fn replica_err(worker: u64, e: Error) -> Error {
+    let retryable = e.is_retryable();
+    Error::new(e.kind(), format!("replica worker {worker}: {e}")).set_retryable(retryable)
+}
+
+type Forward = (tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<Result<pb::DataResponse>>);
+
+/// Open the write to the next worker of a pipeline; chunks sent to the returned channel
+/// go to it, and the task's result is its answer once the channel closes.
+async fn forward_write(next: pb::WorkerAddress, req: pb::WriteFileRequest) -> Result<Forward> {
+    let id = next.worker_id;
+    let ctx = move |e: Error| replica_err(id, e);
+    let s = TcpStream::connect(&next.data_address)
+        .await
+        .map_err(|e| Error::io(format!("connect to replica worker {}", next.data_address), e))?;
+    let _ = s.set_nodelay(true);
+    let mut s = tokio::io::BufWriter::with_capacity(1 << 20, s);
+    write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Write(req)) }).await.map_err(ctx)?;
+    s.flush().await.map_err(|e| Error::io("send", e))?;
+    let r: pb::DataResponse =
+        read_frame(&mut s).await.map_err(ctx)?.ok_or_else(|| Error::unavailable("replica worker closed"))?;
+    if let Some(e) = r.error {
+        return Err(ctx(locus_proto::from_error_info(e)));
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let task = tokio::spawn(async move {
+        let mut broken = None;
+        while let Some(b) = rx.recv().await {
+            if broken.is_some() {
+                continue; // drain, so the sender never blocks on a dead pipeline
+            }
+            let r = async {
+                s.write_all(&(b.len() as u32).to_be_bytes()).await?;
+                s.write_all(&b).await
+            }
+            .await;
+            if let Err(e) = r {
+                broken = Some(e);
+            }
+        }
+        if let Some(e) = broken {
+            return Err(Error::unavailable(format!("replica worker {} went away mid-write: {e}", next.worker_id)));
+        }
+        s.write_all(&0u32.to_be_bytes()).await.map_err(|e| Error::io("send", e))?;
+        s.flush().await.map_err(|e| Error::io("send", e))?;
+        let r: pb::DataResponse = read_frame(&mut s).await.map_err(ctx)?.ok_or_else(|| {
+            Error::unavailable(format!("replica worker {} closed before acknowledging", next.worker_id))
+        })?;
+        match r.error {
+            Some(e) => Err(ctx(locus_proto::from_error_info(e))),
+            None => Ok(r),
+        }
+    });
+    Ok((tx, task))
 }
 
 /// `sendfile(2)` up to `len` bytes of `file` at `off` to the socket; returns the bytes sent.
@@ -614,6 +923,8 @@ async fn serve_conn(inner: Arc<Inner>, s: &mut TcpStream) {
         let res = match req.req {
             Some(pb::data_request::Req::Read(r)) => inner.handle_read(s, r, &mut hdr).await,
             Some(pb::data_request::Req::Write(w)) => inner.handle_write(s, w).await,
+            Some(pb::data_request::Req::Persist(p)) => inner.handle_persist(s, p).await,
+            Some(pb::data_request::Req::Replicate(r)) => inner.handle_replicate(s, r).await,
             Some(pb::data_request::Req::Hello(_)) => {
                 write_frame(s, &pb::DataResponse { worker_id: inner.id.load(Relaxed), ..Default::default() }).await
             }

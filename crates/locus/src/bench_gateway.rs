@@ -101,6 +101,7 @@ impl GatewayBench {
             options: opts,
             readonly: false,
             sync_interval_ms: 3_600_000,
+            ..Default::default()
         })
         .await?;
         let minio = client(&self.endpoint, &self.bucket, &self.access_key, &self.secret_key)?;

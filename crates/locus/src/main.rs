@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use figment::providers::Serialized;
 use locus::LocalCluster;
-use locus_client::{Client, ReadOptions};
-use locus_common::config::{Config, Locality, ReadType, TierAlias, TierConfig};
+use locus_client::{Client, PutOptions, ReadOptions};
+use locus_common::config::{Config, Locality, ReadType, TierAlias, TierConfig, WriteType};
 use locus_common::{Error, ErrorKind};
 use locus_proto::pb;
 use serde_json::json;
@@ -221,12 +221,41 @@ enum FsCmd {
     },
     /// Copy a file to the local file system.
     Get { path: String, local: PathBuf },
-    /// Copy a local file (or - for stdin) into Locus (written through to the UFS).
+    /// Copy a local file (or - for stdin) into Locus.
     Put {
         local: String,
         path: String,
         #[arg(long)]
         overwrite: bool,
+        /// MUST_CACHE, CACHE_THROUGH, THROUGH or ASYNC_THROUGH (default: the client's,
+        /// else the mount's, else the cluster's: ASYNC_THROUGH).
+        #[arg(long)]
+        write_type: Option<String>,
+        /// Workers that must hold the blocks before the write is acknowledged
+        /// (ASYNC_THROUGH, MUST_CACHE). Default client.replication.durable: min(2, live).
+        #[arg(long)]
+        durable: Option<u32>,
+    },
+    /// Write a MUST_CACHE file to the UFS, and wait until it is persisted.
+    Persist {
+        path: String,
+        /// Return once the persist is queued.
+        #[arg(long)]
+        no_wait: bool,
+        /// Give up waiting after this long.
+        #[arg(long, default_value = "10m")]
+        timeout: String,
+    },
+    /// Set how many copies of each block Locus keeps (min) and allows (max, 0 = any).
+    #[command(name = "setReplication", alias = "set-replication")]
+    SetReplication {
+        #[arg(long, default_value_t = 1)]
+        min: u32,
+        #[arg(long, default_value_t = 0)]
+        max: u32,
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        path: String,
     },
     /// Create a directory.
     Mkdir {
@@ -278,6 +307,9 @@ enum FsCmd {
         /// How old metadata may get before it is checked against the UFS (e.g. 30s).
         #[arg(long)]
         sync_interval: Option<String>,
+        /// Default write type of writes under this mount (else the cluster's).
+        #[arg(long)]
+        write_type: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -631,6 +663,14 @@ fn print_report(j: &serde_json::Value) {
             human(v["capacity"].as_u64().unwrap_or(0))
         );
     }
+    let b = &j["persist_backlog"];
+    println!(
+        "Persist backlog: {} file(s), {}, oldest {:.1}s ({} queued UFS operation(s))",
+        b["files"],
+        human(b["bytes"].as_u64().unwrap_or(0)),
+        b["oldest_age_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+        b["queued_ops"]
+    );
     println!("Bytes read by source:");
     for k in ["short_circuit", "local_worker", "remote_worker", "ufs"] {
         println!("  {k:<14} {}", human(j["bytes_read"][k].as_u64().unwrap_or(0)));
@@ -649,6 +689,7 @@ fn entry_json(e: &pb::FileInfo) -> serde_json::Value {
     json!({
         "path": e.path, "name": e.name, "is_dir": e.is_dir, "length": e.length,
         "mtime_ms": e.mtime_ms, "fingerprint": e.fingerprint, "pinned": e.pinned,
+        "persist_state": e.persist_state,
     })
 }
 
@@ -658,6 +699,7 @@ fn stat_json(fi: &pb::FileInfo, workers: &HashMap<u64, String>) -> serde_json::V
         "path": fi.path, "name": fi.name, "is_dir": fi.is_dir, "length": fi.length,
         "block_size": fi.block_size, "fingerprint": fi.fingerprint, "mtime_ms": fi.mtime_ms,
         "pinned": fi.pinned, "mount_point": fi.mount_point, "ufs_path": fi.ufs_path,
+        "persist_state": fi.persist_state, "replication_min": fi.replication_min, "replication_max": fi.replication_max,
         "cached_fraction": if fi.length == 0 { 0.0 } else { cached as f64 / fi.length as f64 },
         "blocks": fi.blocks.iter().map(|b| json!({
             "id": b.block_id, "offset": b.offset, "length": b.length,
@@ -712,6 +754,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 println!("mount        {} (ufs path {:?})", fi.mount_point, fi.ufs_path);
                 println!("pinned       {}", fi.pinned);
                 if !fi.is_dir {
+                    println!("persisted    {}", fi.persist_state);
                     println!("cached       {:.1}%", j["cached_fraction"].as_f64().unwrap_or(0.0) * 100.0);
                     for b in &fi.blocks {
                         let locs: Vec<String> = b
@@ -754,14 +797,48 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
             c.read_to(&fi, 0, fi.length, opts, &mut w).await?;
             w.shutdown().await?;
         }
-        FsCmd::Put { local, path, overwrite } => {
+        FsCmd::Put { local, path, overwrite, write_type, durable } => {
+            let popts = PutOptions {
+                overwrite: *overwrite,
+                write_type: write_type.as_deref().map(WriteType::parse_or_err).transpose()?,
+                durable_replicas: *durable,
+                ..Default::default()
+            };
             let fi = if local == "-" {
-                c.put(path, &mut tokio::io::stdin(), *overwrite).await?
+                c.put_with(path, &mut tokio::io::stdin(), &popts, |_| Ok(pb::ObjectMeta::default())).await?
             } else {
                 let mut f = tokio::fs::File::open(local).await.map_err(|e| Error::io(format!("open {local}"), e))?;
-                c.put(path, &mut f, *overwrite).await?
+                c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await?
             };
-            println!("wrote {} ({} bytes)", fi.path, fi.length);
+            println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state);
+        }
+        FsCmd::Persist { path, no_wait, timeout } => {
+            let limit: Duration = humantime::parse_duration(timeout)
+                .map_err(|e| Error::invalid(format!("bad --timeout {timeout:?}: {e}")))?;
+            let mut fi = c.persist(path).await?;
+            let start = std::time::Instant::now();
+            while !*no_wait && fi.persist_state != "PERSISTED" {
+                if fi.persist_state == "LOST" {
+                    return Err(
+                        Error::new(ErrorKind::Corrupt, format!("{path} was lost before it was persisted")).into()
+                    );
+                }
+                if start.elapsed() > limit {
+                    return Err(
+                        Error::unavailable(format!("{path} is still {} after {timeout}", fi.persist_state)).into()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                fi = c.status(path, false).await?;
+            }
+            println!("{path}: {}", fi.persist_state);
+        }
+        FsCmd::SetReplication { min, max, recursive, path } => {
+            let n = c.set_replication(path, *min, *max, *recursive).await?;
+            println!(
+                "set replication of {n} file(s) to min {min}, max {}",
+                if *max == 0 { "any".into() } else { max.to_string() }
+            );
         }
         FsCmd::Mkdir { parents, path } => c.mkdir(path, *parents).await?,
         FsCmd::Rm { recursive, path } => c.delete(path, *recursive).await?,
@@ -812,7 +889,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
             let n = c.set_pinned(path, false, *recursive).await?;
             println!("unpinned {n} file(s)");
         }
-        FsCmd::Mount { path, uri, options, readonly, sync_interval, json: as_json } => {
+        FsCmd::Mount { path, uri, options, readonly, sync_interval, write_type, json: as_json } => {
             let (Some(path), Some(uri)) = (path, uri) else {
                 let t = c.mount_table().await?;
                 for m in t {
@@ -854,6 +931,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                     options: opts,
                     readonly: *readonly,
                     sync_interval_ms,
+                    write_type: write_type.clone().unwrap_or_default(),
                 })
                 .await?;
             println!("mounted {} at {}", m.uri, m.path);

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use locus::LocalCluster;
-use locus_client::{Client, ReadOptions};
+use locus_client::{Client, PutOptions, ReadOptions};
 use locus_common::ErrorKind;
-use locus_common::config::{ClientConfig, Config, Locality, ReadType, TierAlias, TierConfig};
+use locus_common::config::{ClientConfig, Config, Locality, ReadType, TierAlias, TierConfig, WriteType};
 use locus_proto::pb;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -65,6 +65,23 @@ async fn read_all(c: &Client, path: &str) -> Vec<u8> {
     let mut out = Vec::new();
     c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
     out
+}
+
+/// Poll `stat` until the file is persisted (the persist queue runs in the background).
+async fn wait_persisted(c: &Client, path: &str) -> pb::FileInfo {
+    for _ in 0..200 {
+        let fi = c.status(path, true).await.unwrap();
+        if fi.persist_state == "PERSISTED" {
+            return fi;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{path} was not persisted in 10 s");
+}
+
+async fn put_as(c: &Client, path: &str, data: &[u8], wt: WriteType) -> locus_common::Result<pb::FileInfo> {
+    let opts = PutOptions { overwrite: true, write_type: Some(wt), ..Default::default() };
+    c.put_with(path, &mut &data[..], &opts, |_| Ok(pb::ObjectMeta::default())).await
 }
 
 async fn totals(c: &Client) -> pb::ReadCounters {
@@ -336,7 +353,8 @@ async fn master_and_worker_restarts_recover_namespace_mounts_and_disk_blocks() {
         .unwrap();
     let data = random(3 * BLOCK as usize);
     cl.put("/m2/dir/f.bin", &mut data.as_slice(), false).await.unwrap();
-    assert_eq!(std::fs::read(other.join("dir/f.bin")).unwrap(), data, "put writes through to the UFS");
+    wait_persisted(&cl, "/m2/dir/f.bin").await;
+    assert_eq!(std::fs::read(other.join("dir/f.bin")).unwrap(), data, "the write is persisted to the UFS");
     assert_eq!(sha(&read_all(&cl, "/m2/dir/f.bin").await), sha(&data));
 
     // Master restart: mounts and namespace come back; workers re-register their blocks.
@@ -449,5 +467,142 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
     assert_eq!(r.error.unwrap().kind, "invalid_argument");
     assert_eq!(read_all(&cl, "/in/ok.txt").await, b"fine");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_write_type_puts_bytes_where_it_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 2, 64 << 20, false).await;
+    let cl = client(&c, Locality::Remote);
+    let ufs = ufs_dir(&c);
+    let data = random(2 * BLOCK as usize + 1000);
+    let copies = |fi: &pb::FileInfo| fi.blocks.iter().map(|b| b.locations.len()).collect::<Vec<_>>();
+
+    // THROUGH: in the UFS at the ack, nothing cached
+    put_as(&cl, "/through.bin", &data, WriteType::THROUGH).await.unwrap();
+    assert_eq!(std::fs::read(ufs.join("through.bin")).unwrap(), data);
+    let fi = cl.status("/through.bin", true).await.unwrap();
+    assert_eq!((fi.persist_state.as_str(), copies(&fi)), ("PERSISTED", vec![0, 0, 0]));
+
+    // CACHE_THROUGH: in the UFS and in one worker's cache at the ack
+    put_as(&cl, "/ct.bin", &data, WriteType::CACHE_THROUGH).await.unwrap();
+    assert_eq!(std::fs::read(ufs.join("ct.bin")).unwrap(), data);
+    let fi = cl.status("/ct.bin", true).await.unwrap();
+    assert_eq!((fi.persist_state.as_str(), copies(&fi)), ("PERSISTED", vec![1, 1, 1]));
+    let before = totals(&cl).await.ufs;
+    assert_eq!(sha(&read_all(&cl, "/ct.bin").await), sha(&data));
+    assert_eq!(settled(&cl).await.ufs, before, "a CACHE_THROUGH file reads from the cache");
+
+    // MUST_CACHE: on min(2, live) workers, never in the UFS until asked
+    let fi = put_as(&cl, "/mc.bin", &data, WriteType::MUST_CACHE).await.unwrap();
+    assert_eq!(fi.persist_state, "NOT_PERSISTED");
+    let fi = cl.status("/mc.bin", true).await.unwrap();
+    assert_eq!(copies(&fi), vec![2, 2, 2], "both workers hold every block at the ack");
+    assert_eq!(sha(&read_all(&cl, "/mc.bin").await), sha(&data));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!ufs.join("mc.bin").exists(), "MUST_CACHE stays out of the UFS");
+    assert_eq!(cl.free("/mc.bin", false).await.unwrap_err().kind(), ErrorKind::FailedPrecondition);
+    cl.persist("/mc.bin").await.unwrap();
+    let fi = wait_persisted(&cl, "/mc.bin").await;
+    assert_eq!(std::fs::read(ufs.join("mc.bin")).unwrap(), data, "persist on demand");
+    assert_eq!(copies(&fi), vec![1, 1, 1], "extra copies go once persisted");
+
+    // ASYNC_THROUGH (the default): acknowledged from memory, persisted in the background
+    let fi = cl.put("/async.bin", &mut data.as_slice(), false).await.unwrap();
+    assert!(matches!(fi.persist_state.as_str(), "TO_BE_PERSISTED" | "PERSISTED"), "{}", fi.persist_state);
+    let fi = wait_persisted(&cl, "/async.bin").await;
+    assert_eq!(std::fs::read(ufs.join("async.bin")).unwrap(), data);
+    assert_eq!(copies(&fi), vec![1, 1, 1]);
+    assert!(
+        fi.fingerprint.starts_with(&format!("{}:", data.len())),
+        "UFS fingerprint after persist: {}",
+        fi.fingerprint
+    );
+    assert_eq!(sha(&read_all(&cl, "/async.bin").await), sha(&data));
+
+    // the report shows an empty backlog once everything is persisted
+    let r = cl.report().await.unwrap();
+    assert_eq!((r.persist_backlog_files, r.persist_backlog_bytes), (0, 0));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn durable_replication_waits_for_workers_then_fails_or_goes_on_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 2, 64 << 20, false).await;
+    let mut cfg = ClientConfig { locality: Locality::Remote, ..Default::default() };
+    cfg.replication.durable = 3;
+    cfg.replication.wait = Duration::from_millis(300);
+    let strict = c.client(cfg.clone()).unwrap();
+    let data = random(1000);
+    let e = put_as(&strict, "/three.bin", &data, WriteType::ASYNC_THROUGH).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(e.to_string().contains("needs 3 worker copies but 2 workers are live"), "{e}");
+    cfg.replication.allow_fewer = true;
+    let lenient = c.client(cfg).unwrap();
+    put_as(&lenient, "/three.bin", &data, WriteType::ASYNC_THROUGH).await.unwrap();
+    assert_eq!(read_all(&lenient, "/three.bin").await, data);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn must_cache_beyond_the_cache_fails_clearly_and_keeps_earlier_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1, 4 * BLOCK, false).await;
+    let cl = client(&c, Locality::Remote);
+    let first = random(2 * BLOCK as usize);
+    put_as(&cl, "/first.bin", &first, WriteType::MUST_CACHE).await.unwrap();
+    let big = random(4 * BLOCK as usize);
+    let e = put_as(&cl, "/big.bin", &big, WriteType::MUST_CACHE).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ResourceExhausted, "{e}");
+    assert!(e.to_string().contains("full"), "{e}");
+    assert!(cl.status("/big.bin", false).await.is_err(), "a failed write leaves no file");
+    assert_eq!(sha(&read_all(&cl, "/first.bin").await), sha(&first), "earlier data is not lost");
+    c.shutdown().await;
+}
+
+/// Create, rename and delete reach the UFS in order; a master restart mid-backlog
+/// resumes the queue and the deleted file never appears in the UFS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn namespace_changes_behind_a_backlog_reach_the_ufs_in_order_across_a_master_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path(), 2, 64 << 20, false).await;
+    let cl = client(&c, Locality::Remote);
+    let ufs = ufs_dir(&c);
+    let data = random(BLOCK as usize);
+    cl.mkdir("/q", false).await.unwrap();
+    for i in 0..20 {
+        cl.put(&format!("/q/f{i}"), &mut data.as_slice(), false).await.unwrap();
+    }
+    cl.rename("/q/f0", "/q/g0").await.unwrap();
+    cl.delete("/q/f1", false).await.unwrap();
+    cl.put("/q/tmp", &mut data.as_slice(), false).await.unwrap();
+    cl.rename("/q/tmp", "/q/tmp2").await.unwrap();
+    cl.delete("/q/tmp2", false).await.unwrap();
+    // the master goes away with (most likely) work queued, and comes back
+    c.stop_master().await;
+    c.start_master().await.unwrap();
+    let cl = client(&c, Locality::Remote);
+    for i in 2..20 {
+        wait_persisted(&cl, &format!("/q/f{i}")).await;
+    }
+    wait_persisted(&cl, "/q/g0").await;
+    for _ in 0..100 {
+        if cl.report().await.unwrap().persist_queue_ops == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cl.report().await.unwrap().persist_queue_ops, 0);
+    let mut names: Vec<String> =
+        std::fs::read_dir(ufs.join("q")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    let mut want: Vec<String> = (2..20).map(|i| format!("f{i}")).chain(["g0".to_string()]).collect();
+    want.sort();
+    assert_eq!(names, want, "renamed and deleted files end as they should in the UFS");
+    for n in &want {
+        assert_eq!(std::fs::read(ufs.join("q").join(n)).unwrap(), data);
+    }
     c.shutdown().await;
 }

@@ -1,0 +1,465 @@
+//! The persist queue: every UFS change Locus still owes (persists of written files, and
+//! the mkdirs, deletes and renames queued behind them) is journaled in redb before the
+//! change is acknowledged, and a scheduler job carries the queue out.
+//!
+//! Order: an operation runs only when no earlier operation on an overlapping path (the
+//! same path, an ancestor or a descendant, in the same mount) is still pending, so
+//! create → rename → delete of one path reach the UFS in that order, while unrelated
+//! paths proceed in parallel (`master.persist_concurrency`). A synchronous UFS change
+//! (a mkdir, delete or rename with nothing queued on its paths) registers itself while
+//! it runs, so nothing queued later on those paths overtakes it. Failed operations are
+//! retried with exponential backoff; a master restart reloads the queue and resumes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use locus_common::job::Job;
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::{from_error_info, pb, read_frame, write_frame};
+use locus_ufs::UfsStatus;
+use prost::Message;
+use redb::ReadableTable;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::store::*;
+use crate::{Master, MountEntry, TO_BE_PERSISTED, now_ms};
+
+/// Operations looked at per scheduling round (later ones wait for the next round).
+const WINDOW: usize = 512;
+/// Longest wait between retries of a failing operation.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A queued operation as the scheduler sees it (the full record stays in redb).
+pub(crate) struct Pending {
+    mount_id: u64,
+    paths: Vec<String>,
+    kind: String,
+    length: u64,
+    enqueued_ms: i64,
+}
+
+#[derive(Default)]
+pub(crate) struct Tracker {
+    pending: BTreeMap<u64, Pending>,
+    running: HashSet<u64>,
+    /// seq → (not before, failures so far)
+    retry: HashMap<u64, (Instant, u32)>,
+    /// Synchronous UFS changes in progress: token → (mount, paths).
+    sync_ops: HashMap<u64, (u64, Vec<String>)>,
+    next_token: u64,
+}
+
+/// Whether two paths under one mount's root ("" is the root) overlap: equal, or one
+/// inside the other.
+fn overlaps(a: &str, b: &str) -> bool {
+    let inside = |x: &str, y: &str| x.strip_prefix(y).is_some_and(|r| r.starts_with('/'));
+    a.is_empty() || b.is_empty() || a == b || inside(a, b) || inside(b, a)
+}
+
+fn any_overlap(a: &[String], b: &[String]) -> bool {
+    a.iter().any(|x| b.iter().any(|y| overlaps(x, y)))
+}
+
+/// The persist backlog as `locus report` shows it.
+pub(crate) struct Backlog {
+    pub files: u64,
+    pub bytes: u64,
+    pub oldest_age_ms: u64,
+    pub ops: u64,
+}
+
+/// Held while a synchronous UFS change runs; see [`Master::begin_ufs_op`].
+pub(crate) struct SyncGuard {
+    master: Master,
+    token: u64,
+}
+
+impl Drop for SyncGuard {
+    fn drop(&mut self) {
+        self.master.inner.persist.lock().sync_ops.remove(&self.token);
+        self.master.inner.persist_wake.notify_one();
+    }
+}
+
+impl Master {
+    /// Start a synchronous UFS change of `paths` in mount `mount_id`: `None` when queued
+    /// changes overlap them (then the change must be queued behind them instead).
+    pub(crate) fn begin_ufs_op(&self, mount_id: u64, paths: &[&str]) -> Option<SyncGuard> {
+        let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        let mut t = self.inner.persist.lock();
+        if t.pending.values().any(|p| p.mount_id == mount_id && any_overlap(&p.paths, &paths)) {
+            return None;
+        }
+        t.next_token += 1;
+        let token = t.next_token;
+        t.sync_ops.insert(token, (mount_id, paths));
+        Some(SyncGuard { master: self.clone(), token })
+    }
+
+    /// Wait until no queued change overlaps `path` (before a synchronous UFS write).
+    pub(crate) async fn wait_ufs_quiet(&self, mount_id: u64, path: &str) -> Result<()> {
+        let paths = [path.to_string()];
+        let deadline = Instant::now() + self.inner.cfg.ufs_timeout * 3;
+        loop {
+            let busy = {
+                let t = self.inner.persist.lock();
+                t.pending.values().any(|p| p.mount_id == mount_id && any_overlap(&p.paths, &paths))
+            };
+            if !busy {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::unavailable(format!(
+                    "queued UFS changes to {path} did not drain in time (is the UFS reachable?); retry, or write ASYNC_THROUGH"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A queue record for `path` (`rel` under mount `m`); the caller sets the kind.
+    pub(crate) fn op_for(&self, m: &MountEntry, rel: &str, path: &str) -> pb::PersistOp {
+        pb::PersistOp { mount_id: m.info.id, ufs_path: rel.to_string(), path: path.to_string(), ..Default::default() }
+    }
+
+    /// Journal an operation inside `w`. Call [`Master::track`] with it after the commit.
+    pub(crate) fn enqueue(&self, w: &redb::WriteTransaction, mut op: pb::PersistOp) -> Result<pb::PersistOp> {
+        op.seq = next_id(w, "persist_seq", 1)?;
+        op.enqueued_ms = now_ms();
+        w.open_table(PERSIST_QUEUE).map_err(db_err)?.insert(op.seq, op.encode_to_vec().as_slice()).map_err(db_err)?;
+        Ok(op)
+    }
+
+    /// Hand committed operations to the scheduler.
+    pub(crate) fn track(&self, ops: Vec<pb::PersistOp>) {
+        if ops.is_empty() {
+            return;
+        }
+        let mut t = self.inner.persist.lock();
+        for op in ops {
+            t.pending.insert(op.seq, pending_of(&op));
+        }
+        drop(t);
+        self.inner.persist_wake.notify_one();
+    }
+
+    /// Reload the queue after a restart.
+    pub(crate) fn load_persist_queue(&self) -> Result<()> {
+        let r = self.inner.store.read()?;
+        let q = r.open_table(PERSIST_QUEUE).map_err(db_err)?;
+        let mut t = self.inner.persist.lock();
+        for e in q.iter().map_err(db_err)? {
+            let (k, v) = e.map_err(db_err)?;
+            let op: pb::PersistOp = decode(v.value())?;
+            t.pending.insert(k.value(), pending_of(&op));
+        }
+        if !t.pending.is_empty() {
+            tracing::info!(ops = t.pending.len(), "persist queue resumes");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn persist_backlog(&self) -> Backlog {
+        let t = self.inner.persist.lock();
+        let persists = t.pending.values().filter(|p| p.kind == "PERSIST");
+        let oldest = t.pending.values().map(|p| p.enqueued_ms).min();
+        Backlog {
+            files: persists.clone().count() as u64,
+            bytes: persists.map(|p| p.length).sum(),
+            oldest_age_ms: oldest.map(|o| (now_ms() - o).max(0) as u64).unwrap_or(0),
+            ops: t.pending.len() as u64,
+        }
+    }
+
+    /// Operations that may start now, in queue order, marked running.
+    fn runnable(&self) -> Vec<u64> {
+        let limit = self.inner.cfg.persist_concurrency.max(1);
+        let now = Instant::now();
+        let mut t = self.inner.persist.lock();
+        let mut earlier: Vec<(u64, Vec<String>)> = t.sync_ops.values().cloned().collect();
+        let mut start = Vec::new();
+        for (seq, p) in t.pending.iter().take(WINDOW) {
+            if t.running.len() + start.len() >= limit {
+                break;
+            }
+            let blocked = earlier.iter().any(|(m, ps)| *m == p.mount_id && any_overlap(ps, &p.paths));
+            let due = t.retry.get(seq).is_none_or(|(at, _)| *at <= now);
+            if !blocked && due && !t.running.contains(seq) {
+                start.push(*seq);
+            }
+            earlier.push((p.mount_id, p.paths.clone()));
+        }
+        t.running.extend(start.iter().copied());
+        start
+    }
+
+    fn finish(&self, seq: u64, r: &Result<()>) {
+        let mut t = self.inner.persist.lock();
+        t.running.remove(&seq);
+        match r {
+            Ok(()) => {
+                t.pending.remove(&seq);
+                t.retry.remove(&seq);
+            }
+            Err(e) => {
+                let failures = t.retry.get(&seq).map(|r| r.1).unwrap_or(0) + 1;
+                let wait = (Duration::from_millis(100) * 2u32.pow(failures.min(10))).min(MAX_BACKOFF);
+                t.retry.insert(seq, (Instant::now() + wait, failures));
+                let path = t.pending.get(&seq).map(|p| p.paths[0].clone()).unwrap_or_default();
+                tracing::warn!(seq, path, failures, retry_in = ?wait, error = %e, "persist queue operation failed");
+            }
+        }
+    }
+
+    fn remove_op(&self, w: &redb::WriteTransaction, seq: u64) -> Result<()> {
+        w.open_table(PERSIST_QUEUE).map_err(db_err)?.remove(seq).map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Carry out one queued operation and take it off the queue.
+    async fn run_op(&self, seq: u64) -> Result<()> {
+        let op: pb::PersistOp = {
+            let r = self.inner.store.read()?;
+            let q = r.open_table(PERSIST_QUEUE).map_err(db_err)?;
+            match q.get(seq).map_err(db_err)? {
+                Some(v) => decode(v.value())?,
+                None => return Ok(()),
+            }
+        };
+        let mount = self.inner.mounts.read().iter().find(|m| m.info.id == op.mount_id).cloned();
+        let Some(m) = mount else {
+            tracing::info!(path = %op.path, "mount is gone; dropping its queued UFS change");
+            let w = self.inner.store.write()?;
+            self.remove_op(&w, seq)?;
+            return w.commit().map_err(db_err);
+        };
+        locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
+        match op.kind.as_str() {
+            "PERSIST" => return self.persist_file(&op, &m).await,
+            "MKDIR" => m.ufs.create_dir(&op.ufs_path).await?,
+            "DELETE" => m.ufs.delete(&op.ufs_path, op.is_dir).await?,
+            "RENAME" => match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
+                // What was to move never reached the UFS (it was never persisted).
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                r => r?,
+            },
+            k => tracing::warn!(kind = k, "unknown queued operation; dropping it"),
+        }
+        let w = self.inner.store.write()?;
+        self.remove_op(&w, seq)?;
+        if op.kind == "MKDIR" {
+            if let Some(mut rec) = get_inode(&w.open_table(INODES).map_err(db_err)?, op.inode_id)? {
+                if rec.persist_state == TO_BE_PERSISTED {
+                    rec.persist_state.clear();
+                    put_inode(&w, &rec)?;
+                }
+            }
+        }
+        w.commit().map_err(db_err)
+    }
+
+    /// Write a file's cached blocks to the UFS through a worker holding them, then mark
+    /// it persisted, unpin it and release the copies beyond its minimum replication.
+    async fn persist_file(&self, op: &pb::PersistOp, m: &MountEntry) -> Result<()> {
+        let rec = {
+            let r = self.inner.store.read()?;
+            get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
+        };
+        let Some(rec) = rec.filter(|r| r.version == op.version && r.persist_state == TO_BE_PERSISTED) else {
+            // Overwritten or deleted since: a later queue entry covers what is there now.
+            let w = self.inner.store.write()?;
+            self.remove_op(&w, op.seq)?;
+            return w.commit().map_err(db_err);
+        };
+        let meta = rec.meta.clone().unwrap_or_default();
+        let user_metadata = locus_proto::ufs_user_metadata(&meta);
+        let st = if rec.length == 0 {
+            let wr = m.ufs.writer(&op.ufs_path, &meta.content_type, &user_metadata).await?;
+            wr.close().await?
+        } else {
+            let blocks = self.block_infos(&rec)?;
+            if let Some(b) = blocks.iter().find(|b| b.locations.is_empty()) {
+                return Err(Error::unavailable(format!("no live copy of block {} of {}", b.block_id, op.path)));
+            }
+            let mut held: HashMap<u64, usize> = HashMap::new();
+            for l in blocks.iter().flat_map(|b| &b.locations) {
+                *held.entry(l.worker_id).or_default() += 1;
+            }
+            let workers = self.workers();
+            let best = workers
+                .iter()
+                .filter(|w| held.contains_key(&w.worker_id))
+                .max_by_key(|w| (held[&w.worker_id], std::cmp::Reverse(w.worker_id)))
+                .cloned()
+                .ok_or_else(|| Error::unavailable(format!("no live worker holds {}", op.path)))?;
+            let req = pb::PersistRequest {
+                mount_id: m.info.id,
+                ufs_path: op.ufs_path.clone(),
+                blocks,
+                workers,
+                content_type: meta.content_type.clone(),
+                user_metadata,
+            };
+            let r = call_worker(&best.data_address, pb::data_request::Req::Persist(req)).await?;
+            UfsStatus { path: String::new(), is_dir: false, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms }
+        };
+        if st.length != rec.length {
+            return Err(Error::new(
+                ErrorKind::Ufs,
+                format!("persist of {} left {} bytes in the UFS, not {}", op.path, st.length, rec.length),
+            ));
+        }
+        let w = self.inner.store.write()?;
+        self.remove_op(&w, op.seq)?;
+        let mut dropped = Vec::new();
+        let cur = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?;
+        if let Some(mut cur) = cur.filter(|c| c.version == rec.version && c.persist_state == TO_BE_PERSISTED) {
+            cur.fingerprint = st.fingerprint();
+            cur.persist_state.clear();
+            cur.synced_ms = now_ms();
+            put_inode(&w, &cur)?;
+            if !cur.pinned {
+                w.open_table(PINNED).map_err(db_err)?.remove(cur.version).map_err(db_err)?;
+                next_id(&w, "pin_epoch", 1)?;
+            }
+            // The extra copies were for durability until now.
+            let keep = if cur.replication_min == 0 { self.inner.cfg.replication_min } else { cur.replication_min };
+            let live = self.live_workers();
+            let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+            let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+            for i in 0..cur.length.div_ceil(cur.block_size.max(1)) {
+                let b = locus_common::block_id(cur.version, i);
+                let mut holders = second_keys(&loc, b)?;
+                holders.sort_by_key(|wk| (!live.contains_key(wk), *wk));
+                for wk in holders.into_iter().skip(keep.max(1) as usize) {
+                    loc.remove((b, wk)).map_err(db_err)?;
+                    wb.remove((wk, b)).map_err(db_err)?;
+                    dropped.push((wk, b));
+                }
+            }
+        }
+        w.commit().map_err(db_err)?;
+        self.queue_removals(dropped);
+        tracing::debug!(path = %op.path, bytes = st.length, "persisted");
+        Ok(())
+    }
+
+    /// Drop writes created but never completed within `master.abandoned_write_timeout`.
+    fn reap_abandoned_writes(&self) -> Result<()> {
+        let cutoff = now_ms() - self.inner.cfg.abandoned_write_timeout.as_millis() as i64;
+        let stale: Vec<u64> = {
+            let r = self.inner.store.read()?;
+            let t = r.open_table(PENDING_WRITES).map_err(db_err)?;
+            let mut v = Vec::new();
+            for e in t.iter().map_err(db_err)? {
+                let (k, created) = e.map_err(db_err)?;
+                if created.value() < cutoff {
+                    v.push(k.value());
+                }
+            }
+            v
+        };
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let w = self.inner.store.write()?;
+        let mut dropped = Vec::new();
+        {
+            let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+            let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+            for v in &stale {
+                w.open_table(PENDING_WRITES).map_err(db_err)?.remove(*v).map_err(db_err)?;
+                w.open_table(VERSIONS).map_err(db_err)?.remove(*v).map_err(db_err)?;
+                w.open_table(PINNED).map_err(db_err)?.remove(*v).map_err(db_err)?;
+                let first = locus_common::block_id(*v, 0);
+                let last = locus_common::block_id(*v + 1, 0);
+                let keys: Vec<(u64, u64)> = loc
+                    .range((first, 0)..(last, 0))
+                    .map_err(db_err)?
+                    .map(|e| e.map(|(k, _)| k.value()).map_err(db_err))
+                    .collect::<Result<_>>()?;
+                for (b, wk) in keys {
+                    loc.remove((b, wk)).map_err(db_err)?;
+                    wb.remove((wk, b)).map_err(db_err)?;
+                    dropped.push((wk, b));
+                }
+            }
+        }
+        next_id(&w, "pin_epoch", 1)?;
+        w.commit().map_err(db_err)?;
+        tracing::info!(writes = stale.len(), "dropped abandoned writes");
+        self.queue_removals(dropped);
+        Ok(())
+    }
+}
+
+fn pending_of(op: &pb::PersistOp) -> Pending {
+    let mut paths = vec![op.ufs_path.clone()];
+    if op.kind == "RENAME" {
+        paths.push(op.dst_ufs_path.clone());
+    }
+    Pending { mount_id: op.mount_id, paths, kind: op.kind.clone(), length: op.length, enqueued_ms: op.enqueued_ms }
+}
+
+/// One request to a worker's data path, answered by one frame.
+pub(crate) async fn call_worker(addr: &str, req: pb::data_request::Req) -> Result<pb::DataResponse> {
+    let mut s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
+    let _ = s.set_nodelay(true);
+    write_frame(&mut s, &pb::DataRequest { req: Some(req) }).await?;
+    s.flush().await.map_err(|e| Error::io("send", e))?;
+    let r: pb::DataResponse =
+        read_frame(&mut s).await?.ok_or_else(|| Error::unavailable(format!("worker {addr} closed the connection")))?;
+    match r.error {
+        Some(e) => Err(from_error_info(e)),
+        None => Ok(r),
+    }
+}
+
+/// Start the scheduler job.
+pub(crate) fn start(master: Master) -> Job {
+    Job::spawn_loop("master.persist", move |mut stop, status| async move {
+        let mut running = FuturesUnordered::new();
+        let mut last_reap = Instant::now();
+        loop {
+            for seq in master.runnable() {
+                let m = master.clone();
+                running.push(async move { (seq, m.run_op(seq).await) });
+            }
+            tokio::select! {
+                _ = stop.changed() => break,
+                Some((seq, r)) = running.next(), if !running.is_empty() => {
+                    master.finish(seq, &r);
+                    status.record(&r);
+                }
+                _ = master.inner.persist_wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            if last_reap.elapsed() > Duration::from_secs(30) {
+                last_reap = Instant::now();
+                if let Err(e) = master.reap_abandoned_writes() {
+                    tracing::warn!(error = %e, "reaping abandoned writes");
+                }
+            }
+        }
+        // Operations cut short stay queued; the next start runs them again.
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_paths() {
+        assert!(overlaps("a/b", "a/b"));
+        assert!(overlaps("a", "a/b/c"));
+        assert!(overlaps("a/b/c", "a"));
+        assert!(overlaps("", "x"));
+        assert!(!overlaps("a/b", "a/bc"));
+        assert!(!overlaps("a/b", "a/c"));
+        assert!(any_overlap(&["x".into(), "a/b".into()], &["a".into()]));
+    }
+}
