@@ -423,14 +423,27 @@ def test_virtual_hosted_style(gateway):
 def test_read_type_header_and_cache(gateway):
     s3 = gateway.s3
     data = os.urandom(2 * MiB)
-    s3.put_object(Bucket="local", Key="rt/nocache.bin", Body=data)
-    s3.put_object(Bucket="local", Key="rt/cache.bin", Body=data)
 
-    def add_header(request, **kw):
-        request.headers["x-locus-read-type"] = "NO_CACHE"
+    def header(name, value):
+        def add(request, **kw):
+            request.headers[name] = value
+        return add
+
+    # THROUGH writes leave nothing cached, so the reads below start cold
+    th = gw_client(gateway.endpoint)
+    th.meta.events.register("before-sign.s3.PutObject", header("x-locus-write-type", "THROUGH"))
+    th.put_object(Bucket="local", Key="rt/nocache.bin", Body=data)
+    th.put_object(Bucket="local", Key="rt/cache.bin", Body=data)
+    assert gateway.cluster.stat("/local/rt/cache.bin")["cached_fraction"] == 0
+    assert (gateway.cluster.ufs_dir / "local/rt/cache.bin").read_bytes() == data, "THROUGH: in the UFS at the ack"
+    bad = gw_client(gateway.endpoint)
+    bad.meta.events.register("before-sign.s3.PutObject", header("x-locus-write-type", "SOMETIMES"))
+    with pytest.raises(ClientError) as e:
+        bad.put_object(Bucket="local", Key="rt/bad.bin", Body=b"x")
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"
 
     nc = gw_client(gateway.endpoint)
-    nc.meta.events.register("before-sign.s3.GetObject", add_header)
+    nc.meta.events.register("before-sign.s3.GetObject", header("x-locus-read-type", "NO_CACHE"))
     assert nc.get_object(Bucket="local", Key="rt/nocache.bin")["Body"].read() == data
     assert s3.get_object(Bucket="local", Key="rt/cache.bin")["Body"].read() == data
     st = gateway.cluster.stat("/local/rt/nocache.bin")

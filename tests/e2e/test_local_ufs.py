@@ -14,12 +14,15 @@ def test_put_get_mkdir_mv_on_local_ufs(cluster, tmp):
     mounts = [json.loads(x) for x in c.ok("fs", "mount", "--json").decode().splitlines()]
     assert [(m["path"], m["uri"]) for m in mounts] == [("/", f"file://{ufs}")], mounts
 
-    # put from a file: written through to <data-dir>/ufs.
+    # put from a file: acknowledged from worker memory (ASYNC_THROUGH, the default),
+    # then persisted to <data-dir>/ufs; `fs persist` waits for that.
     data = os.urandom(9 * MiB + 3)  # crosses an 8 MiB block
     src = tmp / "src.bin"
     src.write_bytes(data)
     out = c.ok("fs", "put", src, "/dir/a.bin").decode()
-    assert out.strip() == f"wrote /dir/a.bin ({len(data)} bytes)", out
+    assert out.strip().startswith(f"wrote /dir/a.bin ({len(data)} bytes, "), out
+    assert sha256(c.cat("/dir/a.bin")) == sha256(data), "readable at once, from the cache"
+    assert c.ok("fs", "persist", "/dir/a.bin").decode().strip() == "/dir/a.bin: PERSISTED"
     assert (ufs / "dir" / "a.bin").read_bytes() == data
     assert sha256(c.cat("/dir/a.bin")) == sha256(data)
     dst = tmp / "got.bin"
@@ -30,6 +33,7 @@ def test_put_get_mkdir_mv_on_local_ufs(cluster, tmp):
 
     # put from stdin.
     c.ok("fs", "put", "-", "/b.txt", input=b"from stdin\n")
+    c.ok("fs", "persist", "/b.txt")
     assert (ufs / "b.txt").read_bytes() == b"from stdin\n"
     assert c.cat("/b.txt") == b"from stdin\n"
 
@@ -38,11 +42,13 @@ def test_put_get_mkdir_mv_on_local_ufs(cluster, tmp):
     assert_one_line_error(r, 4)
     assert (ufs / "b.txt").read_bytes() == b"from stdin\n"
     c.ok("fs", "put", "--overwrite", "-", "/b.txt", input=b"second")
+    c.ok("fs", "persist", "/b.txt")
     assert (ufs / "b.txt").read_bytes() == b"second"
     assert c.cat("/b.txt") == b"second"
 
     # empty file.
     c.ok("fs", "put", "-", "/empty", input=b"")
+    c.ok("fs", "persist", "/empty")
     assert (ufs / "empty").read_bytes() == b""
     assert c.cat("/empty") == b""
     assert c.stat("/empty")["length"] == 0
@@ -94,10 +100,12 @@ def test_rm_on_local_ufs(cluster):
     ufs = c.ufs_dir
     c.ok("fs", "put", "-", "/x/w/z/a2.bin", input=b"a2")
     c.ok("fs", "put", "-", "/b.txt", input=b"b")
+    c.ok("fs", "persist", "/x/w/z/a2.bin")
+    c.ok("fs", "persist", "/b.txt")
     c.ok("fs", "mkdir", "/dir")
     assert (ufs / "x" / "w" / "z" / "a2.bin").exists() and (ufs / "dir").is_dir()
-    assert c.cat("/x/w/z/a2.bin") == b"a2"  # cached now
-    c.wait_report(lambda r: r["workers"][0]["tiers"][0]["blocks"] == 1, what="the block to be cached")
+    assert c.cat("/x/w/z/a2.bin") == b"a2"  # cached since the write
+    c.wait_report(lambda r: r["workers"][0]["tiers"][0]["blocks"] == 2, what="the written blocks to be cached")
 
     # rm: files, empty directories, trees with -R only.
     assert_one_line_error(c.run("fs", "rm", "/x"))

@@ -41,6 +41,7 @@ def test_readonly_mount_refuses_writes(cluster, s3, bucket, minio, tmp):
     assert sha256(c.cat("/ro/f.bin")) == sha256(data)
     # Writes elsewhere still work.
     c.ok("fs", "put", local, "/rw.txt")
+    c.ok("fs", "persist", "/rw.txt")
     assert (c.ufs_dir / "rw.txt").read_bytes() == b"new"
 
 

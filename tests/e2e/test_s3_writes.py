@@ -19,7 +19,8 @@ def test_put_mkdir_mv_write_through_to_s3(cluster, s3, bucket, minio, tmp):
     src.write_bytes(data)
 
     out = c.ok("fs", "put", src, "/data/up/x.bin").decode()
-    assert out.strip() == f"wrote /data/up/x.bin ({len(data)} bytes)"
+    assert out.strip().startswith(f"wrote /data/up/x.bin ({len(data)} bytes, "), out
+    c.ok("fs", "persist", "/data/up/x.bin")
     assert sha256(_get(s3, bucket, "p/up/x.bin")) == sha256(data)
     assert sha256(c.cat("/data/up/x.bin")) == sha256(data)
     st = c.stat("/data/up/x.bin")
@@ -28,16 +29,19 @@ def test_put_mkdir_mv_write_through_to_s3(cluster, s3, bucket, minio, tmp):
 
     assert_one_line_error(c.run("fs", "put", src, "/data/up/x.bin"), 4)
     c.ok("fs", "put", "--overwrite", "-", "/data/up/x.bin", input=b"short now")
+    c.ok("fs", "persist", "/data/up/x.bin")
     assert _get(s3, bucket, "p/up/x.bin") == b"short now"
     assert c.cat("/data/up/x.bin") == b"short now"
 
     c.ok("fs", "put", "-", "/data/empty", input=b"")
+    c.ok("fs", "persist", "/data/empty")
     assert _get(s3, bucket, "p/empty") == b""
     assert c.cat("/data/empty") == b""
 
     c.ok("fs", "mkdir", "/data/newdir")
     assert "/data/newdir" in [e["path"] for e in c.ls_json("/data") if e["is_dir"]]
     c.ok("fs", "put", "-", "/data/newdir/n.txt", input=b"n")
+    c.ok("fs", "persist", "/data/newdir/n.txt")
     assert _get(s3, bucket, "p/newdir/n.txt") == b"n"
 
     c.ok("fs", "mv", "/data/up/x.bin", "/data/newdir/y.bin")

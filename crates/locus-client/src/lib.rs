@@ -692,7 +692,7 @@ impl Client {
             mtime_ms: r.mtime_ms,
             meta: Some(meta),
             version: target.version,
-            write_type: target.write_type,
+            write_type: if r.write_type.is_empty() { target.write_type } else { r.write_type },
         };
         Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
     }

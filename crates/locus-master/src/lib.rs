@@ -958,6 +958,10 @@ impl Master {
                 };
                 rec.fingerprint = st.fingerprint();
                 rec.persist_state = String::new();
+                // Pinned at create for an ASYNC_THROUGH write that went through instead.
+                if w.open_table(PINNED).map_err(db_err)?.remove(version).map_err(db_err)?.is_some() {
+                    self.bump_pin_epoch(&w)?;
+                }
             }
             WriteType::ASYNC_THROUGH => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();

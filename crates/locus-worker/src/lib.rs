@@ -562,6 +562,7 @@ impl Inner {
         }
         write_frame(sock, &pb::DataResponse::default()).await?; // ready
         sock.flush().await.map_err(|e| Error::io("send", e))?;
+        let mut spilled = false;
         let res: Result<u64> = async {
             let mut total = 0u64;
             loop {
@@ -576,14 +577,39 @@ impl Inner {
                 }
                 let mut buf = vec![0u8; len];
                 sock.read_exact(&mut buf).await.map_err(|e| Error::io("read write chunk", e))?;
-                let buf = Bytes::from(buf);
+                let mut buf = Bytes::from(buf);
+                let before = total;
                 total += len as u64;
                 if let Some((tx, _)) = &down {
                     // A broken pipeline shows in its task's result below.
                     let _ = tx.send(buf.clone()).await;
                 }
                 if let Some(b) = &mut blocks {
-                    b.write(&buf)?;
+                    match b.write(&buf) {
+                        Ok(()) => {}
+                        // A write that outgrows the cache goes on through to the UFS
+                        // (MUST_CACHE has no UFS to go to: it fails).
+                        Err(e) if e.kind() == ErrorKind::ResourceExhausted && wt != WriteType::MUST_CACHE => {
+                            let b = blocks.take().unwrap();
+                            let stored = b.stored();
+                            if ufs_writer.is_none() {
+                                tracing::info!(path = %w.ufs_path, at = stored, "cache full: the write goes on through to the UFS");
+                                let mut u = self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
+                                let r = self.replay(&b, &mut u).await;
+                                if let Err(e) = r {
+                                    u.abort().await;
+                                    return Err(e);
+                                }
+                                ufs_writer = Some(u);
+                                spilled = true;
+                                if let Some((_, task)) = down.take() {
+                                    task.abort(); // the replicas drop their partial copies
+                                }
+                            }
+                            buf = buf.slice((stored - before) as usize..);
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 if let Some(u) = &mut ufs_writer {
                     u.write(buf).await?;
@@ -619,6 +645,9 @@ impl Inner {
             }
         }
         let mut resp = pb::DataResponse { length: total, replicas, ..Default::default() };
+        if spilled {
+            resp.write_type = WriteType::CACHE_THROUGH.as_str().into();
+        }
         if let Some(u) = ufs_writer {
             let st = u.close().await?;
             if st.length != total {
@@ -633,6 +662,28 @@ impl Inner {
             self.commit_changes().await?;
         }
         write_frame(sock, &resp).await
+    }
+
+    /// Send what a write stored in blocks so far to the UFS writer taking over.
+    async fn replay(&self, b: &BlockWriter, u: &mut locus_ufs::UfsWriter) -> Result<()> {
+        for i in 0..b.index {
+            let id = locus_common::block_id(b.version, i);
+            let mut src = self.open_block(id, b.block_size, &[]).await?;
+            while let Some(chunk) = src.next().await? {
+                u.write(chunk).await?;
+            }
+        }
+        if let Some((t, _, n)) = &b.cur {
+            let mut f = std::fs::File::open(&t.path).map_err(|e| Error::io("open block file", e))?;
+            let mut left = *n;
+            while left > 0 {
+                let mut buf = vec![0u8; left.min(4 << 20) as usize];
+                std::io::Read::read_exact(&mut f, &mut buf).map_err(|e| Error::io("read block file", e))?;
+                left -= buf.len() as u64;
+                u.write(Bytes::from(buf)).await?;
+            }
+        }
+        Ok(())
     }
 
     /// A block's bytes: from this worker's store, else from the first of `sources` (data
@@ -768,6 +819,11 @@ impl BlockWriter {
             }
         }
         Ok(())
+    }
+
+    /// Bytes stored so far (committed blocks and the one in progress).
+    fn stored(&self) -> u64 {
+        self.index * self.block_size + self.cur.as_ref().map(|c| c.2).unwrap_or(0)
     }
 
     fn finish(mut self) -> Result<()> {

@@ -547,7 +547,7 @@ async fn durable_replication_waits_for_workers_then_fails_or_goes_on_when_allowe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn must_cache_beyond_the_cache_fails_clearly_and_keeps_earlier_files() {
+async fn writes_beyond_the_cache_fail_clearly_for_must_cache_and_go_through_otherwise() {
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path(), 1, 4 * BLOCK, false).await;
     let cl = client(&c, Locality::Remote);
@@ -559,6 +559,12 @@ async fn must_cache_beyond_the_cache_fails_clearly_and_keeps_earlier_files() {
     assert!(e.to_string().contains("full"), "{e}");
     assert!(cl.status("/big.bin", false).await.is_err(), "a failed write leaves no file");
     assert_eq!(sha(&read_all(&cl, "/first.bin").await), sha(&first), "earlier data is not lost");
+    // ASYNC_THROUGH outgrowing the cache goes on through to the UFS instead of failing
+    let fi = put_as(&cl, "/big.bin", &big, WriteType::ASYNC_THROUGH).await.unwrap();
+    assert_eq!(fi.persist_state, "PERSISTED", "persisted at the ack");
+    assert_eq!(sha(&std::fs::read(ufs_dir(&c).join("big.bin")).unwrap()), sha(&big));
+    assert_eq!(sha(&read_all(&cl, "/big.bin").await), sha(&big));
+    assert_eq!(sha(&read_all(&cl, "/first.bin").await), sha(&first));
     c.shutdown().await;
 }
 
