@@ -7,6 +7,7 @@
 //! `locus-ufs`, and must never depend on `locus-worker` or `locus-client`.
 
 mod persist;
+mod replication;
 mod service;
 pub mod store;
 mod web;
@@ -201,6 +202,7 @@ impl Master {
             let _ = rx2.changed().await;
         }));
         let persist_job = persist::start(self.clone());
+        let replication_job = replication::start(self.clone());
         let mut rx3 = rx;
         let res = service::serve(self.clone(), rpc, async move {
             tokio::select! {
@@ -212,6 +214,7 @@ impl Master {
         let _ = tx.send(true);
         let _ = web_task.await;
         persist_job.stop().await;
+        replication_job.stop().await;
         res
     }
 
@@ -382,6 +385,7 @@ impl Master {
             }
         }
         w.open_table(VERSIONS).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
+        w.open_table(REPLICATED).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
         if w.open_table(PINNED).map_err(db_err)?.remove(rec.version).map_err(db_err)?.is_some() {
             self.bump_pin_epoch(w)?;
         }
@@ -984,6 +988,9 @@ impl Master {
             w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
             self.bump_pin_epoch(&w)?;
         }
+        if rec.replication_min != 0 || rec.replication_max != 0 {
+            w.open_table(REPLICATED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
+        }
         put_inode(&w, &rec)?;
         w.commit().map_err(db_err)?;
         self.queue_removals(dropped);
@@ -1043,10 +1050,16 @@ impl Master {
             .await?;
         let w = self.inner.store.write()?;
         for id in ids {
-            if let Some(mut r) = get_inode(&w.open_table(INODES).map_err(db_err)?, id)? {
+            if let Some(mut r) = load_inode(&w, id)? {
                 r.replication_min = min;
                 r.replication_max = max;
                 put_inode(&w, &r)?;
+                let mut t = w.open_table(REPLICATED).map_err(db_err)?;
+                if min != 0 || max != 0 {
+                    t.insert(r.version, ()).map_err(db_err)?;
+                } else {
+                    t.remove(r.version).map_err(db_err)?;
+                }
             }
         }
         w.commit().map_err(db_err)?;
@@ -1188,6 +1201,9 @@ impl Master {
             self.drop_version(&w, r, &mut dropped)?;
             // the version stays valid: only its cached copies go
             w.open_table(VERSIONS).map_err(db_err)?.insert(r.version, r.id).map_err(db_err)?;
+            if r.replication_min != 0 || r.replication_max != 0 {
+                w.open_table(REPLICATED).map_err(db_err)?.insert(r.version, ()).map_err(db_err)?;
+            }
         }
         w.commit().map_err(db_err)?;
         let n = dropped.len() as u64;

@@ -30,7 +30,7 @@ use crate::{Master, MountEntry, TO_BE_PERSISTED, now_ms};
 /// Operations looked at per scheduling round (later ones wait for the next round).
 const WINDOW: usize = 512;
 /// Longest wait between retries of a failing operation.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// A queued operation as the scheduler sees it (the full record stays in redb).
 pub(crate) struct Pending {
@@ -251,7 +251,7 @@ impl Master {
         let w = self.inner.store.write()?;
         self.remove_op(&w, seq)?;
         if op.kind == "MKDIR" {
-            if let Some(mut rec) = get_inode(&w.open_table(INODES).map_err(db_err)?, op.inode_id)? {
+            if let Some(mut rec) = load_inode(&w, op.inode_id)? {
                 if rec.persist_state == TO_BE_PERSISTED {
                     rec.persist_state.clear();
                     put_inode(&w, &rec)?;

@@ -14,6 +14,7 @@
 //! | `counters` | name | u64 (id allocators, pin epoch) |
 //! | `persist_queue` | seq | `PersistOp` (protobuf): UFS changes still to make, in order |
 //! | `pending_writes` | file version | creation time (ms) of a write not completed yet |
+//! | `replicated` | file version | () for files with replication bounds (`setReplication`) |
 //!
 //! A file version is in `versions` from `CreateFile` on (mapped to inode 0 until the
 //! write completes), so that workers may report its blocks while it is written.
@@ -38,6 +39,7 @@ pub const PINNED: TableDefinition<u64, ()> = TableDefinition::new("pinned");
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 pub const PERSIST_QUEUE: TableDefinition<u64, &[u8]> = TableDefinition::new("persist_queue");
 pub const PENDING_WRITES: TableDefinition<u64, i64> = TableDefinition::new("pending_writes");
+pub const REPLICATED: TableDefinition<u64, ()> = TableDefinition::new("replicated");
 
 pub const ROOT_ID: u64 = 1;
 
@@ -76,6 +78,7 @@ impl Store {
             w.open_table(COUNTERS).map_err(db_err)?;
             w.open_table(PERSIST_QUEUE).map_err(db_err)?;
             w.open_table(PENDING_WRITES).map_err(db_err)?;
+            w.open_table(REPLICATED).map_err(db_err)?;
             if inodes.get(ROOT_ID).map_err(db_err)?.is_none() {
                 let root = pb::InodeRecord { id: ROOT_ID, is_dir: true, ..Default::default() };
                 inodes.insert(ROOT_ID, root.encode_to_vec().as_slice()).map_err(db_err)?;
@@ -120,6 +123,12 @@ pub fn get_inode(t: &impl ReadableTable<u64, &'static [u8]>, id: u64) -> Result<
         Some(v) => Ok(Some(decode(v.value())?)),
         None => Ok(None),
     }
+}
+
+/// An entry read inside a write transaction (the table is closed again on return, so the
+/// caller may write it back).
+pub fn load_inode(w: &WriteTransaction, id: u64) -> Result<Option<pb::InodeRecord>> {
+    get_inode(&w.open_table(INODES).map_err(db_err)?, id)
 }
 
 pub fn put_inode(w: &WriteTransaction, r: &pb::InodeRecord) -> Result<()> {

@@ -612,3 +612,68 @@ async fn namespace_changes_behind_a_backlog_reach_the_ufs_in_order_across_a_mast
     }
     c.shutdown().await;
 }
+
+/// Poll `stat` until `f` holds for the file.
+async fn wait_stat(c: &Client, path: &str, what: &str, f: impl Fn(&pb::FileInfo) -> bool) -> pb::FileInfo {
+    for _ in 0..300 {
+        let fi = c.status(path, true).await.unwrap();
+        if f(&fi) {
+            return fi;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{path}: {what} did not happen in 15 s: {:?}", c.status(path, true).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_workers_copies_are_restored_and_lost_files_come_back_with_their_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path(), 3, 64 << 20, false).await;
+    let cl = client(&c, Locality::Remote);
+    let data = random(3 * BLOCK as usize);
+    let copies = |fi: &pb::FileInfo| fi.blocks.iter().map(|b| b.locations.len()).min().unwrap_or(0);
+
+    // A file only in worker memory, on two workers: one goes, its copies are remade.
+    put_as(&cl, "/mc.bin", &data, WriteType::MUST_CACHE).await.unwrap();
+    let fi = cl.status("/mc.bin", true).await.unwrap();
+    assert_eq!(copies(&fi), 2);
+    let victim = fi.blocks[0].locations[0].worker_id;
+    let idx = (0..3).find(|i| c.worker(*i).unwrap().id() == victim).unwrap();
+    c.stop_worker(idx).await;
+    let fi = wait_stat(&cl, "/mc.bin", "re-replication", |fi| {
+        copies(fi) == 2 && fi.blocks.iter().all(|b| b.locations.iter().all(|l| l.worker_id != victim))
+    })
+    .await;
+    assert_eq!(fi.persist_state, "NOT_PERSISTED");
+    assert_eq!(sha(&read_all(&cl, "/mc.bin").await), sha(&data));
+    c.start_worker(idx).await.unwrap();
+    c.worker(idx).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+
+    // setReplication: a minimum adds copies of a persisted file, a maximum removes them.
+    put_as(&cl, "/ct.bin", &data, WriteType::CACHE_THROUGH).await.unwrap();
+    assert_eq!(cl.set_replication("/ct.bin", 3, 0, false).await.unwrap(), 1);
+    wait_stat(&cl, "/ct.bin", "min 3", |fi| copies(fi) == 3).await;
+    cl.set_replication("/ct.bin", 1, 1, false).await.unwrap();
+    wait_stat(&cl, "/ct.bin", "max 1", |fi| fi.blocks.iter().all(|b| b.locations.len() == 1)).await;
+
+    // One copy only, and its worker goes: LOST; it comes back: whole again.
+    let opts = PutOptions { write_type: Some(WriteType::MUST_CACHE), durable_replicas: Some(1), ..Default::default() };
+    cl.put_with("/one.bin", &mut data.as_slice(), &opts, |_| Ok(pb::ObjectMeta::default())).await.unwrap();
+    let fi = cl.status("/one.bin", true).await.unwrap();
+    assert_eq!(copies(&fi), 1);
+    let holder = fi.blocks[0].locations[0].worker_id;
+    let idx = (0..3).find(|i| c.worker(*i).unwrap().id() == holder).unwrap();
+    c.stop_worker(idx).await;
+    let fi = wait_stat(&cl, "/one.bin", "LOST", |fi| fi.persist_state == "LOST").await;
+    let mut sink = Vec::new();
+    let err = cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut sink).await.unwrap_err();
+    assert!(err.to_string().contains("not persisted"), "{err}");
+    assert_eq!(cl.persist("/one.bin").await.unwrap_err().kind(), ErrorKind::Corrupt);
+    c.start_worker(idx).await.unwrap();
+    wait_stat(&cl, "/one.bin", "its return", |fi| fi.persist_state == "NOT_PERSISTED").await;
+    assert_eq!(sha(&read_all(&cl, "/one.bin").await), sha(&data));
+    cl.persist("/one.bin").await.unwrap();
+    wait_persisted(&cl, "/one.bin").await;
+    assert_eq!(std::fs::read(ufs_dir(&c).join("one.bin")).unwrap(), data);
+    c.shutdown().await;
+}
