@@ -326,23 +326,33 @@ class Cluster(Locus):
 
 
 class Standalone(Locus):
-    """A `locus master` and a `locus worker` as separate processes."""
+    """A `locus master` and `workers` `locus worker` processes, each its own process, so
+    that any of them can be killed (SIGKILL) and started again."""
 
-    def __init__(self, base: Path, log_dir: Path, root_ufs: str = "none", mem_quota: str = "256MiB"):
+    def __init__(self, base: Path, log_dir: Path, root_ufs: str = "none", mem_quota: str = "256MiB",
+                 workers: int = 1, env: dict | None = None):
         super().__init__(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
         self.base = base
         self.log_dir = log_dir
         self.root_ufs = root_ufs
         self.shm = Path("/dev/shm") / f"locus-e2e-{uuid.uuid4().hex[:12]}"
         self.mem_quota = mem_quota
+        self.n_workers = workers
+        self.env = env or {}
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
+        self.master_proc: subprocess.Popen | None = None
+        self.worker_procs: list[subprocess.Popen | None] = [None] * workers
+
+    @property
+    def worker_proc(self) -> subprocess.Popen | None:
+        return self.worker_procs[0]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         log = self.log_dir / f"{self.base.name}-{name}.log"
         if log not in self.logs:
             self.logs.append(log)
-        env = clean_env()
+        env = clean_env(self.env)
         cmd = [str(LOCUS_BIN), "--master", self.master, *args]
         with open(log, "ab") as f:
             f.write(f"$ {' '.join(cmd)}\n".encode())
@@ -352,32 +362,55 @@ class Standalone(Locus):
         return p
 
     def start(self, timeout: float = 60.0) -> "Standalone":
+        self.start_master()
+        for i in range(self.n_workers):
+            self._spawn_worker(i)
+        return self.wait_ready(timeout)
+
+    def start_master(self):
         self.master_proc = self._spawn("master", [
             "master", "--root-ufs", self.root_ufs, "--rpc-address", self.master, "--web-address", self.web,
             "--meta-dir", str(self.base / "master")])
-        return self.start_worker(timeout)
 
-    def start_worker(self, timeout: float = 60.0) -> "Standalone":
-        self.worker_proc = self._spawn("worker", [
-            "worker", "--data-address", "127.0.0.1:0", "--data-dir", str(self.base / "worker"),
-            "--tier", f"MEM:{self.shm}:{self.mem_quota}"])
+    def _spawn_worker(self, i: int):
+        self.worker_procs[i] = self._spawn(f"worker{i}", [
+            "worker", "--data-address", "127.0.0.1:0", "--data-dir", str(self.base / f"worker{i}"),
+            "--tier", f"MEM:{self.shm}/w{i}:{self.mem_quota}"])
+
+    def start_worker(self, i: int = 0, timeout: float = 60.0) -> "Standalone":
+        self._spawn_worker(i)
+        return self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 60.0, live: int | None = None) -> "Standalone":
+        """Wait until the master answers and `live` workers (default: all running) are live."""
         deadline = time.monotonic() + timeout
         while True:
-            for p in (self.master_proc, self.worker_proc):
-                if p.poll() is not None:
+            running = [p for p in self.worker_procs if p is not None and p.poll() is None]
+            for p in [self.master_proc, *running]:
+                if p is not None and p.poll() is not None:
                     raise AssertionError(f"{p.args} exited with {p.returncode}:\n{self.log_tail()}")
+            want = len(running) if live is None else live
             r = self.try_report()
-            if r is not None and r.get("live_workers") == 1 and all(w["live"] for w in r["workers"]):
+            if r is not None and r.get("live_workers") == want:
                 return self
             if time.monotonic() > deadline:
-                raise AssertionError(f"standalone cluster not ready after {timeout}s:\n{self.log_tail()}")
+                raise AssertionError(f"standalone cluster not ready after {timeout}s: {r}\n{self.log_tail()}")
             time.sleep(0.2)
 
-    def stop_worker(self) -> int:
-        return stop_process(self.worker_proc)
+    def stop_worker(self, i: int = 0) -> int:
+        return stop_process(self.worker_procs[i])
+
+    def kill_worker(self, i: int):
+        """SIGKILL worker `i` (no clean shutdown)."""
+        self.worker_procs[i].kill()
+        self.worker_procs[i].wait()
+
+    def kill_master(self):
+        self.master_proc.kill()
+        self.master_proc.wait()
 
     def alive(self) -> bool:
-        return self.master_proc.poll() is None and self.worker_proc.poll() is None
+        return all(p.poll() is None for p in [self.master_proc, *self.worker_procs] if p is not None)
 
     def log_tail(self, n: int = 40) -> str:
         out = []

@@ -458,6 +458,15 @@ impl Master {
     /// Resolve a normalised path, loading it lazily from its UFS and re-checking a file
     /// against the UFS once its mount's sync interval has passed.
     async fn resolve(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
+        self.resolve_with(path, false).await
+    }
+
+    /// [`Master::resolve`]; with `trust_listing`, a name missing from a directory whose
+    /// listing is loaded and fresh (within the sync interval) does not exist, with no UFS
+    /// call. Writers use it: a create costs no UFS round trip, and works while the UFS
+    /// is away. Readers still look a missing name up in the UFS, so files put there
+    /// behind Locus's back are found by path at once.
+    async fn resolve_with(&self, path: &str, trust_listing: bool) -> Result<Option<pb::InodeRecord>> {
         if let Some(rec) = self.read_inode_by_path(path)? {
             if rec.is_dir || path == "/" || !is_persisted(&rec) {
                 return Ok(Some(rec));
@@ -502,6 +511,12 @@ impl Master {
                             .ok_or_else(|| Error::internal("missing parent"))?;
                         if !prec.is_dir {
                             return Ok(None);
+                        }
+                        if trust_listing && prec.children_loaded {
+                            let (m, _) = self.mount_for(&cur)?;
+                            if !Self::sync_due(&prec, &m) {
+                                return Ok(None);
+                            }
                         }
                         None
                     }
@@ -806,7 +821,7 @@ impl Master {
             return Err(Error::invalid(format!("cannot move {src} into itself")));
         }
         let rec = self.must_resolve(&src).await?;
-        if self.resolve(&dst).await?.is_some() {
+        if self.resolve_with(&dst, true).await?.is_some() {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{dst} exists")));
         }
         let (dparent_path, dname) = lpath::split_parent(&dst).unwrap();
@@ -858,7 +873,7 @@ impl Master {
         if path == "/" {
             return Err(Error::invalid("cannot write to /"));
         }
-        if let Some(rec) = self.resolve(&path).await? {
+        if let Some(rec) = self.resolve_with(&path, true).await? {
             if rec.is_dir {
                 return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
             }
