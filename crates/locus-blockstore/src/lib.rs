@@ -6,6 +6,11 @@
 //! Blocks on every tier are found again when the store reopens, so a restarted worker
 //! reports them to the master without re-reading the UFS.
 //!
+//! Each block carries a crc32c (a `<id>.crc` file beside it). A block on a disk tier is
+//! checked against it before it is leased, whenever its file changed since the last
+//! check (and once after every restart); a bad copy is dropped, counted, and reported
+//! as a miss, so it is never served.
+//!
 //! No networking here, and no dependency on other Locus crates except `locus-common`.
 
 use std::collections::{HashMap, HashSet};
@@ -50,6 +55,9 @@ struct Meta {
     last_access: u64,
     leases: u32,
     remove_when_free: bool,
+    crc: Option<u32>,
+    /// The file's ctime when its checksum last matched.
+    verified: Option<(i64, i64)>,
 }
 
 #[derive(Debug)]
@@ -63,6 +71,7 @@ struct State {
     write_pins: HashMap<u64, u64>,
     changes: Vec<Change>,
     evictions: u64,
+    corrupt: u64,
 }
 
 #[derive(Debug)]
@@ -104,6 +113,35 @@ fn block_path(dir: &Path, id: u64) -> PathBuf {
     dir.join("blocks").join(id.to_string())
 }
 
+fn crc_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join("blocks").join(format!("{id}.crc"))
+}
+
+fn read_crc(p: &Path) -> Option<u32> {
+    std::fs::read(p).ok().and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok()).map(u32::from_be_bytes)
+}
+
+fn ctime(p: &Path) -> Option<(i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.ctime(), m.ctime_nsec()))
+}
+
+/// crc32c of a whole file.
+pub fn file_crc(p: &Path) -> std::io::Result<(u32, u64)> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(p)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut crc, mut n) = (0u32, 0u64);
+    loop {
+        let k = f.read(&mut buf)?;
+        if k == 0 {
+            return Ok((crc, n));
+        }
+        crc = crc32c::crc32c_append(crc, &buf[..k]);
+        n += k as u64;
+    }
+}
+
 fn pinned(state: &State, id: u64) -> bool {
     let v = locus_common::split_block_id(id).0;
     state.pinned_versions.contains(&v) || state.write_pins.contains_key(&v)
@@ -140,6 +178,7 @@ impl BlockStore {
             write_pins: HashMap::new(),
             changes: Vec::new(),
             evictions: 0,
+            corrupt: 0,
         };
         for (i, t) in sorted.iter().enumerate() {
             let blocks = t.dir.join("blocks");
@@ -151,6 +190,9 @@ impl BlockStore {
             for entry in std::fs::read_dir(&blocks).map_err(|e| Error::io("scan tier", e))? {
                 let entry = entry.map_err(|e| Error::io("scan tier", e))?;
                 let name = entry.file_name();
+                if name.to_str().and_then(|s| s.strip_suffix(".crc")).is_some_and(|s| s.parse::<u64>().is_ok()) {
+                    continue; // read with its block
+                }
                 let Some(id) = name.to_str().and_then(|s| s.parse::<u64>().ok()) else {
                     let _ = std::fs::remove_file(entry.path());
                     continue;
@@ -162,7 +204,11 @@ impl BlockStore {
                     continue;
                 }
                 used += len;
-                state.blocks.insert(id, Meta { tier: i, len, last_access: 0, leases: 0, remove_when_free: false });
+                let crc = read_crc(&crc_path(&t.dir, id));
+                state.blocks.insert(
+                    id,
+                    Meta { tier: i, len, last_access: 0, leases: 0, remove_when_free: false, crc, verified: None },
+                );
             }
             state.tiers.push(Tier { alias: t.alias, dir: t.dir.clone(), quota: t.quota.as_u64(), used, reserved: 0 });
         }
@@ -187,6 +233,16 @@ impl BlockStore {
                 blocks: s.blocks.values().filter(|m| m.tier == i).count() as u64,
             })
             .collect()
+    }
+
+    /// Bad copies found (and dropped) since the store opened.
+    pub fn corrupt_blocks(&self) -> u64 {
+        self.inner.state.lock().corrupt
+    }
+
+    /// The checksum recorded for a block, if any.
+    pub fn crc(&self, block_id: u64) -> Option<u32> {
+        self.inner.state.lock().blocks.get(&block_id).and_then(|m| m.crc)
     }
 
     /// Blocks evicted (dropped or demoted) since the store opened.
@@ -220,8 +276,45 @@ impl BlockStore {
     }
 
     /// Lease a block for reading; `promote` first moves it to the top tier if it can.
-    /// `None` when the block is not here.
+    /// `None` when the block is not here, or when its copy on a disk tier fails its
+    /// checksum (then it is dropped).
     pub fn lease(&self, block_id: u64, promote: bool) -> Result<Option<Lease>> {
+        let Some(lease) = self.lease_unchecked(block_id, promote)? else {
+            return Ok(None);
+        };
+        let check = {
+            let s = self.inner.state.lock();
+            let m = &s.blocks[&block_id];
+            match m.crc {
+                Some(crc) if lease.tier != TierAlias::MEM => {
+                    let now = ctime(&lease.path);
+                    (m.verified.is_none() || m.verified != now).then_some((crc, now))
+                }
+                _ => None,
+            }
+        };
+        let Some((want, now)) = check else {
+            return Ok(Some(lease));
+        };
+        let ok = matches!(file_crc(&lease.path), Ok((crc, n)) if crc == want && n == lease.len);
+        let mut s = self.inner.state.lock();
+        if ok {
+            if let Some(m) = s.blocks.get_mut(&block_id) {
+                m.verified = now;
+            }
+            return Ok(Some(lease));
+        }
+        tracing::error!(block = block_id, path = %lease.path.display(), "block failed its checksum; dropping this copy");
+        s.corrupt += 1;
+        if let Some(m) = s.blocks.get_mut(&block_id) {
+            m.remove_when_free = true;
+        }
+        drop(s);
+        drop(lease); // the last lease: the copy goes
+        Ok(None)
+    }
+
+    fn lease_unchecked(&self, block_id: u64, promote: bool) -> Result<Option<Lease>> {
         let mut s = self.inner.state.lock();
         let Some(m) = s.blocks.get(&block_id) else {
             return Ok(None);
@@ -301,6 +394,7 @@ impl BlockStore {
             let t = &mut s.tiers[m.tier];
             t.used -= m.len;
             let _ = std::fs::remove_file(block_path(&t.dir, block_id));
+            let _ = std::fs::remove_file(crc_path(&t.dir, block_id));
             s.changes.push(Change::Removed { block_id });
         }
     }
@@ -311,6 +405,10 @@ impl BlockStore {
         let src = block_path(&s.tiers[from].dir, block_id);
         let dst = block_path(&s.tiers[to].dir, block_id);
         move_file(&src, &dst).map_err(|e| Error::io(format!("move block {block_id}"), e))?;
+        if let Some(crc) = m.crc {
+            let _ = std::fs::write(crc_path(&s.tiers[to].dir, block_id), crc.to_be_bytes());
+            let _ = std::fs::remove_file(crc_path(&s.tiers[from].dir, block_id));
+        }
         s.tiers[from].used -= len;
         s.tiers[to].used += len;
         s.blocks.get_mut(&block_id).unwrap().tier = to;
@@ -376,8 +474,9 @@ impl BlockStore {
 }
 
 impl TempBlock {
-    /// Publish the block. `len` is its final length (at most the reservation).
-    pub fn commit(mut self, len: u64) -> Result<()> {
+    /// Publish the block. `len` is its final length (at most the reservation); `crc` its
+    /// crc32c, kept beside it and checked when it is read from a disk tier.
+    pub fn commit(mut self, len: u64, crc: Option<u32>) -> Result<()> {
         let inner = self.inner.clone();
         let mut s = inner.state.lock();
         self.done = true;
@@ -392,13 +491,17 @@ impl TempBlock {
             let _ = std::fs::remove_file(&self.path);
             return Ok(()); // a concurrent writer won; same bytes
         }
+        if let Some(crc) = crc {
+            std::fs::write(crc_path(&s.tiers[self.tier].dir, self.block_id), crc.to_be_bytes())
+                .map_err(|e| Error::io(format!("write checksum of block {}", self.block_id), e))?;
+        }
         std::fs::rename(&self.path, &dst).map_err(|e| Error::io(format!("commit block {}", self.block_id), e))?;
         s.tiers[self.tier].used += len;
         s.tick += 1;
         let tick = s.tick;
         s.blocks.insert(
             self.block_id,
-            Meta { tier: self.tier, len, last_access: tick, leases: 0, remove_when_free: false },
+            Meta { tier: self.tier, len, last_access: tick, leases: 0, remove_when_free: false, crc, verified: None },
         );
         let alias = s.tiers[self.tier].alias;
         s.changes.push(Change::Stored { block_id: self.block_id, tier: alias, len });
@@ -438,8 +541,9 @@ mod tests {
 
     fn put(store: &BlockStore, id: u64, len: u64) -> Result<()> {
         let t = store.create(id, len)?;
-        std::fs::write(&t.path, vec![7u8; len as usize]).unwrap();
-        t.commit(len)
+        let data = vec![7u8; len as usize];
+        std::fs::write(&t.path, &data).unwrap();
+        t.commit(len, Some(crc32c::crc32c(&data)))
     }
 
     #[test]
@@ -490,6 +594,36 @@ mod tests {
         s.set_pinned_versions(HashSet::new(), 7); // the master's list as of the write: persisted
         put(&s, 4, 400).unwrap();
         assert!(!s.contains(written), "released once the master's list no longer pins it");
+    }
+
+    #[test]
+    fn a_corrupted_disk_copy_is_dropped_not_served() {
+        let ssd = tempfile::tempdir().unwrap();
+        let tiers = [tier(TierAlias::SSD, ssd.path(), 5000)];
+        let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+        put(&s, 1, 300).unwrap();
+        put(&s, 2, 300).unwrap();
+        assert!(s.lease(1, false).unwrap().is_some(), "a good copy is served");
+        drop(s);
+        // corrupt block 1 behind the store's back (same length), then reopen
+        let p = block_path(ssd.path(), 1);
+        let mut b = std::fs::read(&p).unwrap();
+        b[100] ^= 0xff;
+        std::fs::write(&p, &b).unwrap();
+        let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+        assert!(s.lease(1, false).unwrap().is_none(), "the bad copy is not served");
+        assert_eq!(s.corrupt_blocks(), 1);
+        assert!(!p.exists() && !s.contains(1), "and it is gone");
+        assert!(s.drain_changes().contains(&Change::Removed { block_id: 1 }));
+        assert!(s.lease(2, false).unwrap().is_some());
+        // a change while running is caught too (the file's ctime moves)
+        let p2 = block_path(ssd.path(), 2);
+        let mut b = std::fs::read(&p2).unwrap();
+        b[0] ^= 1;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&p2, &b).unwrap();
+        assert!(s.lease(2, false).unwrap().is_none());
+        assert_eq!(s.corrupt_blocks(), 2);
     }
 
     #[test]

@@ -80,6 +80,7 @@ struct Metrics {
     tier_used: IntGaugeVec,
     hit_ratio: Gauge,
     files_loaded: IntCounter,
+    corrupt_blocks: IntCounter,
 }
 
 impl Metrics {
@@ -106,6 +107,12 @@ impl Metrics {
         registry.register(Box::new(tier_used.clone())).unwrap();
         registry.register(Box::new(hit_ratio.clone())).unwrap();
         registry.register(Box::new(files_loaded.clone())).unwrap();
+        let corrupt_blocks = IntCounter::new(
+            "locus_block_corruptions_total",
+            "Bad block copies found by their crc32c (on a disk tier or in a transfer) and dropped",
+        )
+        .unwrap();
+        registry.register(Box::new(corrupt_blocks.clone())).unwrap();
         Metrics {
             registry,
             bytes_read,
@@ -116,6 +123,7 @@ impl Metrics {
             tier_used,
             hit_ratio,
             files_loaded,
+            corrupt_blocks,
         }
     }
 }
@@ -1429,6 +1437,7 @@ impl Master {
                 m.cache_requests.with_label_values(&["hit"]).inc_by(d(c.cache_hits, old.cache_hits));
                 m.cache_requests.with_label_values(&["miss"]).inc_by(d(c.cache_misses, old.cache_misses));
                 m.evictions.inc_by(d(c.evictions, old.evictions));
+                m.corrupt_blocks.inc_by(d(c.corrupt_blocks, old.corrupt_blocks));
                 s.counters = c;
             }
             resp.remove_blocks = std::mem::take(&mut s.pending_remove);
@@ -1517,6 +1526,7 @@ impl Master {
             cache_hits: m.cache_requests.with_label_values(&["hit"]).get(),
             cache_misses: m.cache_requests.with_label_values(&["miss"]).get(),
             evictions: m.evictions.get(),
+            corrupt_blocks: m.corrupt_blocks.get(),
         });
         drop(ws);
         let b = self.persist_backlog();

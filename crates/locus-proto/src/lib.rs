@@ -174,7 +174,7 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
         "live_workers": r.workers.iter().filter(|w| w.live).count(),
         "capacity": cap.iter().map(|(k, (c, u))| (k.clone(), json!({"capacity": c, "used": u}))).collect::<serde_json::Map<_, _>>(),
         "bytes_read": {"short_circuit": t.short_circuit, "local_worker": t.local_worker, "remote_worker": t.remote_worker, "ufs": t.ufs},
-        "cache": {"hits": t.cache_hits, "misses": t.cache_misses, "evictions": t.evictions, "hit_ratio": t.hit_ratio()},
+        "cache": {"hits": t.cache_hits, "misses": t.cache_misses, "evictions": t.evictions, "hit_ratio": t.hit_ratio(), "corrupt_blocks": t.corrupt_blocks},
         "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type})).collect::<Vec<_>>(),
         "persist_backlog": {"files": r.persist_backlog_files, "bytes": r.persist_backlog_bytes, "oldest_age_ms": r.persist_oldest_age_ms, "queued_ops": r.persist_queue_ops},
     })

@@ -39,6 +39,8 @@ struct Counters {
     ufs: AtomicU64,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
+    /// Bad copies found in transfers (the store counts those found on disk).
+    corrupt: AtomicU64,
 }
 
 struct Inner {
@@ -262,6 +264,7 @@ impl Inner {
                 cache_hits: c.cache_hits.load(Relaxed),
                 cache_misses: c.cache_misses.load(Relaxed),
                 evictions: self.store.evictions(),
+                corrupt_blocks: self.store.corrupt_blocks() + c.corrupt.load(Relaxed),
             }),
             pin_epoch: self.pin_epoch.load(Relaxed),
         };
@@ -376,6 +379,13 @@ impl Inner {
                 self.counters.cache_misses.fetch_add(1, Relaxed);
                 first = false;
             }
+            if r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT {
+                // Only worker copies exist: the reader must try another holder.
+                return Err(Error::unavailable(format!(
+                    "block {} is not here (it may have failed its checksum), and the file is not persisted",
+                    r.block_id
+                )));
+            }
             if read_type == ReadType::NO_CACHE {
                 return self.send_from_ufs(sock, &r, hdr).await;
             }
@@ -426,7 +436,15 @@ impl Inner {
             ));
         }
         let file = std::fs::File::open(&lease.path).map_err(|e| Error::io("open block", e))?;
-        write_frame(sock, &pb::DataResponse { length: r.length, cached: true, ..Default::default() }).await?;
+        let crc = if r.offset == 0 && r.length == lease.len { self.store.crc(r.block_id) } else { None };
+        let head = pb::DataResponse {
+            length: r.length,
+            cached: true,
+            has_crc: crc.is_some(),
+            crc32c: crc.unwrap_or(0),
+            ..Default::default()
+        };
+        write_frame(sock, &head).await?;
         *hdr = true;
         if r.length == 0 {
             return Ok(());
@@ -485,10 +503,12 @@ impl Inner {
         }
         let (want_start, want_end) = (r.offset, r.offset + r.length);
         let mut pos = 0u64;
+        let mut crc = 0u32;
         let mut client_ok = !r.load_only;
         while let Some(b) = stream.next().await {
             let b: Bytes = b?;
             std::io::Write::write_all(&mut file, &b).map_err(|e| Error::io("write block file", e))?;
+            crc = crc32c::crc32c_append(crc, &b);
             self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
             let (s, e) = (pos, pos + b.len() as u64);
             pos = e;
@@ -509,7 +529,7 @@ impl Inner {
             ));
         }
         locus_common::fail::fail_point!("worker.fill.before_commit", |_| Err(Error::internal("failpoint")));
-        temp.commit(pos)?;
+        temp.commit(pos, Some(crc))?;
         Ok(())
     }
 
@@ -533,6 +553,7 @@ impl Inner {
                 block_size: w.block_size,
                 index: 0,
                 cur: None,
+                crc: 0,
             })
         } else {
             None
@@ -723,7 +744,7 @@ impl Inner {
                 if let Some(e) = r.error {
                     return Err(locus_proto::from_error_info(e));
                 }
-                Ok(BlockSource::Peer { sock: s, left: length })
+                Ok(BlockSource::Peer { sock: s, left: length, crc: r.has_crc.then_some(r.crc32c) })
             }
             .await;
             match r {
@@ -778,12 +799,22 @@ impl Inner {
             let mut src = self.open_block(r.block_id, r.length, &r.sources).await?;
             let temp = self.store.create(r.block_id, r.length)?;
             let mut f = std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
-            let mut n = 0u64;
+            let (mut n, mut crc) = (0u64, 0u32);
             while let Some(chunk) = src.next().await? {
                 std::io::Write::write_all(&mut f, &chunk).map_err(|e| Error::io("write block file", e))?;
+                crc = crc32c::crc32c_append(crc, &chunk);
                 n += chunk.len() as u64;
             }
-            temp.commit(n)?;
+            if let Some(want) = src.crc() {
+                if want != crc {
+                    self.counters.corrupt.fetch_add(1, Relaxed);
+                    return Err(Error::new(
+                        ErrorKind::Corrupt,
+                        format!("block {} arrived with crc32c {crc:08x}, not {want:08x}", r.block_id),
+                    ));
+                }
+            }
+            temp.commit(n, Some(crc))?;
             self.commit_changes().await?;
         }
         write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await
@@ -797,6 +828,7 @@ struct BlockWriter {
     block_size: u64,
     index: u64,
     cur: Option<(locus_blockstore::TempBlock, std::fs::File, u64)>,
+    crc: u32,
 }
 
 impl BlockWriter {
@@ -810,11 +842,12 @@ impl BlockWriter {
             let (_, f, n) = self.cur.as_mut().unwrap();
             let k = data.len().min((self.block_size - *n) as usize);
             std::io::Write::write_all(f, &data[..k]).map_err(|e| Error::io("write block file", e))?;
+            self.crc = crc32c::crc32c_append(self.crc, &data[..k]);
             *n += k as u64;
             data = &data[k..];
             if *n == self.block_size {
                 let (t, _, n) = self.cur.take().unwrap();
-                t.commit(n)?;
+                t.commit(n, Some(std::mem::take(&mut self.crc)))?;
                 self.index += 1;
             }
         }
@@ -828,7 +861,7 @@ impl BlockWriter {
 
     fn finish(mut self) -> Result<()> {
         match self.cur.take() {
-            Some((t, _, n)) if n > 0 => t.commit(n),
+            Some((t, _, n)) if n > 0 => t.commit(n, Some(self.crc)),
             _ => Ok(()),
         }
     }
@@ -837,10 +870,18 @@ impl BlockWriter {
 /// Where [`Inner::open_block`] reads a block from.
 enum BlockSource {
     Local { file: std::fs::File, left: u64, _lease: Lease },
-    Peer { sock: tokio::io::BufReader<TcpStream>, left: u64 },
+    Peer { sock: tokio::io::BufReader<TcpStream>, left: u64, crc: Option<u32> },
 }
 
 impl BlockSource {
+    /// The checksum the holder recorded for the block, when it sent one.
+    fn crc(&self) -> Option<u32> {
+        match self {
+            BlockSource::Local { .. } => None,
+            BlockSource::Peer { crc, .. } => *crc,
+        }
+    }
+
     /// The next chunk (at most 4 MiB), or `None` at the end of the block.
     async fn next(&mut self) -> Result<Option<Bytes>> {
         const CHUNK: u64 = 4 << 20;
@@ -854,7 +895,7 @@ impl BlockSource {
                 *left -= buf.len() as u64;
                 Ok(Some(Bytes::from(buf)))
             }
-            BlockSource::Peer { sock, left } => {
+            BlockSource::Peer { sock, left, .. } => {
                 if *left == 0 {
                     return Ok(None);
                 }

@@ -677,3 +677,52 @@ async fn lost_workers_copies_are_restored_and_lost_files_come_back_with_their_wo
     assert_eq!(std::fs::read(ufs_dir(&c).join("one.bin")).unwrap(), data);
     c.shutdown().await;
 }
+
+/// Flip a byte of every copy of `block` held under the SSD tiers of `workers`.
+fn corrupt(dir: &Path, workers: &[usize], block: u64) -> usize {
+    let mut n = 0;
+    for i in workers {
+        let p = dir.join("ssd").join(format!("w{i}")).join("blocks").join(block.to_string());
+        if let Ok(mut b) = std::fs::read(&p) {
+            let mid = b.len() / 2;
+            b[mid] ^= 0x5a;
+            std::fs::write(&p, &b).unwrap();
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_corrupted_block_is_detected_repaired_and_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), 64 << 20, false);
+    cfg.worker.tiers =
+        vec![TierConfig { alias: TierAlias::SSD, dir: dir.path().join("ssd"), quota: ByteSize::mib(64) }];
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 2, None).await.unwrap();
+    let cl = client(&c, Locality::Remote);
+    let data = random(2 * BLOCK as usize);
+
+    // A persisted file with one cached copy: the bad copy goes, the read refills from the UFS.
+    put_as(&cl, "/p.bin", &data, WriteType::CACHE_THROUGH).await.unwrap();
+    let b0 = cl.status("/p.bin", true).await.unwrap().blocks[0].block_id;
+    assert_eq!(corrupt(dir.path(), &[0, 1], b0), 1);
+    let before = totals(&cl).await;
+    assert_eq!(sha(&read_all(&cl, "/p.bin").await), sha(&data), "the bad copy is never served");
+    let after = wait_for(&cl, "the corruption to be counted", |t| t.corrupt_blocks > before.corrupt_blocks).await;
+    assert!(after.ufs >= before.ufs + BLOCK, "repaired from the UFS");
+
+    // A file only in worker memory, on both workers: the other copy serves, and the
+    // lost copy is made again from it.
+    put_as(&cl, "/mc.bin", &data, WriteType::MUST_CACHE).await.unwrap();
+    let b0 = cl.status("/mc.bin", true).await.unwrap().blocks[0].block_id;
+    // corrupt the copy the reader goes to first (the lowest worker id holding it)
+    let holder = cl.status("/mc.bin", true).await.unwrap().blocks[0].locations.iter().map(|l| l.worker_id).min();
+    let idx = (0..2).find(|i| Some(c.worker(*i).unwrap().id()) == holder).unwrap();
+    assert_eq!(corrupt(dir.path(), &[idx], b0), 1);
+    assert_eq!(sha(&read_all(&cl, "/mc.bin").await), sha(&data));
+    wait_for(&cl, "the second corruption to be counted", |t| t.corrupt_blocks >= after.corrupt_blocks + 1).await;
+    wait_stat(&cl, "/mc.bin", "the copy to be remade", |fi| fi.blocks[0].locations.len() == 2).await;
+    assert_eq!(sha(&read_all(&cl, "/mc.bin").await), sha(&data));
+    c.shutdown().await;
+}
