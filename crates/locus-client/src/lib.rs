@@ -611,6 +611,20 @@ impl Client {
 
     // ------------------------------------------------------------ writes
 
+    /// Create an empty file (no worker involved).
+    pub async fn touch(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
+        let wt = write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
+        let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt };
+        let target = self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner();
+        let req = pb::CompleteFileRequest {
+            path: target.path,
+            version: target.version,
+            write_type: target.write_type,
+            ..Default::default()
+        };
+        Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
     /// Write a new file from `input`, through a worker to the UFS.
     pub async fn put<R: AsyncRead + Unpin>(&self, path: &str, input: &mut R, overwrite: bool) -> Result<pb::FileInfo> {
         let opts = PutOptions { overwrite, ..Default::default() };

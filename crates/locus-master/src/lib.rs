@@ -903,17 +903,23 @@ impl Master {
             // A synchronous UFS write must not race queued changes to the same path.
             self.wait_ufs_quiet(m.info.id, &rel).await?;
         }
-        let w = self.inner.store.write()?;
-        let version = next_id(&w, "version", 1)?;
-        w.open_table(VERSIONS).map_err(db_err)?.insert(version, 0).map_err(db_err)?;
-        w.open_table(PENDING_WRITES).map_err(db_err)?.insert(version, now_ms()).map_err(db_err)?;
-        if wt.needs_durable_copies() {
-            // Pinned from the start: the copies the write makes are the only ones.
-            w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
-            self.bump_pin_epoch(&w)?;
-        }
-        let pin_epoch = get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
-        w.commit().map_err(db_err)?;
+        let me = self.clone();
+        let (version, pin_epoch) = self
+            .inner
+            .store
+            .mutate(move |w| {
+                let version = next_id(w, "version", 1)?;
+                w.open_table(VERSIONS).map_err(db_err)?.insert(version, 0).map_err(db_err)?;
+                w.open_table(PENDING_WRITES).map_err(db_err)?.insert(version, now_ms()).map_err(db_err)?;
+                if wt.needs_durable_copies() {
+                    // Pinned from the start: the copies the write makes are the only ones.
+                    w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
+                    me.bump_pin_epoch(w)?;
+                }
+                let pin_epoch = get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
+                Ok((version, pin_epoch))
+            })
+            .await?;
         Ok(pb::FileInfo {
             path: path.clone(),
             mount_id: m.info.id,
@@ -937,9 +943,32 @@ impl Master {
         let (m, rel) = self.writable(&path)?;
         let wt = if req.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&req.write_type)? };
         let now = now_ms();
-        let w = self.inner.store.write()?;
+        let me = self.clone();
+        let (parent_id, name) = (parent.id, name.to_string());
+        let p2 = path.clone();
+        let (rec, dropped, ops) =
+            self.inner.store.mutate(move |w| me.complete_in(w, &req, &p2, parent_id, &name, wt, &m, &rel, now)).await?;
+        self.queue_removals(dropped);
+        self.track(ops);
+        self.file_info(&path, &rec, false)
+    }
+
+    /// The change [`Master::complete_file`] commits.
+    #[allow(clippy::too_many_arguments)]
+    fn complete_in(
+        &self,
+        w: &WriteTransaction,
+        req: &pb::CompleteFileRequest,
+        path: &str,
+        parent_id: u64,
+        name: &str,
+        wt: WriteType,
+        m: &MountEntry,
+        rel: &str,
+        now: i64,
+    ) -> Result<(pb::InodeRecord, Vec<(u64, u64)>, Vec<pb::PersistOp>)> {
         let version = if req.version == 0 {
-            next_id(&w, "version", 1)?
+            next_id(w, "version", 1)?
         } else {
             if w.open_table(PENDING_WRITES).map_err(db_err)?.remove(req.version).map_err(db_err)?.is_none() {
                 return Err(Error::new(
@@ -951,20 +980,19 @@ impl Master {
         };
         let mut dropped = Vec::new();
         let mut ops = Vec::new();
-        let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, name)?;
+        let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent_id, name)?;
         let mut rec = match existing {
             Some(id) => {
-                let old = get_inode(&w.open_table(INODES).map_err(db_err)?, id)?
-                    .ok_or_else(|| Error::internal("dangling child"))?;
+                let old = load_inode(w, id)?.ok_or_else(|| Error::internal("dangling child"))?;
                 if old.is_dir {
                     return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
                 }
-                self.drop_version(&w, &old, &mut dropped)?;
+                self.drop_version(w, &old, &mut dropped)?;
                 old
             }
             None => {
-                let id = next_id(&w, "inode", ROOT_ID + 1)?;
-                self.insert_inode(&w, parent.id, name, false, 0, String::new(), now, now, version, id)?
+                let id = next_id(w, "inode", ROOT_ID + 1)?;
+                self.insert_inode(w, parent_id, name, false, 0, String::new(), now, now, version, id)?
             }
         };
         rec.version = version;
@@ -972,7 +1000,7 @@ impl Master {
         rec.length = req.length;
         rec.block_size = self.inner.cfg.block_size.as_u64();
         rec.mtime_ms = if req.mtime_ms > 0 { req.mtime_ms } else { now };
-        rec.meta = req.meta.filter(|m| *m != pb::ObjectMeta::default());
+        rec.meta = req.meta.clone().filter(|m| *m != pb::ObjectMeta::default());
         rec.synced_ms = now;
         match wt {
             WriteType::THROUGH | WriteType::CACHE_THROUGH => {
@@ -980,14 +1008,14 @@ impl Master {
                     path: name.into(),
                     is_dir: false,
                     length: req.length,
-                    etag: req.etag,
+                    etag: req.etag.clone(),
                     mtime_ms: req.mtime_ms,
                 };
                 rec.fingerprint = st.fingerprint();
                 rec.persist_state = String::new();
                 // Pinned at create for an ASYNC_THROUGH write that went through instead.
                 if w.open_table(PINNED).map_err(db_err)?.remove(version).map_err(db_err)?.is_some() {
-                    self.bump_pin_epoch(&w)?;
+                    self.bump_pin_epoch(w)?;
                 }
             }
             WriteType::ASYNC_THROUGH => {
@@ -998,9 +1026,9 @@ impl Master {
                     inode_id: rec.id,
                     version,
                     length: req.length,
-                    ..self.op_for(&m, &rel, &path)
+                    ..self.op_for(m, rel, path)
                 };
-                ops.push(self.enqueue(&w, op)?);
+                ops.push(self.enqueue(w, op)?);
             }
             WriteType::MUST_CACHE => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
@@ -1009,16 +1037,13 @@ impl Master {
         }
         if rec.pinned {
             w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
-            self.bump_pin_epoch(&w)?;
+            self.bump_pin_epoch(w)?;
         }
         if rec.replication_min != 0 || rec.replication_max != 0 {
             w.open_table(REPLICATED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
         }
-        put_inode(&w, &rec)?;
-        w.commit().map_err(db_err)?;
-        self.queue_removals(dropped);
-        self.track(ops);
-        self.file_info(&path, &rec, false)
+        put_inode(w, &rec)?;
+        Ok((rec, dropped, ops))
     }
 
     /// Queue the persist of a file written MUST_CACHE (a no-op for one persisted or

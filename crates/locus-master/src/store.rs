@@ -47,8 +47,90 @@ pub fn db_err(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Io, format!("metadata store: {e}"))
 }
 
+type AnyBox = Box<dyn std::any::Any + Send>;
+type Op = Box<dyn Fn(&WriteTransaction) -> Result<AnyBox> + Send>;
+type Reply = tokio::sync::oneshot::Sender<Result<AnyBox>>;
+
+/// The metadata store. Namespace changes made through [`Store::mutate`] are group
+/// committed: changes that arrive while a commit is in progress share the next one (a
+/// single fsync), so throughput grows with concurrency while each change is still
+/// durable before its caller hears back.
 pub struct Store {
-    db: Database,
+    db: std::sync::Arc<Database>,
+    ops: Option<std::sync::mpsc::Sender<(Op, Reply)>>,
+    committer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.ops.take();
+        if let Some(t) = self.committer.take() {
+            let _ = t.join(); // the database closes once its last user is gone
+        }
+    }
+}
+
+/// Most changes one commit takes.
+const MAX_GROUP: usize = 1024;
+
+fn run_committer(db: std::sync::Arc<Database>, rx: std::sync::mpsc::Receiver<(Op, Reply)>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        // Run the batch in one transaction. A change that fails is answered with its
+        // error and the rest run again without it (it must leave no trace).
+        loop {
+            let w = match db.begin_write() {
+                Ok(w) => w,
+                Err(e) => {
+                    let msg = e.to_string();
+                    for (_, reply) in batch.drain(..) {
+                        let _ = reply.send(Err(db_err(&msg)));
+                    }
+                    break;
+                }
+            };
+            let mut results = Vec::with_capacity(batch.len());
+            let mut failed = None;
+            for (i, (op, _)) in batch.iter().enumerate() {
+                match op(&w) {
+                    Ok(v) => results.push(v),
+                    Err(e) => {
+                        failed = Some((i, e));
+                        break;
+                    }
+                }
+            }
+            if let Some((i, e)) = failed {
+                drop(w); // abort
+                let (_, reply) = batch.remove(i);
+                let _ = reply.send(Err(e));
+                if batch.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            match w.commit() {
+                Ok(()) => {
+                    for ((_, reply), v) in batch.drain(..).zip(results) {
+                        let _ = reply.send(Ok(v));
+                    }
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    for (_, reply) in batch.drain(..) {
+                        let _ = reply.send(Err(db_err(&msg)));
+                    }
+                }
+            }
+            break;
+        }
+    }
 }
 
 /// Decode a stored protobuf record.
@@ -63,7 +145,14 @@ impl Store {
             .set_cache_size(cache_bytes)
             .create(dir.join("meta.redb"))
             .map_err(|e| db_err(format!("open {}: {e}", dir.display())))?;
-        let s = Store { db };
+        let db = std::sync::Arc::new(db);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d2 = db.clone();
+        let committer = std::thread::Builder::new()
+            .name("locus-meta-commit".into())
+            .spawn(move || run_committer(d2, rx))
+            .map_err(|e| Error::io("start the metadata committer", e))?;
+        let s = Store { db, ops: Some(tx), committer: Some(committer) };
         let w = s.write()?;
         {
             // Create every table so that readers never meet a missing one.
@@ -86,6 +175,24 @@ impl Store {
         }
         w.commit().map_err(db_err)?;
         Ok(s)
+    }
+
+    /// Apply `f` in a group-committed durable transaction and return its result once
+    /// the change is on disk. `f` may run more than once (when another change of its
+    /// group fails), so it must not consume what it captures.
+    pub async fn mutate<T: Send + 'static>(
+        &self,
+        f: impl Fn(&WriteTransaction) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let op: Op = Box::new(move |w| f(w).map(|v| Box::new(v) as AnyBox));
+        self.ops
+            .as_ref()
+            .ok_or_else(|| Error::internal("metadata store is closed"))?
+            .send((op, tx))
+            .map_err(|_| Error::internal("metadata committer is gone"))?;
+        let v = rx.await.map_err(|_| Error::internal("metadata committer is gone"))??;
+        Ok(*v.downcast::<T>().map_err(|_| Error::internal("metadata committer returned the wrong type"))?)
     }
 
     /// A durable write transaction: committed changes survive a crash.

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod bench_gateway;
+pub mod bench_meta;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

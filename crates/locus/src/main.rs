@@ -124,6 +124,21 @@ enum LocalCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Master metadata throughput through the RPC path: creates (durable), opens and
+    /// listings per second. Starts its own Locus; needs nothing else.
+    Meta {
+        /// Files created per run.
+        #[arg(long, default_value_t = 20_000)]
+        files: usize,
+        /// Operations in flight.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Write the Markdown table here as well (and the raw runs next to it as JSON).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// The S3 gateway against MinIO, side by side: GET of a cached object (1 and 4
     /// streams), PUT, and 4 KiB GET latency. Starts its own Locus; needs a running MinIO.
     Gateway {
@@ -576,6 +591,26 @@ fn run(cli: Cli) -> Result<()> {
             let _ = std::fs::remove_dir_all(&work);
             let rows = res?;
             let md = locus::bench_gateway::markdown(&b, &rows);
+            println!("{md}");
+            if let Some(p) = out {
+                std::fs::write(p, &md)?;
+                std::fs::write(p.with_extension("json"), serde_json::to_string_pretty(&json!({"rows": rows}))?)?;
+            }
+            Ok(())
+        }
+        Cmd::Bench { cmd: BenchCmd::Meta { files, concurrency, runs, out } } => {
+            locus_common::init_logging(false);
+            let work = tempfile_dir()?;
+            let b = locus::bench_meta::MetaBench {
+                files: *files,
+                concurrency: *concurrency,
+                runs: *runs,
+                work_dir: work.clone(),
+            };
+            let res = runtime()?.block_on(b.run());
+            let _ = std::fs::remove_dir_all(&work);
+            let rows = res?;
+            let md = locus::bench_meta::markdown(&b, &rows);
             println!("{md}");
             if let Some(p) = out {
                 std::fs::write(p, &md)?;

@@ -1,0 +1,139 @@
+//! `locus bench meta`: master metadata throughput through the real RPC path (gRPC on
+//! loopback, many concurrent callers): creates of empty files (CreateFile + CompleteFile,
+//! each durable in redb before it is acknowledged), opens (GetStatus) and listings
+//! (ListStatus pages of 100 entries). Prints medians over the runs, and the ratio of the
+//! create rate to the 10k creates/s goal.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use locus_common::Result;
+use locus_common::config::{Config, WriteType};
+use serde::Serialize;
+
+use crate::LocalCluster;
+use crate::bench::median;
+
+/// Creates per second the master must sustain (issue goal).
+pub const CREATE_GOAL: f64 = 10_000.0;
+/// Entries per listing page.
+const LIST_PAGE: u32 = 100;
+
+#[derive(Clone, Debug)]
+pub struct MetaBench {
+    pub files: usize,
+    pub concurrency: usize,
+    pub runs: usize,
+    pub work_dir: PathBuf,
+}
+
+#[derive(Serialize)]
+pub struct MetaRow {
+    pub name: String,
+    pub ops_per_s: Vec<f64>,
+    pub median_ops_per_s: f64,
+}
+
+/// Run `n` operations `op(i)` with `conc` in flight; returns operations per second.
+async fn rate<F, Fut>(n: usize, conc: usize, op: F) -> Result<f64>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let t = Instant::now();
+    let results: Vec<Result<()>> = futures::stream::iter(0..n).map(op).buffer_unordered(conc).collect().await;
+    let secs = t.elapsed().as_secs_f64();
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    Ok(n as f64 / secs)
+}
+
+impl MetaBench {
+    pub async fn run(&self) -> Result<Vec<MetaRow>> {
+        let mut cfg = Config::default();
+        cfg.master.rpc_address = "127.0.0.1:0".into();
+        cfg.master.web_address = "127.0.0.1:0".into();
+        cfg.worker.data_address = "127.0.0.1:0".into();
+        let cluster = LocalCluster::start(cfg.clone(), &self.work_dir, 1, None).await?;
+        let client = Arc::new(cluster.client(cfg.client.clone())?);
+        let (mut creates, mut opens, mut lists) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..self.runs {
+            let dir = format!("/meta{run}");
+            client.mkdir(&dir, true).await?;
+            let path = |i: usize| format!("{dir}/f{i:08}");
+            let c = client.clone();
+            // MUST_CACHE: an empty file is a namespace entry only, with no persist behind it.
+            creates.push(
+                rate(self.files, self.concurrency, |i| {
+                    let (c, p) = (c.clone(), path(i));
+                    async move { c.touch(&p, Some(WriteType::MUST_CACHE)).await.map(|_| ()) }
+                })
+                .await?,
+            );
+            opens.push(
+                rate(self.files, self.concurrency, |i| {
+                    let (c, p) = (c.clone(), path(i));
+                    async move { c.status(&p, false).await.map(|_| ()) }
+                })
+                .await?,
+            );
+            // Listings: each caller pages through its own slice of the directory.
+            let pages = self.files.div_ceil(LIST_PAGE as usize);
+            lists.push(
+                rate(pages, self.concurrency, |k| {
+                    let (c, d) = (c.clone(), dir.clone());
+                    let after = if k == 0 {
+                        String::new()
+                    } else {
+                        path(k * LIST_PAGE as usize - 1)[dir.len() + 1..].to_string()
+                    };
+                    async move {
+                        let (page, _) = c.list_page(&d, &after, false, LIST_PAGE).await?;
+                        if page.is_empty() {
+                            return Err(locus_common::Error::internal("empty listing page"));
+                        }
+                        Ok(())
+                    }
+                })
+                .await?,
+            );
+            eprintln!(
+                "run {}/{}: {:.0} creates/s, {:.0} opens/s, {:.0} lists/s",
+                run + 1,
+                self.runs,
+                creates[run],
+                opens[run],
+                lists[run]
+            );
+        }
+        cluster.shutdown().await;
+        let row = |name: &str, v: Vec<f64>| MetaRow { name: name.into(), median_ops_per_s: median(&v), ops_per_s: v };
+        Ok(vec![
+            row("create (CreateFile + CompleteFile, durable)", creates),
+            row("open (GetStatus)", opens),
+            row(&format!("list (ListStatus, {LIST_PAGE} entries per page)"), lists),
+        ])
+    }
+}
+
+pub fn markdown(b: &MetaBench, rows: &[MetaRow]) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "### locus bench meta: {} files per run, {} callers in flight, {} runs (medians)\n\n",
+        b.files, b.concurrency, b.runs
+    ));
+    s.push_str("| operation | median ops/s | runs (ops/s) |\n|---|---:|---|\n");
+    for r in rows {
+        let runs: Vec<String> = r.ops_per_s.iter().map(|v| format!("{v:.0}")).collect();
+        s.push_str(&format!("| {} | {:.0} | {} |\n", r.name, r.median_ops_per_s, runs.join(", ")));
+    }
+    if let Some(c) = rows.first() {
+        s.push_str(&format!(
+            "\ncreate rate / goal ({:.0}/s): **{:.2}×**\n",
+            CREATE_GOAL,
+            c.median_ops_per_s / CREATE_GOAL
+        ));
+    }
+    s
+}
