@@ -330,7 +330,7 @@ class Standalone(Locus):
     that any of them can be killed (SIGKILL) and started again."""
 
     def __init__(self, base: Path, log_dir: Path, root_ufs: str = "none", mem_quota: str = "256MiB",
-                 workers: int = 1, env: dict | None = None):
+                 workers: int = 1, env: dict | None = None, tiers: list[str] | None = None):
         super().__init__(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
         self.base = base
         self.log_dir = log_dir
@@ -339,6 +339,8 @@ class Standalone(Locus):
         self.mem_quota = mem_quota
         self.n_workers = workers
         self.env = env or {}
+        # ALIAS:DIR:QUOTA per tier; worker i uses DIR/w<i>. Default: one MEM tier.
+        self.tiers = tiers or [f"MEM:{self.shm}:{mem_quota}"]
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
         self.master_proc: subprocess.Popen | None = None
@@ -373,9 +375,12 @@ class Standalone(Locus):
             "--meta-dir", str(self.base / "master")])
 
     def _spawn_worker(self, i: int):
+        tiers = []
+        for t in self.tiers:
+            alias, d, quota = t.split(":")
+            tiers += ["--tier", f"{alias}:{d}/w{i}:{quota}"]
         self.worker_procs[i] = self._spawn(f"worker{i}", [
-            "worker", "--data-address", "127.0.0.1:0", "--data-dir", str(self.base / f"worker{i}"),
-            "--tier", f"MEM:{self.shm}/w{i}:{self.mem_quota}"])
+            "worker", "--data-address", "127.0.0.1:0", "--data-dir", str(self.base / f"worker{i}"), *tiers])
 
     def start_worker(self, i: int = 0, timeout: float = 60.0) -> "Standalone":
         self._spawn_worker(i)

@@ -160,3 +160,39 @@ def test_ufs_outage_and_master_kill9_mid_backlog(standalone_factory, tmp):
         assert not any(k.endswith(("/tmp", "/tmp2", "/f0", "/f1")) for k in ufs_keys(s3, "lake", "p/")), keys
     finally:
         own.stop()
+
+
+def test_ssd_blocks_survive_kill9_and_a_corrupt_copy_is_repaired_never_served(standalone_factory, s3, bucket,
+                                                                              minio, tmp):
+    ssd = tmp / "ssd"
+    c = standalone_factory(root_ufs="none", env=ENV, tiers=[f"SSD:{ssd}:1GiB"])
+    c.mount_s3("/lake", bucket, "s", minio, "1h")
+    data = os.urandom(10 * MiB + 5)  # three 4 MiB blocks
+    c.ok("fs", "put", "-", "/lake/f.bin", input=data)
+    c.ok("fs", "persist", "/lake/f.bin")
+    st = c.stat("/lake/f.bin")
+    assert st["cached_fraction"] == 1.0 and all(b["locations"][0]["tier"] == "SSD" for b in st["blocks"]), st
+
+    # kill -9, restart: the SSD blocks come back without a UFS read
+    c.kill_worker(0)
+    c.start_worker(0)
+    wait_until(lambda: c.stat("/lake/f.bin")["cached_fraction"] == 1.0, timeout=30, what="blocks reported again")
+    base = c.counters()
+    assert sha256(c.cat("/lake/f.bin")) == sha256(data)
+    d = c.delta(base)
+    assert d["ufs"] == 0, d
+
+    # a copy goes bad on disk: it is detected, dropped, refilled from the UFS, never served
+    block = st["blocks"][1]["id"]
+    f = ssd / "w0" / "blocks" / str(block)
+    b = bytearray(f.read_bytes())
+    b[len(b) // 2] ^= 0xFF
+    f.write_bytes(bytes(b))
+    base = c.counters()
+    assert sha256(c.cat("/lake/f.bin")) == sha256(data)
+    r = c.wait_report(lambda r: r["cache"]["corrupt_blocks"] >= 1, what="the corruption to be counted")
+    d = c.delta(base)
+    assert d["ufs"] >= 4 * MiB, f"repaired from the UFS: {d}"
+    assert "locus_block_corruptions_total 1" in c.metrics()
+    assert sha256(f.read_bytes()) != sha256(bytes(b)), "the bad copy was replaced"
+    assert sha256(c.cat("/lake/f.bin")) == sha256(data)

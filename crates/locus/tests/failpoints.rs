@@ -45,3 +45,54 @@ async fn a_fill_failing_before_commit_leaves_no_partial_block() {
     fail::remove("worker.fill.before_commit");
     c.shutdown().await;
 }
+
+/// Named fault points on the write and persist paths: a worker failing just before it
+/// acknowledges a write leaves no file; persists that fail are retried until they land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_acks_leave_no_file_and_failed_persists_are_retried() {
+    use locus_client::PutOptions;
+    use locus_common::config::WriteType;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::default();
+    cfg.master.rpc_address = "127.0.0.1:0".into();
+    cfg.master.web_address = "127.0.0.1:0".into();
+    cfg.master.block_size = ByteSize::mib(1);
+    cfg.worker.data_address = "127.0.0.1:0".into();
+    cfg.worker.heartbeat_interval = Duration::from_millis(100);
+    cfg.worker.tiers =
+        vec![TierConfig { alias: TierAlias::MEM, dir: dir.path().join("mem"), quota: ByteSize::mib(64) }];
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 2, None).await.unwrap();
+    let cl = c.client(ClientConfig { locality: Locality::Remote, ..Default::default() }).unwrap();
+    let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 253) as u8).collect();
+    let opts = PutOptions { write_type: Some(WriteType::ASYNC_THROUGH), ..Default::default() };
+    let put = |p: &'static str| {
+        let (cl, data, opts) = (&cl, &data, &opts);
+        async move { cl.put_with(p, &mut data.as_slice(), opts, |_| Ok(Default::default())).await }
+    };
+
+    fail::cfg("worker.write.before_ack", "1*return").unwrap();
+    let e = put("/a.bin").await.unwrap_err();
+    assert!(e.to_string().contains("failpoint"), "{e}");
+    assert!(cl.status("/a.bin", false).await.is_err(), "an unacknowledged write leaves no file");
+    fail::remove("worker.write.before_ack");
+
+    // The first three persist attempts fail (in the master, then in the worker); the
+    // queue retries with backoff and the file lands.
+    fail::cfg("master.persist.before_ufs", "2*return").unwrap();
+    fail::cfg("worker.persist.before_commit", "1*return").unwrap();
+    put("/b.bin").await.unwrap();
+    let mut state = String::new();
+    for _ in 0..200 {
+        state = cl.status("/b.bin", false).await.unwrap().persist_state;
+        if state == "PERSISTED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, "PERSISTED");
+    assert_eq!(std::fs::read(c.data_dir().join("ufs/b.bin")).unwrap(), data);
+    assert!(!c.data_dir().join("ufs/a.bin").exists());
+    fail::remove("master.persist.before_ufs");
+    fail::remove("worker.persist.before_commit");
+    c.shutdown().await;
+}
