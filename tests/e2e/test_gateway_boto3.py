@@ -21,7 +21,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from conftest import GW_KEY, GW_SECRET, MiB, gw_client, put_object
+from conftest import GW_KEY, GW_SECRET, MiB, gw_client, put_object, wait_until
 
 BUCKETS = ["local", "lake"]
 
@@ -103,7 +103,8 @@ def test_put_get_head_metadata_ranges(gateway, bucket):
     # but `dir/` is: a directory marker
     assert s3.head_object(Bucket=bucket, Key="dir/")["ContentLength"] == 0
     if bucket == "lake":
-        # the bytes, content type and user metadata reached MinIO
+        # the bytes, content type and user metadata reached MinIO (once persisted)
+        gateway.cluster.ok("fs", "persist", "/lake/dir/obj.bin")
         m = gateway.minio.head_object(Bucket=gateway.minio_bucket, Key="dir/obj.bin")
         assert m["ContentLength"] == len(data)
         assert m["ContentType"] == "application/x-test"
@@ -252,8 +253,22 @@ def test_tagging_round_trip(gateway, bucket):
     assert sorted((t["Key"], t["Value"]) for t in tags) == [("a", "1"), ("b", "2")]
     expect("InvalidTag", s3.put_object_tagging, Bucket=bucket, Key="tags.txt",
            Tagging={"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(11)]})
+    if bucket == "lake":
+        # tags set after the write reach the MinIO object too (rewritten with new metadata)
+        gateway.cluster.ok("fs", "persist", "/lake/tags.txt")
+
+        def minio_tags():
+            m = gateway.minio.head_object(Bucket=gateway.minio_bucket, Key="tags.txt")["Metadata"]
+            return m.get("locus-tags") == "a=1&b=2"
+
+        wait_until(minio_tags, timeout=30, what="the new tags in MinIO")
+        assert gateway.minio.get_object(Bucket=gateway.minio_bucket, Key="tags.txt")["Body"].read() == b"t"
+        assert s3.get_object(Bucket=bucket, Key="tags.txt")["Body"].read() == b"t"
     s3.delete_object_tagging(Bucket=bucket, Key="tags.txt")
     assert s3.get_object_tagging(Bucket=bucket, Key="tags.txt")["TagSet"] == []
+    if bucket == "lake":
+        wait_until(lambda: "locus-tags" not in gateway.minio.head_object(
+            Bucket=gateway.minio_bucket, Key="tags.txt")["Metadata"], timeout=30, what="the tags to go from MinIO")
     expect("NoSuchKey", s3.get_object_tagging, Bucket=bucket, Key="nope.txt")
 
 
@@ -478,3 +493,33 @@ def test_many_small_objects_concurrently(gateway):
     s3.delete_objects(Bucket="lake", Delete={"Objects": [{"Key": k} for k in blobs], "Quiet": True})
     assert time.monotonic() - t0 < 60
     assert s3.list_objects_v2(Bucket="lake", Prefix="conc/")["KeyCount"] == 0
+
+
+def test_anonymous_access_only_when_enabled(cluster_factory, tmp):
+    """`gateway.anonymous = true` lets unsigned requests in; signed ones still work."""
+    import subprocess
+
+    from conftest import LOCUS_BIN, _port_open, clean_env, free_port, stop_process
+
+    c = cluster_factory(args=["--no-gateway"])
+    addr = f"127.0.0.1:{free_port()}"
+    with open(tmp / "anon-gateway.log", "wb") as log:
+        p = subprocess.Popen([str(LOCUS_BIN), "--master", c.master, "gateway", "--address", addr], stdout=log,
+                             stderr=subprocess.STDOUT, env=clean_env({"LOCUS_GATEWAY__ANONYMOUS": "true"}))
+    try:
+        wait_until(lambda: _port_open(addr), timeout=20, what="the gateway to listen")
+
+        def call(method, path, body=None):
+            req = urllib.request.Request(f"http://{addr}{path}", data=body, method=method)
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read()
+
+        assert call("PUT", "/anon")[0] == 200
+        assert call("PUT", "/anon/x.txt", b"hello anonymous")[0] == 200
+        assert call("GET", "/anon/x.txt") == (200, b"hello anonymous")
+        assert b"<Key>x.txt</Key>" in call("GET", "/anon?list-type=2")[1]
+        signed = gw_client(f"http://{addr}")
+        assert signed.get_object(Bucket="anon", Key="x.txt")["Body"].read() == b"hello anonymous"
+        expect("SignatureDoesNotMatch", gw_client(f"http://{addr}", secret="wrong").list_buckets)
+    finally:
+        stop_process(p)

@@ -1130,8 +1130,22 @@ impl Master {
         if rec.meta.as_ref().is_some_and(|m| *m == pb::ObjectMeta::default()) {
             rec.meta = None;
         }
+        // A persisted object in a store that keeps metadata gets it too (a file still
+        // to be persisted takes it with its persist).
+        let mut ops = Vec::new();
+        let (m, rel) = self.mount_for(&path)?;
+        if !rec.is_dir && is_persisted(&rec) && m.ufs.stores_metadata() {
+            let op = pb::PersistOp {
+                kind: "META".into(),
+                inode_id: rec.id,
+                version: rec.version,
+                ..self.op_for(&m, &rel, &path)
+            };
+            ops.push(self.enqueue(&w, op)?);
+        }
         put_inode(&w, &rec)?;
         w.commit().map_err(db_err)?;
+        self.track(ops);
         self.file_info(&path, &rec, false)
     }
 

@@ -239,6 +239,7 @@ impl Master {
         locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
         match op.kind.as_str() {
             "PERSIST" => return self.persist_file(&op, &m).await,
+            "META" => return self.rewrite_meta(&op, &m).await,
             "MKDIR" => m.ufs.create_dir(&op.ufs_path).await?,
             "DELETE" => m.ufs.delete(&op.ufs_path, op.is_dir).await?,
             "RENAME" => match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
@@ -302,6 +303,7 @@ impl Master {
                 workers,
                 content_type: meta.content_type.clone(),
                 user_metadata,
+                ..Default::default()
             };
             let r = call_worker(&best.data_address, pb::data_request::Req::Persist(req)).await?;
             UfsStatus { path: String::new(), is_dir: false, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms }
@@ -345,6 +347,42 @@ impl Master {
         self.queue_removals(dropped);
         tracing::debug!(path = %op.path, bytes = st.length, "persisted");
         Ok(())
+    }
+
+    /// Store a persisted file's new metadata (tags, after PutObjectTagging) with its UFS
+    /// object: a worker rewrites the object from itself with the new metadata.
+    async fn rewrite_meta(&self, op: &pb::PersistOp, m: &MountEntry) -> Result<()> {
+        let rec = {
+            let r = self.inner.store.read()?;
+            get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
+        };
+        let Some(rec) = rec.filter(|r| r.version == op.version && crate::is_persisted(r)) else {
+            let w = self.inner.store.write()?;
+            self.remove_op(&w, op.seq)?;
+            return w.commit().map_err(db_err);
+        };
+        let meta = rec.meta.clone().unwrap_or_default();
+        let worker = self.workers().into_iter().next().ok_or_else(|| Error::unavailable("no live workers"))?;
+        let req = pb::PersistRequest {
+            mount_id: m.info.id,
+            ufs_path: op.ufs_path.clone(),
+            content_type: meta.content_type.clone(),
+            user_metadata: locus_proto::ufs_user_metadata(&meta),
+            from_ufs: true,
+            length: rec.length,
+            ..Default::default()
+        };
+        let r = call_worker(&worker.data_address, pb::data_request::Req::Persist(req)).await?;
+        let st = UfsStatus { path: String::new(), is_dir: false, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms };
+        let w = self.inner.store.write()?;
+        self.remove_op(&w, op.seq)?;
+        if let Some(mut cur) = load_inode(&w, rec.id)?.filter(|c| c.version == rec.version) {
+            // Same bytes, new object: the cached blocks stay valid.
+            cur.fingerprint = st.fingerprint();
+            cur.synced_ms = now_ms();
+            put_inode(&w, &cur)?;
+        }
+        w.commit().map_err(db_err)
     }
 
     /// Drop writes created but never completed within `master.abandoned_write_timeout`.

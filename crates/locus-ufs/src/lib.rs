@@ -236,6 +236,11 @@ impl Ufs {
         Ok(s.map_err(move |e| Error::io(format!("read {p}"), e).set_retryable(true)))
     }
 
+    /// Whether objects carry user metadata here (S3 yes, a local directory no).
+    pub fn stores_metadata(&self) -> bool {
+        self.op.info().capability().write_with_user_metadata
+    }
+
     /// Open a streaming writer for `path` (multipart on S3 for large objects). The
     /// content type and user metadata are stored with the object where the store keeps
     /// them (S3), and dropped where it cannot (a local directory).

@@ -762,6 +762,15 @@ impl Inner {
         let mut writer = ufs.writer(&p.ufs_path, &p.content_type, &p.user_metadata).await?;
         let res: Result<u64> = async {
             let mut total = 0;
+            if p.from_ufs {
+                // The object stays whole in the UFS until the new one replaces it at close.
+                let mut s = Box::pin(ufs.read_range(&p.ufs_path, 0, p.length, 8 << 20, 2).await?);
+                while let Some(chunk) = s.next().await {
+                    let chunk = chunk?;
+                    total += chunk.len() as u64;
+                    writer.write(chunk).await?;
+                }
+            }
             for b in &p.blocks {
                 let sources: Vec<String> =
                     b.locations.iter().filter_map(|l| addrs.get(&l.worker_id).cloned()).collect();
