@@ -56,8 +56,11 @@ def test_worker_disk_tier_survives_restart(cluster_factory, s3, bucket, minio, t
     assert len(st["blocks"]) == 3
     assert all([x["tier"] for x in b["locations"]] == ["SSD"] for b in st["blocks"]), st
     worker_id = st["blocks"][0]["locations"][0]["worker_id"]
-    block_files = sorted(p.name for p in (ssd / "w0" / "blocks").iterdir())
-    assert block_files == sorted(str(b["id"]) for b in st["blocks"]), block_files
+    names = sorted(p.name for p in (ssd / "w0" / "blocks").iterdir())
+    block_files = [n for n in names if not n.endswith(".crc")]
+    assert block_files == sorted(str(b["id"]) for b in st["blocks"]), names
+    assert sorted(n for n in names if n.endswith(".crc")) == sorted(f"{b}.crc" for b in block_files), \
+        "each block keeps its checksum beside it"
 
     c.restart()
 

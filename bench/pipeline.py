@@ -1,0 +1,203 @@
+"""Pipeline benchmark (seed study: data sharing between pipeline stages).
+
+Four stages, each reading what the previous one wrote, through an S3 endpoint:
+  1. generate     ~SIZE of CSV (Python with PyArrow), in 8 part files
+  2. to_parquet   CSV -> Parquet (PyArrow datasets)
+  3. transform    derived columns (Spark, local[2], s3a)
+  4. aggregate    group-by totals (Spark)
+run side by side through Locus (the S3 gateway, ASYNC_THROUGH writes, a MinIO mount
+behind it) and directly against the same MinIO, RUNS times each, interleaved. Prints
+per-stage and total medians, the min-max spread and the ratio direct/Locus, and writes
+bench/results/pipeline.md and pipeline.json.
+
+Driven by bench/pipeline, which starts MinIO and Locus; see there for the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
+
+STAGES = ["generate", "to_parquet", "transform", "aggregate"]
+PARTS = 8
+
+
+def s3fs(endpoint: str, key: str, secret: str):
+    from pyarrow import fs
+
+    scheme, host = endpoint.split("://", 1)
+    return fs.S3FileSystem(access_key=key, secret_key=secret, endpoint_override=host, scheme=scheme,
+                           region="us-east-1", allow_bucket_creation=True)
+
+
+def generate(f, base: str, size: int):
+    """CSV part files of about size/PARTS bytes each: id, ts, category, value, qty, note."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    rows_per_part = max(1000, size // PARTS // 72)  # ~72 bytes per CSV row
+    rng = np.random.default_rng(7)
+    cats = np.array([f"cat{i:02d}" for i in range(40)])
+    for p in range(PARTS):
+        with f.open_output_stream(f"{base}/csv/part-{p}.csv") as out:
+            w = None
+            done = 0
+            while done < rows_per_part:
+                n = min(500_000, rows_per_part - done)
+                ids = np.arange(p * rows_per_part + done, p * rows_per_part + done + n, dtype=np.int64)
+                t = pa.table({
+                    "id": ids,
+                    "ts": (1_700_000_000 + rng.integers(0, 30 * 86400, n)).astype(np.int64),
+                    "category": cats[rng.integers(0, len(cats), n)],
+                    "value": rng.random(n) * 1000,
+                    "qty": rng.integers(1, 100, n),
+                    "note": np.char.add("n", rng.integers(0, 1_000_000, n).astype(str)),
+                })
+                if w is None:
+                    w = pcsv.CSVWriter(out, t.schema)
+                w.write_table(t)
+                done += n
+            w.close()
+
+
+def to_parquet(f, base: str):
+    import pyarrow.dataset as ds
+
+    src = ds.dataset(f"{base}/csv", filesystem=f, format="csv")
+    ds.write_dataset(src, f"{base}/parquet", filesystem=f, format="parquet",
+                     max_rows_per_file=4_000_000, max_rows_per_group=1_000_000, existing_data_behavior="overwrite_or_ignore")
+
+
+def run_pyarrow_stages(endpoint, key, secret, base, size) -> dict:
+    f = s3fs(endpoint, key, secret)
+    out = {}
+    t = time.monotonic()
+    generate(f, base, size)
+    out["generate"] = time.monotonic() - t
+    t = time.monotonic()
+    to_parquet(f, base)
+    out["to_parquet"] = time.monotonic() - t
+    return out
+
+
+def run_spark_stages(endpoint, key, secret, base) -> dict:
+    from sparkutil import find_jars, spark_session
+
+    tools = os.environ.get("LOCUS_TOOLS_DIR", str(Path.home() / ".cache/locus-tools"))
+    jars = os.environ.get("SPARK_S3A_JARS") or find_jars(tools)
+    if not jars:
+        raise SystemExit("s3a jars missing: run scripts/install-spark python3 TOOLS_DIR first")
+    spark = spark_session(endpoint, key, secret, jars, app="locus-pipeline-bench",
+                          extra={"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"})
+    from pyspark.sql import functions as F
+
+    out = {}
+    try:
+        s3a = "s3a://" + base
+        t = time.monotonic()
+        df = spark.read.parquet(f"{s3a}/parquet")
+        df = (df.withColumn("amount", F.col("value") * F.col("qty"))
+              .withColumn("day", F.to_date(F.from_unixtime(F.col("ts"))))
+              .withColumn("category", F.upper(F.col("category")))
+              .drop("note"))
+        df.write.mode("overwrite").parquet(f"{s3a}/transformed")
+        out["transform"] = time.monotonic() - t
+        t = time.monotonic()
+        agg = (spark.read.parquet(f"{s3a}/transformed").groupBy("category", "day")
+               .agg(F.sum("amount").alias("total"), F.avg("value").alias("avg_value"), F.count("*").alias("n")))
+        agg.write.mode("overwrite").parquet(f"{s3a}/aggregated")
+        rows = spark.read.parquet(f"{s3a}/aggregated").count()
+        out["aggregate"] = time.monotonic() - t
+        out["aggregate_rows"] = rows
+    finally:
+        spark.stop()
+    return out
+
+
+def one_run(system: dict, base: str, size: int) -> dict:
+    r = run_pyarrow_stages(system["endpoint"], system["key"], system["secret"], base, size)
+    # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
+    p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"spark stages failed on {system['name']}:\n{p.stderr[-4000:]}")
+    r.update(json.loads(p.stdout.strip().splitlines()[-1]))
+    r["total"] = sum(r[s] for s in STAGES)
+    return r
+
+
+def spread(v):
+    return max(v) - min(v)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "spark":
+        endpoint, key, secret, base = sys.argv[2:6]
+        print(json.dumps(run_spark_stages(endpoint, key, secret, base)))
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=2 << 30)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--locus-endpoint", required=True)
+    ap.add_argument("--locus-bucket", required=True)
+    ap.add_argument("--minio-endpoint", required=True)
+    ap.add_argument("--minio-bucket", required=True)
+    ap.add_argument("--profile", default="none")
+    ap.add_argument("--locus-bin", default="", help="locus binary, to report the persist backlog at the end")
+    ap.add_argument("--out", default=str(HERE / "results" / "pipeline.md"))
+    a = ap.parse_args()
+    systems = [
+        {"name": "direct", "endpoint": a.minio_endpoint, "key": "minioadmin", "secret": "minioadmin",
+         "bucket": a.minio_bucket},
+        {"name": "locus", "endpoint": a.locus_endpoint, "key": "locusadmin", "secret": "locusadmin",
+         "bucket": a.locus_bucket},
+    ]
+    runs = {s["name"]: [] for s in systems}
+    for i in range(a.runs):
+        for s in systems if i % 2 == 0 else reversed(systems):
+            r = one_run(s, f"{s['bucket']}/run{i}", a.size)
+            runs[s["name"]].append(r)
+            print(f"run {i + 1}/{a.runs} {s['name']:>6}: " + ", ".join(f"{k} {r[k]:.1f}s" for k in STAGES + ["total"]),
+                  flush=True)
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in STAGES + ["total"]} for n, rs in runs.items()}
+    spr = {n: {k: spread([r[k] for r in rs]) for k in STAGES + ["total"]} for n, rs in runs.items()}
+    lines = [
+        f"### Pipeline benchmark: {a.size / (1 << 30):.2f} GiB of CSV, 4 stages, {a.runs} runs each, "
+        f"network profile `{a.profile}`",
+        "",
+        f"Machine: {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, "
+        f"kernel {platform.release()}. Direct = every stage against MinIO; Locus = every stage through the "
+        "Locus S3 gateway (ASYNC_THROUGH writes) over the same MinIO.",
+        "",
+        "| stage | direct median (s) | direct spread | Locus median (s) | Locus spread | direct / Locus |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for k in STAGES + ["total"]:
+        d, l = med["direct"][k], med["locus"][k]
+        lines.append(f"| {k} | {d:.1f} | {spr['direct'][k]:.1f} | {l:.1f} | {spr['locus'][k]:.1f} | **{d / l:.2f}×** |")
+    tl = med["locus"]["total"]
+    lines += ["", f"Locus total spread: {spr['locus']['total']:.1f} s ({100 * spr['locus']['total'] / tl:.1f}% of its median)."]
+    if a.locus_bin:
+        rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
+                                        check=True).stdout)
+        lines += ["", f"Locus persist backlog when the last run ended: {rep['persist_backlog']}"]
+    md = "\n".join(lines) + "\n"
+    print(md)
+    Path(a.out).write_text(md)
+    Path(a.out).with_suffix(".json").write_text(json.dumps({"runs": runs, "median": med, "spread": spr,
+                                                            "size": a.size, "profile": a.profile}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
