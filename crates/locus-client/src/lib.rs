@@ -611,10 +611,17 @@ impl Client {
 
     // ------------------------------------------------------------ writes
 
-    /// Create an empty file (no worker involved).
+    /// Create an empty file: one master call, no worker involved.
     pub async fn touch(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
         let wt = write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
-        let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt };
+        let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: true };
+        Ok(self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
+    /// Create an empty file the way a data write does: CreateFile, then CompleteFile.
+    pub async fn create_and_complete_empty(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
+        let wt = write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
+        let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: false };
         let target = self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner();
         let req = pb::CompleteFileRequest {
             path: target.path,
@@ -644,7 +651,12 @@ impl Client {
         let write_type = opts.write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
         let target = self
             .m()
-            .create_file(pb::CreateFileRequest { path: path.into(), overwrite: opts.overwrite, write_type })
+            .create_file(pb::CreateFileRequest {
+                path: path.into(),
+                overwrite: opts.overwrite,
+                write_type,
+                complete_empty: false,
+            })
             .await
             .map_err(|s| self.err(s))?
             .into_inner();

@@ -876,7 +876,15 @@ impl Master {
     /// Check that `path` may be written and open a write: returns where its bytes go,
     /// the write type that applies (the request's, else the mount's, else the cluster
     /// default), and the new file version whose blocks the write creates.
-    pub async fn create_file(&self, path: &str, overwrite: bool, write_type: &str) -> Result<pb::FileInfo> {
+    /// With `complete_empty`, the file is created empty and complete in one step (one
+    /// durable change; THROUGH types write the empty object first).
+    pub async fn create_file(
+        &self,
+        path: &str,
+        overwrite: bool,
+        write_type: &str,
+        complete_empty: bool,
+    ) -> Result<pb::FileInfo> {
         let path = normalize(path)?;
         if path == "/" {
             return Err(Error::invalid("cannot write to /"));
@@ -902,6 +910,17 @@ impl Master {
         if wt.writes_ufs() {
             // A synchronous UFS write must not race queued changes to the same path.
             self.wait_ufs_quiet(m.info.id, &rel).await?;
+        }
+        if complete_empty {
+            let mut req =
+                pb::CompleteFileRequest { path: path.clone(), write_type: wt.as_str().into(), ..Default::default() };
+            if wt.writes_ufs() {
+                let st = m.ufs.writer(&rel, "", &Default::default()).await?.close().await?;
+                req.etag = st.etag;
+                req.mtime_ms = st.mtime_ms;
+            }
+            let parent = self.must_resolve(parent_path).await?;
+            return self.commit_complete(req, path.clone(), parent.id, wt, m, rel).await;
         }
         let me = self.clone();
         let (version, pin_epoch) = self
@@ -942,9 +961,22 @@ impl Master {
         let parent = self.must_resolve(parent_path).await?;
         let (m, rel) = self.writable(&path)?;
         let wt = if req.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&req.write_type)? };
+        let _ = name;
+        self.commit_complete(req, path, parent.id, wt, m, rel).await
+    }
+
+    async fn commit_complete(
+        &self,
+        req: pb::CompleteFileRequest,
+        path: String,
+        parent_id: u64,
+        wt: WriteType,
+        m: MountEntry,
+        rel: String,
+    ) -> Result<pb::FileInfo> {
         let now = now_ms();
         let me = self.clone();
-        let (parent_id, name) = (parent.id, name.to_string());
+        let name = lpath::split_parent(&path).map(|(_, n)| n.to_string()).unwrap_or_default();
         let p2 = path.clone();
         let (rec, dropped, ops) =
             self.inner.store.mutate(move |w| me.complete_in(w, &req, &p2, parent_id, &name, wt, &m, &rel, now)).await?;

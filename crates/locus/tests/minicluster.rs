@@ -521,6 +521,14 @@ async fn every_write_type_puts_bytes_where_it_says() {
     );
     assert_eq!(sha(&read_all(&cl, "/async.bin").await), sha(&data));
 
+    // empty files in one call
+    let fi = cl.touch("/empty-through", Some(WriteType::THROUGH)).await.unwrap();
+    assert_eq!((fi.length, fi.persist_state.as_str()), (0, "PERSISTED"));
+    assert_eq!(std::fs::read(ufs.join("empty-through")).unwrap(), b"");
+    assert_eq!(cl.touch("/empty-mc", Some(WriteType::MUST_CACHE)).await.unwrap().persist_state, "NOT_PERSISTED");
+    assert_eq!(cl.touch("/empty-mc", None).await.unwrap_err().kind(), ErrorKind::AlreadyExists);
+    wait_persisted(&cl, "/async.bin").await;
+
     // the report shows an empty backlog once everything is persisted
     let r = cl.report().await.unwrap();
     assert_eq!((r.persist_backlog_files, r.persist_backlog_bytes), (0, 0));
