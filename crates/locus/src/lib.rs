@@ -48,6 +48,15 @@ fn absolute(p: &Path) -> PathBuf {
     p.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect()
 }
 
+/// The tmpfs directory holding the default MEM tiers of a cluster with this data dir
+/// (kept across restarts, so MEM blocks survive a process restart; remove it with the
+/// data dir).
+pub fn default_mem_dir(data_dir: &Path) -> PathBuf {
+    let tag: String =
+        absolute(data_dir).to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    PathBuf::from("/dev/shm").join(format!("locus{tag}"))
+}
+
 /// `host:port` with the port moved up by `i` (port 0 stays 0).
 fn offset_port(addr: &str, i: usize) -> String {
     match addr.rsplit_once(':').and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h, p))) {
@@ -131,15 +140,9 @@ impl LocalCluster {
             w.uds_path = Some(w.data_dir.join("worker.sock"));
         }
         if w.tiers.is_empty() {
-            let tag: String = self
-                .data_dir
-                .to_string_lossy()
-                .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect();
             w.tiers.push(TierConfig {
                 alias: TierAlias::MEM,
-                dir: PathBuf::from("/dev/shm").join(format!("locus{tag}")).join(format!("w{i}")),
+                dir: default_mem_dir(&self.data_dir).join(format!("w{i}")),
                 quota: ByteSize::gib(1),
             });
         } else {

@@ -561,6 +561,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             let res = runtime()?.block_on(b.run());
             let _ = std::fs::remove_dir_all(&work);
+            let _ = std::fs::remove_dir_all(locus::default_mem_dir(&work));
             let (rows, ratios) = res?;
             let md = locus::bench::markdown(&b, &rows, &ratios);
             println!("{md}");
@@ -589,6 +590,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             let res = runtime()?.block_on(b.run());
             let _ = std::fs::remove_dir_all(&work);
+            let _ = std::fs::remove_dir_all(locus::default_mem_dir(&work));
             let rows = res?;
             let md = locus::bench_gateway::markdown(&b, &rows);
             println!("{md}");
@@ -609,6 +611,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             let res = runtime()?.block_on(b.run());
             let _ = std::fs::remove_dir_all(&work);
+            let _ = std::fs::remove_dir_all(locus::default_mem_dir(&work));
             let rows = res?;
             let md = locus::bench_meta::markdown(&b, &rows);
             println!("{md}");
