@@ -626,8 +626,11 @@ impl Inner {
                                 if let Some((_, task)) = down.take() {
                                     task.abort(); // the replicas drop their partial copies
                                 }
+                                // The replay sent this chunk's first bytes already.
+                                buf = buf.slice((stored - before) as usize..);
                             }
-                            buf = buf.slice((stored - before) as usize..);
+                            // (CACHE_THROUGH streams every byte to the UFS anyway: it
+                            // just stops caching.)
                         }
                         Err(e) => return Err(e),
                     }
