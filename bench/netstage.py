@@ -1,0 +1,191 @@
+"""A remote UFS for benchmarks: MinIO in its own network namespace behind a shaped link.
+
+    netstage.py up --profile lan --minio BIN --dir DATA --state FILE   # prints the endpoint
+    netstage.py down --state FILE
+
+Profiles (rate limits the aggregate link with `tc tbf` on both ends of a veth pair; delay
+comes from toxiproxy latency toxics on both directions, since this kernel has no netem):
+  lan    1 Gbit/s, 1 ms each way
+  cloud  400 Mbit/s, 15 ms each way
+  none   MinIO on loopback, no shaping, no namespace
+
+Only addresses of the namespace created here (10.77.<n>.0/30) and loopback are used.
+`up` needs root for the namespace (it says so when it is missing); `down` removes the
+namespace, its veth pair and qdiscs, and stops every process `up` started, by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+PROFILES = {
+    "lan": {"rate": "1gbit", "delay_ms": 1},
+    "cloud": {"rate": "400mbit", "delay_ms": 15},
+    "none": None,
+}
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def sh(*cmd: str, ns: str | None = None):
+    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
+    r = subprocess.run(full, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"netstage: {' '.join(full)} failed: {r.stderr.strip()}")
+
+
+def wait_http(url: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"netstage: {url} did not answer in {timeout}s")
+
+
+def toxiproxy_bin() -> str:
+    tools = Path(os.environ.get("LOCUS_TOOLS_DIR", Path.home() / ".cache/locus-tools"))
+    b = tools / "bin" / "server"
+    if not b.exists():
+        b.parent.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(["go", "install", "github.com/Shopify/toxiproxy/v2/cmd/server@latest"],
+                           env=dict(os.environ, GOBIN=str(b.parent)), capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"netstage: installing toxiproxy failed: {r.stderr[-2000:]}")
+    return str(b)
+
+
+def api(port: int, path: str, body: dict):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read() or b"{}")
+
+
+def spawn(cmd: list[str], log: Path, env: dict | None = None) -> int:
+    with open(log, "ab") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env=env or os.environ, start_new_session=True)
+    return p.pid
+
+
+def up(profile: str, minio: str, data: Path, state_file: Path) -> dict:
+    shape = PROFILES[profile]
+    data.mkdir(parents=True, exist_ok=True)
+    st: dict = {"profile": profile, "pids": []}
+    env = dict(os.environ, MINIO_ROOT_USER="minioadmin", MINIO_ROOT_PASSWORD="minioadmin", MINIO_BROWSER="off")
+    if shape is None:
+        port = free_port()
+        st["pids"].append(spawn([minio, "server", str(data / "minio"), "--address", f"127.0.0.1:{port}",
+                                 "--console-address", f"127.0.0.1:{free_port()}", "--quiet"], data / "minio.log", env))
+        st["endpoint"] = f"http://127.0.0.1:{port}"
+        state_file.write_text(json.dumps(st))
+        wait_http(f"{st['endpoint']}/minio/health/live")
+        return st
+    if os.geteuid() != 0:
+        raise SystemExit("netstage: the lan and cloud profiles need root (a network namespace and tc); "
+                         "run as root or use --profile none")
+    n = os.getpid() % 200 + 20
+    ns, vh, vn = f"locus-ufs{n}", f"lufh{n}", f"lufn{n}"
+    host_ip, ns_ip = f"10.77.{n}.1", f"10.77.{n}.2"
+    st.update(ns=ns, veth=vh)
+    state_file.write_text(json.dumps(st))  # so `down` can clean up even if `up` fails below
+    sh("ip", "netns", "add", ns)
+    sh("ip", "link", "add", vh, "type", "veth", "peer", "name", vn)
+    sh("ip", "link", "set", vn, "netns", ns)
+    sh("ip", "addr", "add", f"{host_ip}/30", "dev", vh)
+    sh("ip", "link", "set", vh, "up")
+    sh("ip", "addr", "add", f"{ns_ip}/30", "dev", vn, ns=ns)
+    sh("ip", "link", "set", vn, "up", ns=ns)
+    sh("ip", "link", "set", "lo", "up", ns=ns)
+    # The aggregate rate, both directions (each side shapes what it sends).
+    sh("tc", "qdisc", "add", "dev", vh, "root", "tbf", "rate", shape["rate"], "burst", "1mb", "latency", "100ms")
+    sh("tc", "qdisc", "add", "dev", vn, "root", "tbf", "rate", shape["rate"], "burst", "1mb", "latency", "100ms", ns=ns)
+    st["pids"].append(spawn(["ip", "netns", "exec", ns, minio, "server", str(data / "minio"), "--address",
+                             f"{ns_ip}:9000", "--console-address", f"{ns_ip}:9001", "--quiet"], data / "minio.log", env))
+    state_file.write_text(json.dumps(st))
+    wait_http(f"http://{ns_ip}:9000/minio/health/live")
+    # Delay: toxiproxy in front of MinIO, latency on both directions.
+    api_port, listen = free_port(), free_port()
+    st["pids"].append(spawn([toxiproxy_bin(), "-host", "127.0.0.1", "-port", str(api_port)], data / "toxiproxy.log"))
+    state_file.write_text(json.dumps(st))
+    wait_http(f"http://127.0.0.1:{api_port}/version")
+    api(api_port, "/proxies", {"name": "minio", "listen": f"127.0.0.1:{listen}", "upstream": f"{ns_ip}:9000"})
+    for stream in ("upstream", "downstream"):
+        api(api_port, "/proxies/minio/toxics", {"name": f"delay-{stream}", "type": "latency", "stream": stream,
+                                                "attributes": {"latency": shape["delay_ms"], "jitter": 0}})
+    st["endpoint"] = f"http://127.0.0.1:{listen}"
+    st["direct_endpoint"] = f"http://{ns_ip}:9000"
+    state_file.write_text(json.dumps(st))
+    wait_http(f"{st['endpoint']}/minio/health/live")
+    return st
+
+
+def down(state_file: Path):
+    if not state_file.exists():
+        return
+    st = json.loads(state_file.read_text())
+    for pid in reversed(st.get("pids", [])):
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        for _ in range(50):
+            try:
+                os.killpg(pid, 0)
+                time.sleep(0.1)
+            except ProcessLookupError:
+                break
+        else:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if st.get("ns"):
+        # Deleting the namespace deletes its veth end, which deletes the pair and both qdiscs.
+        subprocess.run(["ip", "netns", "del", st["ns"]], capture_output=True)
+        subprocess.run(["ip", "link", "del", st["veth"]], capture_output=True)
+    state_file.unlink()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd", choices=["up", "down"])
+    ap.add_argument("--profile", default="lan", choices=list(PROFILES))
+    ap.add_argument("--minio", default=str(Path.home() / ".cache/locus-tools/bin/minio"))
+    ap.add_argument("--dir", default="")
+    ap.add_argument("--state", required=True)
+    a = ap.parse_args()
+    state = Path(a.state)
+    if a.cmd == "down":
+        down(state)
+        return
+    try:
+        st = up(a.profile, a.minio if shutil.which(a.minio) or Path(a.minio).exists() else a.minio, Path(a.dir),
+                state)
+    except BaseException:
+        down(state)
+        raise
+    print(st["endpoint"])
+
+
+if __name__ == "__main__":
+    main()
