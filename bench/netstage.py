@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -179,8 +178,9 @@ def main():
         down(state)
         return
     try:
-        st = up(a.profile, a.minio if shutil.which(a.minio) or Path(a.minio).exists() else a.minio, Path(a.dir),
-                state)
+        if not Path(a.minio).exists():
+            raise SystemExit(f"netstage: no MinIO binary at {a.minio}")
+        st = up(a.profile, a.minio, Path(a.dir or state.with_suffix(".d")), state)
     except BaseException:
         down(state)
         raise
