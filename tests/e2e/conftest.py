@@ -521,6 +521,19 @@ def minio(e2e_tmp):
         m.stop()
 
 
+@pytest.fixture
+def own_minio(tmp):
+    """A MinIO of this test's own, which it may stop and start again (the shared one must
+    stay up for other tests). `.endpoint`, and `.s3`, a boto3 client of it."""
+    m = MinioServer(tmp / "minio-own", tmp / "minio-own.log")
+    m.start()
+    m.s3 = s3_client(m.endpoint)
+    try:
+        yield m
+    finally:
+        m.stop()
+
+
 def s3_client(endpoint: str):
     import boto3
     from botocore.config import Config

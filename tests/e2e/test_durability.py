@@ -10,7 +10,7 @@ import random
 import threading
 import time
 
-from conftest import MiB, MinioServer, assert_one_line_error, s3_client, sha256, wait_until
+from conftest import MiB, assert_one_line_error, sha256, wait_until
 
 # Fast failure detection so the tests do not wait out production timeouts.
 ENV = {
@@ -96,70 +96,65 @@ def test_kill9_of_a_worker_during_async_writes_loses_no_acknowledged_file(standa
     assert r["persist_backlog"]["files"] == 0, r["persist_backlog"]
 
 
-def test_ufs_outage_and_master_kill9_mid_backlog(standalone_factory, tmp):
-    own = MinioServer(tmp / "minio-own", tmp / "minio-own.log")
-    endpoint = own.start()
-    try:
-        s3 = s3_client(endpoint)
-        s3.create_bucket(Bucket="lake")
-        c = standalone_factory(root_ufs="none", workers=2, env=ENV)
-        c.mount_s3("/lake", "lake", "p", endpoint, "1h")
-        c.ok("fs", "mkdir", "/lake/q")
-        cached = os.urandom(5 * MiB)
-        c.ok("fs", "put", "-", "/lake/q/cached.bin", input=cached)
-        c.ok("fs", "persist", "/lake/q/cached.bin")
+def test_ufs_outage_and_master_kill9_mid_backlog(standalone_factory, own_minio):
+    own, endpoint, s3 = own_minio, own_minio.endpoint, own_minio.s3
+    s3.create_bucket(Bucket="lake")
+    c = standalone_factory(root_ufs="none", workers=2, env=ENV)
+    c.mount_s3("/lake", "lake", "p", endpoint, "1h")
+    c.ok("fs", "mkdir", "/lake/q")
+    cached = os.urandom(5 * MiB)
+    c.ok("fs", "put", "-", "/lake/q/cached.bin", input=cached)
+    c.ok("fs", "persist", "/lake/q/cached.bin")
 
-        own.stop()  # the UFS goes away
-        outage = time.monotonic()
-        # cached reads go on
-        assert sha256(c.cat("/lake/q/cached.bin")) == sha256(cached)
-        # a write that needs the UFS fails clearly...
-        r = c.run("fs", "put", "--write-type", "THROUGH", "-", "/lake/q/through.bin", input=b"x" * 1000,
-                  timeout=180)
-        assert_one_line_error(r)
-        # ...and ASYNC_THROUGH writes are acknowledged from memory and queue their persist
-        files = {}
-        for i in range(8):
-            data = os.urandom(random.randint(1, 3 * MiB))
-            c.ok("fs", "put", "-", f"/lake/q/f{i}", input=data)
-            files[f"f{i}"] = data
-        # create -> rename -> delete, and a rename and a delete of queued files
-        c.ok("fs", "put", "-", "/lake/q/tmp", input=b"short-lived")
-        c.ok("fs", "mv", "/lake/q/tmp", "/lake/q/tmp2")
-        c.ok("fs", "rm", "/lake/q/tmp2")
-        c.ok("fs", "mv", "/lake/q/f0", "/lake/q/g0")
-        files["g0"] = files.pop("f0")
-        c.ok("fs", "rm", "/lake/q/f1")
-        files.pop("f1")
-        backlog = c.report()["persist_backlog"]
-        assert backlog["files"] >= 7 and backlog["queued_ops"] >= 12, backlog
+    own.stop()  # the UFS goes away
+    outage = time.monotonic()
+    # cached reads go on
+    assert sha256(c.cat("/lake/q/cached.bin")) == sha256(cached)
+    # a write that needs the UFS fails clearly...
+    r = c.run("fs", "put", "--write-type", "THROUGH", "-", "/lake/q/through.bin", input=b"x" * 1000,
+              timeout=180)
+    assert_one_line_error(r)
+    # ...and ASYNC_THROUGH writes are acknowledged from memory and queue their persist
+    files = {}
+    for i in range(8):
+        data = os.urandom(random.randint(1, 3 * MiB))
+        c.ok("fs", "put", "-", f"/lake/q/f{i}", input=data)
+        files[f"f{i}"] = data
+    # create -> rename -> delete, and a rename and a delete of queued files
+    c.ok("fs", "put", "-", "/lake/q/tmp", input=b"short-lived")
+    c.ok("fs", "mv", "/lake/q/tmp", "/lake/q/tmp2")
+    c.ok("fs", "rm", "/lake/q/tmp2")
+    c.ok("fs", "mv", "/lake/q/f0", "/lake/q/g0")
+    files["g0"] = files.pop("f0")
+    c.ok("fs", "rm", "/lake/q/f1")
+    files.pop("f1")
+    backlog = c.report()["persist_backlog"]
+    assert backlog["files"] >= 7 and backlog["queued_ops"] >= 12, backlog
 
-        # the master dies mid-backlog (kill -9) and comes back while the UFS is still away
-        c.kill_master()
-        c.start_master()
-        c.wait_ready()
-        names = sorted(e["name"] for e in c.ls_json("/lake/q"))
-        assert names == sorted(["cached.bin", *files]), names
-        # the queue came back from the journal: every live file still waits for the UFS
-        assert c.report()["persist_backlog"]["files"] >= len(files), c.report()["persist_backlog"]
-        assert all(c.stat(f"/lake/q/{n}")["persist_state"] == "TO_BE_PERSISTED" for n in files)
-        for name, data in files.items():
-            assert sha256(c.cat(f"/lake/q/{name}")) == sha256(data), name
+    # the master dies mid-backlog (kill -9) and comes back while the UFS is still away
+    c.kill_master()
+    c.start_master()
+    c.wait_ready()
+    names = sorted(e["name"] for e in c.ls_json("/lake/q"))
+    assert names == sorted(["cached.bin", *files]), names
+    # the queue came back from the journal: every live file still waits for the UFS
+    assert c.report()["persist_backlog"]["files"] >= len(files), c.report()["persist_backlog"]
+    assert all(c.stat(f"/lake/q/{n}")["persist_state"] == "TO_BE_PERSISTED" for n in files)
+    for name, data in files.items():
+        assert sha256(c.cat(f"/lake/q/{name}")) == sha256(data), name
 
-        # the UFS returns after 60 s; the backlog drains, in order
-        time.sleep(max(0.0, 60 - (time.monotonic() - outage)))
-        own.start()
-        wait_persisted(c, [f"/lake/q/{n}" for n in files])
-        wait_until(lambda: c.report()["persist_backlog"]["queued_ops"] == 0, timeout=60, what="an empty queue")
-        keys = {k for k in ufs_keys(s3, "lake", "p/q/") if not k.endswith("/")}
-        assert set(keys) == {f"p/q/{n}" for n in ["cached.bin", *files]}, keys
-        for name, data in files.items():
-            assert sha256(s3.get_object(Bucket="lake", Key=f"p/q/{name}")["Body"].read()) == sha256(data), name
-        # what was created, renamed and deleted never reached the UFS, nor came back
-        time.sleep(1)
-        assert not any(k.endswith(("/tmp", "/tmp2", "/f0", "/f1")) for k in ufs_keys(s3, "lake", "p/")), keys
-    finally:
-        own.stop()
+    # the UFS returns after 60 s; the backlog drains, in order
+    time.sleep(max(0.0, 60 - (time.monotonic() - outage)))
+    own.start()
+    wait_persisted(c, [f"/lake/q/{n}" for n in files])
+    wait_until(lambda: c.report()["persist_backlog"]["queued_ops"] == 0, timeout=60, what="an empty queue")
+    keys = {k for k in ufs_keys(s3, "lake", "p/q/") if not k.endswith("/")}
+    assert set(keys) == {f"p/q/{n}" for n in ["cached.bin", *files]}, keys
+    for name, data in files.items():
+        assert sha256(s3.get_object(Bucket="lake", Key=f"p/q/{name}")["Body"].read()) == sha256(data), name
+    # what was created, renamed and deleted never reached the UFS, nor came back
+    time.sleep(1)
+    assert not any(k.endswith(("/tmp", "/tmp2", "/f0", "/f1")) for k in ufs_keys(s3, "lake", "p/")), keys
 
 
 def test_ssd_blocks_survive_kill9_and_a_corrupt_copy_is_repaired_never_served(standalone_factory, s3, bucket,

@@ -5,40 +5,35 @@ from __future__ import annotations
 import os
 import time
 
-from conftest import MiB, MinioServer, assert_one_line_error, s3_client, sha256
+from conftest import MiB, assert_one_line_error, sha256
 
 
-def test_ufs_outage_and_return(cluster, tmp):
-    m = MinioServer(tmp / "minio2", tmp / "minio2.log")
-    endpoint = m.start()
-    try:
-        s3 = s3_client(endpoint)
-        s3.create_bucket(Bucket="outage")
-        cached, uncached = os.urandom(3 * MiB + 1), os.urandom(2 * MiB + 7)
-        s3.put_object(Bucket="outage", Key="p/cached.bin", Body=cached)
-        s3.put_object(Bucket="outage", Key="p/uncached.bin", Body=uncached)
-        c = cluster
-        c.mount_s3("/o", "outage", "p", endpoint, "60s")
-        assert sha256(c.cat("/o/cached.bin")) == sha256(cached)
-        assert c.stat("/o/uncached.bin")["cached_fraction"] == 0.0
+def test_ufs_outage_and_return(cluster, own_minio):
+    m, endpoint, s3 = own_minio, own_minio.endpoint, own_minio.s3
+    s3.create_bucket(Bucket="outage")
+    cached, uncached = os.urandom(3 * MiB + 1), os.urandom(2 * MiB + 7)
+    s3.put_object(Bucket="outage", Key="p/cached.bin", Body=cached)
+    s3.put_object(Bucket="outage", Key="p/uncached.bin", Body=uncached)
+    c = cluster
+    c.mount_s3("/o", "outage", "p", endpoint, "60s")
+    assert sha256(c.cat("/o/cached.bin")) == sha256(cached)
+    assert c.stat("/o/uncached.bin")["cached_fraction"] == 0.0
 
-        m.stop()
-        # Cached data is still served; uncached data fails cleanly and quickly.
-        assert sha256(c.cat("/o/cached.bin")) == sha256(cached)
-        t0 = time.monotonic()
-        r = c.run("fs", "cat", "/o/uncached.bin", timeout=120)
-        assert_one_line_error(r)
-        assert time.monotonic() - t0 < 60, "a UFS outage should fail a read within the UFS timeout"
-        assert r.stdout == b"" or uncached.startswith(r.stdout)
-        r = c.run("fs", "load", "/o/uncached.bin", timeout=120)
-        assert_one_line_error(r)
-        assert c.alive() and c.report()["live_workers"] == 1
+    m.stop()
+    # Cached data is still served; uncached data fails cleanly and quickly.
+    assert sha256(c.cat("/o/cached.bin")) == sha256(cached)
+    t0 = time.monotonic()
+    r = c.run("fs", "cat", "/o/uncached.bin", timeout=120)
+    assert_one_line_error(r)
+    assert time.monotonic() - t0 < 60, "a UFS outage should fail a read within the UFS timeout"
+    assert r.stdout == b"" or uncached.startswith(r.stdout)
+    r = c.run("fs", "load", "/o/uncached.bin", timeout=120)
+    assert_one_line_error(r)
+    assert c.alive() and c.report()["live_workers"] == 1
 
-        m.start()
-        assert sha256(c.cat("/o/uncached.bin")) == sha256(uncached)
-        assert c.stat("/o/uncached.bin")["cached_fraction"] == 1.0
-    finally:
-        m.stop()
+    m.start()
+    assert sha256(c.cat("/o/uncached.bin")) == sha256(uncached)
+    assert c.stat("/o/uncached.bin")["cached_fraction"] == 1.0
 
 
 def test_standalone_worker_restart(standalone_factory, s3, bucket, minio):

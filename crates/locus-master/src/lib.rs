@@ -315,11 +315,12 @@ impl Master {
             put_inode(w, &rec)?;
             return Ok(id);
         }
-        let rec = self.new_inode(w, parent, name, st.is_dir, st.length, fp, st.mtime_ms, now)?;
+        let rec = self.new_inode(w, parent, name, st.is_dir, st.length, fp, st.mtime_ms, now, None)?;
         self.inner.metrics.files_loaded.inc();
         Ok(rec.id)
     }
 
+    /// Insert a new entry; a file gets `version`, or a new one when `None`.
     #[allow(clippy::too_many_arguments)]
     fn new_inode(
         &self,
@@ -331,27 +332,14 @@ impl Master {
         fingerprint: String,
         mtime_ms: i64,
         now: i64,
+        version: Option<u64>,
     ) -> Result<pb::InodeRecord> {
         let id = next_id(w, "inode", ROOT_ID + 1)?;
-        let version = if is_dir { 0 } else { next_id(w, "version", 1)? };
-        self.insert_inode(w, parent, name, is_dir, length, fingerprint, mtime_ms, now, version, id)
-    }
-
-    /// Insert a new entry with the given id and version.
-    #[allow(clippy::too_many_arguments)]
-    fn insert_inode(
-        &self,
-        w: &WriteTransaction,
-        parent: u64,
-        name: &str,
-        is_dir: bool,
-        length: u64,
-        fingerprint: String,
-        mtime_ms: i64,
-        now: i64,
-        version: u64,
-        id: u64,
-    ) -> Result<pb::InodeRecord> {
+        let version = match version {
+            _ if is_dir => 0,
+            Some(v) => v,
+            None => next_id(w, "version", 1)?,
+        };
         let rec = pb::InodeRecord {
             id,
             parent,
@@ -762,7 +750,7 @@ impl Master {
         let w = self.inner.store.write()?;
         let mut ops = Vec::new();
         if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, name)?.is_none() {
-            let mut rec = self.new_inode(&w, parent.id, name, true, 0, String::new(), now_ms(), now_ms())?;
+            let mut rec = self.new_inode(&w, parent.id, name, true, 0, String::new(), now_ms(), now_ms(), None)?;
             rec.children_loaded = true;
             if guard.is_none() {
                 rec.persist_state = TO_BE_PERSISTED.into();
@@ -957,11 +945,10 @@ impl Master {
     /// (ASYNC_THROUGH). Replaces an older version of the file.
     pub async fn complete_file(&self, req: pb::CompleteFileRequest) -> Result<pb::FileInfo> {
         let path = normalize(&req.path)?;
-        let (parent_path, name) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
+        let (parent_path, _) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
         let parent = self.must_resolve(parent_path).await?;
         let (m, rel) = self.writable(&path)?;
         let wt = if req.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&req.write_type)? };
-        let _ = name;
         self.commit_complete(req, path, parent.id, wt, m, rel).await
     }
 
@@ -1022,10 +1009,7 @@ impl Master {
                 self.drop_version(w, &old, &mut dropped)?;
                 old
             }
-            None => {
-                let id = next_id(w, "inode", ROOT_ID + 1)?;
-                self.insert_inode(w, parent_id, name, false, 0, String::new(), now, now, version, id)?
-            }
+            None => self.new_inode(w, parent_id, name, false, 0, String::new(), now, now, Some(version))?,
         };
         rec.version = version;
         w.open_table(VERSIONS).map_err(db_err)?.insert(version, rec.id).map_err(db_err)?;
@@ -1053,14 +1037,7 @@ impl Master {
             WriteType::ASYNC_THROUGH => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
                 rec.persist_state = TO_BE_PERSISTED.into();
-                let op = pb::PersistOp {
-                    kind: "PERSIST".into(),
-                    inode_id: rec.id,
-                    version,
-                    length: req.length,
-                    ..self.op_for(m, rel, path)
-                };
-                ops.push(self.enqueue(w, op)?);
+                ops.push(self.enqueue(w, self.persist_op(&rec, m, rel, path))?);
             }
             WriteType::MUST_CACHE => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
@@ -1101,14 +1078,7 @@ impl Master {
         let mut rec = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?
             .ok_or_else(|| Error::not_found(format!("{path} does not exist")))?;
         rec.persist_state = TO_BE_PERSISTED.into();
-        let op = pb::PersistOp {
-            kind: "PERSIST".into(),
-            inode_id: rec.id,
-            version: rec.version,
-            length: rec.length,
-            ..self.op_for(&m, &rel, &path)
-        };
-        let op = self.enqueue(&w, op)?;
+        let op = self.enqueue(&w, self.persist_op(&rec, &m, &rel, &path))?;
         put_inode(&w, &rec)?;
         w.commit().map_err(db_err)?;
         self.track(vec![op]);
@@ -1121,16 +1091,10 @@ impl Master {
             return Err(Error::invalid(format!("replication min {min} exceeds max {max}")));
         }
         let path = normalize(path)?;
-        let mut ids = Vec::new();
-        let n = self
-            .for_each_file(&path, recursive, &mut |r| {
-                ids.push(r.id);
-                Ok(())
-            })
-            .await?;
+        let ids = self.file_ids(&path, recursive).await?;
         let w = self.inner.store.write()?;
-        for id in ids {
-            if let Some(mut r) = load_inode(&w, id)? {
+        for id in &ids {
+            if let Some(mut r) = load_inode(&w, *id)? {
                 r.replication_min = min;
                 r.replication_max = max;
                 put_inode(&w, &r)?;
@@ -1143,7 +1107,7 @@ impl Master {
             }
         }
         w.commit().map_err(db_err)?;
-        Ok(n)
+        Ok(ids.len() as u64)
     }
 
     /// Replace the object metadata of a file or directory (or only its tags).
@@ -1179,6 +1143,17 @@ impl Master {
         w.commit().map_err(db_err)?;
         self.track(ops);
         self.file_info(&path, &rec, false)
+    }
+
+    /// The inode ids of the files at or below `path`.
+    async fn file_ids(&self, path: &str, recursive: bool) -> Result<Vec<u64>> {
+        let mut ids = Vec::new();
+        self.for_each_file(path, recursive, &mut |r| {
+            ids.push(r.id);
+            Ok(())
+        })
+        .await?;
+        Ok(ids)
     }
 
     /// Files at or below `path` (one level at a time, page by page).
@@ -1221,16 +1196,10 @@ impl Master {
 
     pub async fn set_pinned(&self, path: &str, pinned: bool, recursive: bool) -> Result<u64> {
         let path = normalize(path)?;
-        let mut ids = Vec::new();
-        let n = self
-            .for_each_file(&path, recursive, &mut |r| {
-                ids.push(r.id);
-                Ok(())
-            })
-            .await?;
+        let ids = self.file_ids(&path, recursive).await?;
         let w = self.inner.store.write()?;
-        for id in ids {
-            let Some(mut r) = get_inode(&w.open_table(INODES).map_err(db_err)?, id)? else {
+        for id in &ids {
+            let Some(mut r) = load_inode(&w, *id)? else {
                 continue;
             };
             r.pinned = pinned;
@@ -1249,7 +1218,7 @@ impl Master {
         // Return once every live worker knows the new pins, so loads right after a pin
         // cannot evict the pinned blocks.
         self.await_workers(|_, s| s.pin_epoch >= epoch).await;
-        Ok(n)
+        Ok(ids.len() as u64)
     }
 
     /// Wait (up to the worker timeout) until `done` holds for every live worker.
@@ -1363,7 +1332,7 @@ impl Master {
         if let Some((parent_path, name)) = lpath::split_parent(&path) {
             let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?
                 .ok_or_else(|| Error::not_found(parent_path.to_string()))?;
-            self.new_inode(&w, parent, name, true, 0, String::new(), 0, 0)?;
+            self.new_inode(&w, parent, name, true, 0, String::new(), 0, 0, None)?;
         }
         w.commit().map_err(db_err)?;
         let mut mounts = self.inner.mounts.write();

@@ -125,6 +125,17 @@ impl Master {
         pb::PersistOp { mount_id: m.info.id, ufs_path: rel.to_string(), path: path.to_string(), ..Default::default() }
     }
 
+    /// The queue record that persists file `rec` (its current version) at `path`.
+    pub(crate) fn persist_op(&self, rec: &pb::InodeRecord, m: &MountEntry, rel: &str, path: &str) -> pb::PersistOp {
+        pb::PersistOp {
+            kind: "PERSIST".into(),
+            inode_id: rec.id,
+            version: rec.version,
+            length: rec.length,
+            ..self.op_for(m, rel, path)
+        }
+    }
+
     /// Journal an operation inside `w`. Call [`Master::track`] with it after the commit.
     pub(crate) fn enqueue(&self, w: &redb::WriteTransaction, mut op: pb::PersistOp) -> Result<pb::PersistOp> {
         op.seq = next_id(w, "persist_seq", 1)?;

@@ -147,14 +147,7 @@ impl Master {
                     put_inode(&w, &rec)?;
                     continue;
                 }
-                let op = pb::PersistOp {
-                    kind: "PERSIST".into(),
-                    inode_id: rec.id,
-                    version: rec.version,
-                    length: rec.length,
-                    ..self.op_for(&m, &rel, &path)
-                };
-                ops.push(self.enqueue(&w, op)?);
+                ops.push(self.enqueue(&w, self.persist_op(&rec, &m, &rel, &path))?);
                 put_inode(&w, &rec)?;
             }
         }

@@ -413,6 +413,24 @@ impl LocusS3 {
     }
 
     /// A bucket's status, or NoSuchBucket.
+    /// One page of a bucket listing as ListObjects V1 and V2 both answer it: the objects,
+    /// the common prefixes, whether more follow, and the last key listed when they do.
+    async fn list_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: &str,
+        max_keys: usize,
+    ) -> S3Result<(Vec<Object>, Vec<CommonPrefix>, bool, Option<String>)> {
+        let lr = ListRequest { bucket, prefix, delimiter, after, max_keys, skip_hidden: true };
+        let (entries, truncated) =
+            list::list(&self.client, &lr).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
+        let last = truncated.then(|| entries.last().map(|e| e.key().to_string())).flatten();
+        let (objects, prefixes) = split_entries(entries);
+        Ok((objects, prefixes, truncated, last))
+    }
+
     async fn bucket(&self, bucket: &str) -> S3Result<pb::FileInfo> {
         match self.client.status(&bucket_path(bucket), false).await {
             Ok(fi) if fi.is_dir => Ok(fi),
@@ -713,18 +731,9 @@ impl S3 for LocusS3 {
         };
         let prefix = i.prefix.clone().unwrap_or_default();
         let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
-        let lr = ListRequest {
-            bucket: &i.bucket,
-            prefix: &prefix,
-            delimiter: delimiter.as_deref(),
-            after: &after,
-            max_keys: max,
-            skip_hidden: true,
-        };
-        let (entries, truncated) =
-            list::list(&self.client, &lr).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
-        let next = truncated.then(|| entries.last().map(|e| encode_token(e.key()))).flatten();
-        let (objects, prefixes) = split_entries(entries);
+        let (objects, prefixes, truncated, last) =
+            self.list_page(&i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
+        let next = last.map(|k| encode_token(&k));
         ok(ListObjectsV2Output {
             name: Some(i.bucket),
             prefix: Some(prefix),
@@ -748,18 +757,8 @@ impl S3 for LocusS3 {
         let after = i.marker.clone().unwrap_or_default();
         let prefix = i.prefix.clone().unwrap_or_default();
         let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
-        let lr = ListRequest {
-            bucket: &i.bucket,
-            prefix: &prefix,
-            delimiter: delimiter.as_deref(),
-            after: &after,
-            max_keys: max,
-            skip_hidden: true,
-        };
-        let (entries, truncated) =
-            list::list(&self.client, &lr).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
-        let next = truncated.then(|| entries.last().map(|e| e.key().to_string())).flatten();
-        let (objects, prefixes) = split_entries(entries);
+        let (objects, prefixes, truncated, next) =
+            self.list_page(&i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
         ok(ListObjectsOutput {
             name: Some(i.bucket),
             prefix: Some(prefix),

@@ -22,13 +22,37 @@ use tokio::io::AsyncWrite;
 
 use crate::LocalCluster;
 
+/// The MinIO a benchmark reads from or compares with (its bucket must exist).
+#[derive(Clone, Debug, clap::Args)]
+pub struct MinioTarget {
+    /// MinIO endpoint.
+    #[arg(long, default_value = "http://127.0.0.1:9000")]
+    pub endpoint: String,
+    /// Bucket for the test data (must exist).
+    #[arg(long, default_value = "bench")]
+    pub bucket: String,
+    #[arg(long, default_value = "minioadmin")]
+    pub access_key: String,
+    #[arg(long, default_value = "minioadmin")]
+    pub secret_key: String,
+}
+
+impl MinioTarget {
+    /// The options of an `s3://` mount (or UFS) of this MinIO.
+    pub fn mount_options(&self) -> BTreeMap<String, String> {
+        [
+            ("endpoint".to_string(), self.endpoint.clone()),
+            ("access_key_id".to_string(), self.access_key.clone()),
+            ("secret_access_key".to_string(), self.secret_key.clone()),
+        ]
+        .into()
+    }
+}
+
 /// What `locus bench read` needs.
 #[derive(Clone, Debug)]
 pub struct ReadBench {
-    pub endpoint: String,
-    pub bucket: String,
-    pub access_key: String,
-    pub secret_key: String,
+    pub minio: MinioTarget,
     pub size: u64,
     pub runs: usize,
     pub block_size: u64,
@@ -138,13 +162,8 @@ async fn drain(ufs: &Ufs, key: &str, size: u64) -> Result<u64> {
 impl ReadBench {
     pub async fn run(&self) -> Result<(Vec<Row>, BTreeMap<String, f64>)> {
         let key = format!("bench-{}.bin", self.size);
-        let opts: BTreeMap<String, String> = [
-            ("endpoint".to_string(), self.endpoint.clone()),
-            ("access_key_id".to_string(), self.access_key.clone()),
-            ("secret_access_key".to_string(), self.secret_key.clone()),
-        ]
-        .into();
-        let ufs = Ufs::new(&format!("s3://{}", self.bucket), &opts, Duration::from_secs(120))?;
+        let opts = self.minio.mount_options();
+        let ufs = Ufs::new(&format!("s3://{}", self.minio.bucket), &opts, Duration::from_secs(120))?;
         ufs.check().await?;
         // The test file: random bytes, written once, and a tmpfs copy for `cat`.
         let shm = PathBuf::from(format!("/dev/shm/locus-bench-{}", std::process::id()));
@@ -196,7 +215,7 @@ impl ReadBench {
         local
             .mount(pb::MountRequest {
                 path: "/bench".into(),
-                uri: format!("s3://{}", self.bucket),
+                uri: format!("s3://{}", self.minio.bucket),
                 options: opts.clone().into_iter().collect(),
                 ..Default::default()
             })

@@ -3,7 +3,6 @@
 //! object, single-request PUT, and the p50/p99 latency of 4 KiB GETs. Runs alternate
 //! between the two servers so that background noise hits both alike.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -19,10 +18,7 @@ use crate::bench::median;
 /// What `locus bench gateway` needs: a MinIO to compare with (its bucket must exist).
 #[derive(Clone, Debug)]
 pub struct GatewayBench {
-    pub endpoint: String,
-    pub bucket: String,
-    pub access_key: String,
-    pub secret_key: String,
+    pub minio: crate::bench::MinioTarget,
     pub size: u64,
     pub runs: usize,
     pub small_gets: usize,
@@ -91,20 +87,17 @@ impl GatewayBench {
     async fn measure(&self, cluster: &LocalCluster, gw: &str) -> Result<Vec<Measure>> {
         // Locus serves a bucket mounted from the same MinIO, so both hold the same bytes.
         let lc = cluster.client(Default::default())?;
-        let mut opts = HashMap::new();
-        opts.insert("endpoint".to_string(), self.endpoint.clone());
-        opts.insert("access_key_id".to_string(), self.access_key.clone());
-        opts.insert("secret_access_key".to_string(), self.secret_key.clone());
+        let m = &self.minio;
         lc.mount(locus_proto::pb::MountRequest {
             path: "/lake".into(),
-            uri: format!("s3://{}/via-locus", self.bucket),
-            options: opts,
+            uri: format!("s3://{}/via-locus", m.bucket),
+            options: m.mount_options().into_iter().collect(),
             readonly: false,
             sync_interval_ms: 3_600_000,
             ..Default::default()
         })
         .await?;
-        let minio = client(&self.endpoint, &self.bucket, &self.access_key, &self.secret_key)?;
+        let minio = client(&m.endpoint, &m.bucket, &m.access_key, &m.secret_key)?;
         let cfgd = Config::default().gateway;
         let locus = client(&format!("http://{gw}"), "lake", &cfgd.access_key_id, &cfgd.secret_access_key)?;
         let data = Bytes::from((0..self.size).map(|i| (i * 2654435761 % 251) as u8).collect::<Vec<u8>>());

@@ -142,16 +142,8 @@ enum BenchCmd {
     /// The S3 gateway against MinIO, side by side: GET of a cached object (1 and 4
     /// streams), PUT, and 4 KiB GET latency. Starts its own Locus; needs a running MinIO.
     Gateway {
-        /// MinIO endpoint.
-        #[arg(long, default_value = "http://127.0.0.1:9000")]
-        endpoint: String,
-        /// MinIO bucket (must exist).
-        #[arg(long, default_value = "bench")]
-        bucket: String,
-        #[arg(long, default_value = "minioadmin")]
-        access_key: String,
-        #[arg(long, default_value = "minioadmin")]
-        secret_key: String,
+        #[command(flatten)]
+        minio: locus::bench::MinioTarget,
         /// Object size.
         #[arg(long, default_value = "1GiB")]
         size: String,
@@ -168,16 +160,8 @@ enum BenchCmd {
     /// Read one large file: direct UFS, Locus first read, short-circuit, forced remote,
     /// tmpfs `cat`, and an iperf3 loopback stream. Needs a running S3 store (MinIO).
     Read {
-        /// S3 endpoint of the UFS.
-        #[arg(long, default_value = "http://127.0.0.1:9000")]
-        endpoint: String,
-        /// Bucket to hold the test file (must exist).
-        #[arg(long, default_value = "bench")]
-        bucket: String,
-        #[arg(long, default_value = "minioadmin")]
-        access_key: String,
-        #[arg(long, default_value = "minioadmin")]
-        secret_key: String,
+        #[command(flatten)]
+        minio: locus::bench::MinioTarget,
         /// File size.
         #[arg(long, default_value = "1GiB")]
         size: String,
@@ -541,64 +525,39 @@ fn run(cli: Cli) -> Result<()> {
                 Ok(())
             })
         }
-        Cmd::Bench {
-            cmd: BenchCmd::Read { endpoint, bucket, access_key, secret_key, size, runs, block_size, out },
-        } => {
+        Cmd::Bench { cmd: BenchCmd::Read { minio, size, runs, block_size, out } } => {
             locus_common::init_logging(false);
             let size: bytesize::ByteSize = size.parse().map_err(|e| Error::invalid(format!("bad --size: {e}")))?;
             let bs: bytesize::ByteSize =
                 block_size.parse().map_err(|e| Error::invalid(format!("bad --block-size: {e}")))?;
             let work = tempfile_dir()?;
             let b = locus::bench::ReadBench {
-                endpoint: endpoint.clone(),
-                bucket: bucket.clone(),
-                access_key: access_key.clone(),
-                secret_key: secret_key.clone(),
+                minio: minio.clone(),
                 size: size.as_u64(),
                 runs: *runs,
                 block_size: bs.as_u64(),
                 work_dir: work.clone(),
             };
             let res = runtime()?.block_on(b.run());
-            let _ = std::fs::remove_dir_all(&work);
-            let _ = std::fs::remove_dir_all(locus::default_mem_dir(&work));
+            remove_scratch(&work);
             let (rows, ratios) = res?;
-            let md = locus::bench::markdown(&b, &rows, &ratios);
-            println!("{md}");
-            if let Some(p) = out {
-                std::fs::write(p, &md)?;
-                let raw = json!({"rows": rows, "ratios": ratios});
-                std::fs::write(p.with_extension("json"), serde_json::to_string_pretty(&raw)?)?;
-            }
-            Ok(())
+            emit_bench(&locus::bench::markdown(&b, &rows, &ratios), out, json!({"rows": rows, "ratios": ratios}))
         }
-        Cmd::Bench {
-            cmd: BenchCmd::Gateway { endpoint, bucket, access_key, secret_key, size, runs, small_gets, out },
-        } => {
+        Cmd::Bench { cmd: BenchCmd::Gateway { minio, size, runs, small_gets, out } } => {
             locus_common::init_logging(false);
             let size: bytesize::ByteSize = size.parse().map_err(|e| Error::invalid(format!("bad --size: {e}")))?;
             let work = tempfile_dir()?;
             let b = locus::bench_gateway::GatewayBench {
-                endpoint: endpoint.clone(),
-                bucket: bucket.clone(),
-                access_key: access_key.clone(),
-                secret_key: secret_key.clone(),
+                minio: minio.clone(),
                 size: size.as_u64(),
                 runs: *runs,
                 small_gets: *small_gets,
                 work_dir: work.clone(),
             };
             let res = runtime()?.block_on(b.run());
-            let _ = std::fs::remove_dir_all(&work);
-            let _ = std::fs::remove_dir_all(locus::default_mem_dir(&work));
+            remove_scratch(&work);
             let rows = res?;
-            let md = locus::bench_gateway::markdown(&b, &rows);
-            println!("{md}");
-            if let Some(p) = out {
-                std::fs::write(p, &md)?;
-                std::fs::write(p.with_extension("json"), serde_json::to_string_pretty(&json!({"rows": rows}))?)?;
-            }
-            Ok(())
+            emit_bench(&locus::bench_gateway::markdown(&b, &rows), out, json!({"rows": rows}))
         }
         Cmd::Bench { cmd: BenchCmd::Meta { files, concurrency, runs, out } } => {
             locus_common::init_logging(false);
@@ -610,16 +569,9 @@ fn run(cli: Cli) -> Result<()> {
                 work_dir: work.clone(),
             };
             let res = runtime()?.block_on(b.run());
-            let _ = std::fs::remove_dir_all(&work);
-            let _ = std::fs::remove_dir_all(locus::default_mem_dir(&work));
+            remove_scratch(&work);
             let rows = res?;
-            let md = locus::bench_meta::markdown(&b, &rows);
-            println!("{md}");
-            if let Some(p) = out {
-                std::fs::write(p, &md)?;
-                std::fs::write(p.with_extension("json"), serde_json::to_string_pretty(&json!({"rows": rows}))?)?;
-            }
-            Ok(())
+            emit_bench(&locus::bench_meta::markdown(&b, &rows), out, json!({"rows": rows}))
         }
         Cmd::Report { json: as_json } => {
             let cfg = load_config(&cli, vec![])?;
@@ -656,6 +608,23 @@ fn run(cli: Cli) -> Result<()> {
             })
         }
     }
+}
+
+/// Remove a benchmark's scratch directory and the tmpfs MEM tier of its cluster.
+fn remove_scratch(work: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(work);
+    let _ = std::fs::remove_dir_all(locus::default_mem_dir(work));
+}
+
+/// Print a benchmark's Markdown table; with `out`, also write it there and the raw runs
+/// beside it as JSON.
+fn emit_bench(md: &str, out: &Option<PathBuf>, raw: serde_json::Value) -> Result<()> {
+    println!("{md}");
+    if let Some(p) = out {
+        std::fs::write(p, md)?;
+        std::fs::write(p.with_extension("json"), serde_json::to_string_pretty(&raw)?)?;
+    }
+    Ok(())
 }
 
 fn tempfile_dir() -> Result<PathBuf> {

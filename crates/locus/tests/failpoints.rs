@@ -9,19 +9,25 @@ use locus_client::ReadOptions;
 use locus_common::config::{ClientConfig, Config, Locality, TierAlias, TierConfig};
 use locus_common::fail;
 
-/// A fill that fails just before its block is committed leaves no block behind (no
-/// partial file, nothing reported to the master); the next read fills it properly.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fill_failing_before_commit_leaves_no_partial_block() {
-    let dir = tempfile::tempdir().unwrap();
+/// A fixture config: ports 0, fast heartbeats, 1 MiB blocks, one MEM tier at `mem`.
+fn config(mem: &std::path::Path, quota: ByteSize) -> Config {
     let mut cfg = Config::default();
     cfg.master.rpc_address = "127.0.0.1:0".into();
     cfg.master.web_address = "127.0.0.1:0".into();
     cfg.master.block_size = ByteSize::mib(1);
     cfg.worker.data_address = "127.0.0.1:0".into();
     cfg.worker.heartbeat_interval = Duration::from_millis(100);
+    cfg.worker.tiers = vec![TierConfig { alias: TierAlias::MEM, dir: mem.to_path_buf(), quota }];
+    cfg
+}
+
+/// A fill that fails just before its block is committed leaves no block behind (no
+/// partial file, nothing reported to the master); the next read fills it properly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_failing_before_commit_leaves_no_partial_block() {
+    let dir = tempfile::tempdir().unwrap();
     let mem = dir.path().join("mem");
-    cfg.worker.tiers = vec![TierConfig { alias: TierAlias::MEM, dir: mem.clone(), quota: ByteSize::mib(16) }];
+    let cfg = config(&mem, ByteSize::mib(16));
     let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
     let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
     std::fs::write(c.data_dir().join("ufs/f.bin"), &data).unwrap();
@@ -53,14 +59,7 @@ async fn failed_acks_leave_no_file_and_failed_persists_are_retried() {
     use locus_client::PutOptions;
     use locus_common::config::WriteType;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = Config::default();
-    cfg.master.rpc_address = "127.0.0.1:0".into();
-    cfg.master.web_address = "127.0.0.1:0".into();
-    cfg.master.block_size = ByteSize::mib(1);
-    cfg.worker.data_address = "127.0.0.1:0".into();
-    cfg.worker.heartbeat_interval = Duration::from_millis(100);
-    cfg.worker.tiers =
-        vec![TierConfig { alias: TierAlias::MEM, dir: dir.path().join("mem"), quota: ByteSize::mib(64) }];
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
     let c = LocalCluster::start(cfg, &dir.path().join("data"), 2, None).await.unwrap();
     let cl = c.client(ClientConfig { locality: Locality::Remote, ..Default::default() }).unwrap();
     let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 253) as u8).collect();
