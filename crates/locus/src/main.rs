@@ -211,6 +211,18 @@ enum FsCmd {
     },
     /// Print a file.
     Cat { path: String },
+    /// Count the lines and bytes of a file (like `wc -l -c`), reading it through the
+    /// cache: short-circuit when a worker shares this host. Prints `LINES BYTES PATH`.
+    Wc {
+        /// Read the file this many times, each after a fresh lookup of its blocks, and
+        /// report the time of each read (how benchmarks time first and repeated access).
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Print {"path", "lines", "bytes", "seconds": [one per read]} instead.
+        #[arg(long)]
+        json: bool,
+        path: String,
+    },
     /// Print the first bytes of a file.
     Head {
         /// Bytes to print.
@@ -792,6 +804,22 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
             let mut out = tokio::io::stdout();
             c.read_to(&fi, 0, fi.length, opts, &mut out).await?;
         }
+        FsCmd::Wc { repeat, json: as_json, path } => {
+            let mut seconds = Vec::new();
+            let mut counted = LineCounter::default();
+            for _ in 0..(*repeat).max(1) {
+                let start = std::time::Instant::now();
+                let fi = c.status(path, true).await?;
+                counted = LineCounter::default();
+                c.read_to(&fi, 0, fi.length, opts, &mut counted).await?;
+                seconds.push(start.elapsed().as_secs_f64());
+            }
+            if *as_json {
+                println!("{}", json!({"path": path, "lines": counted.lines, "bytes": counted.bytes, "seconds": seconds}));
+            } else {
+                println!("{} {} {path}", counted.lines, counted.bytes);
+            }
+        }
         FsCmd::Head { bytes, path } => {
             let fi = c.status(path, true).await?;
             let mut out = tokio::io::stdout();
@@ -949,4 +977,32 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// An output that counts lines and bytes instead of storing them (`fs wc`).
+#[derive(Default)]
+struct LineCounter {
+    lines: u64,
+    bytes: u64,
+}
+
+impl tokio::io::AsyncWrite for LineCounter {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.lines += memchr::memchr_iter(b'\n', buf).count() as u64;
+        self.bytes += buf.len() as u64;
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }

@@ -1,0 +1,435 @@
+"""Seed study: count the lines of a text file in a remote S3 store, directly and through
+caches (a reproduction of the Alluxio-on-Ceph line-count study).
+
+Run it with `bench/run seed-linecount [--quick] [--full] [--profile lan|cloud|none]`, which
+installs what it needs first. This script sets up the stage, runs every path side by side,
+writes the results and tears everything down (also when it fails):
+
+  * MinIO in a network namespace behind a shaped link (bench/netstage.py; profile lan by
+    default: 1 Gbit/s, 1 ms each way);
+  * Locus (`locus local start`: a master, 1 or 3 workers, the S3 gateway) with the MinIO
+    bucket mounted at /locuslake;
+  * Alluxio 2.9.6 (master, worker, S3 proxy) with the same bucket as its root UFS;
+  * a text file per size, generated on tmpfs (that copy is the `wc -l` floor) and uploaded.
+
+Paths (bench/linecount_report.py names them): Spark s3a directly from MinIO, boto3 directly
+from MinIO, Spark s3a through the Locus gateway, the Locus native client (`locus fs wc`),
+Spark alluxio://, Spark s3a through the Alluxio S3 proxy, and Alluxio's Java client. For each
+path and size: caches emptied, then the first access and REPS more, both with a new
+application per access and with all accesses in one application. Times are taken inside
+the application. Every access's line count is checked against the generator's.
+
+Internal subcommands (one client process per application):
+  seed_linecount.py spark --endpoint E --key K --secret S --url U --n N [--extra-jar J]
+  seed_linecount.py boto3 --endpoint E --bucket B --object KEY --n N
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+import linecount_report as report  # noqa: E402
+import netstage  # noqa: E402
+
+GiB, MiB = 1 << 30, 1 << 20
+BUCKET, PREFIX = "lake", "linecount"
+LOCUS_MOUNT = "/locuslake"
+ALLUXIO_VERSION = "2.9.6"
+ALLUXIO_MASTER = "alluxio://127.0.0.1:19998"
+ALLUXIO_S3 = "http://127.0.0.1:39999/api/v1/s3"
+
+
+def log(msg: str):
+    print(f"[seed-linecount {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def free_port() -> int:
+    return netstage.free_port()
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def spark_client(a):
+    """One Spark application: N line counts of URL, each timed."""
+    from sparkutil import spark_session
+
+    jars = os.environ["SPARK_S3A_JARS"] + ("," + a.extra_jar if a.extra_jar else "")
+    extra = {"spark.driver.memory": "2g"}
+    if a.extra_jar:
+        extra["spark.hadoop.fs.alluxio.impl"] = "alluxio.hadoop.FileSystem"
+    t = time.monotonic()
+    spark = spark_session(a.endpoint, a.key, a.secret, jars, app="locus-seed-linecount", extra=extra)
+    startup = time.monotonic() - t
+    secs, lines = [], None
+    try:
+        for _ in range(a.n):
+            t = time.monotonic()
+            lines = spark.read.text(a.url).count()
+            secs.append(time.monotonic() - t)
+    finally:
+        spark.stop()
+    print(json.dumps({"lines": lines, "seconds": secs, "startup": startup}))
+
+
+def boto3_client(a):
+    """N line counts of one object with boto3's streaming GET (a native S3 client)."""
+    import boto3
+    from botocore.config import Config
+
+    s3 = boto3.client("s3", endpoint_url=a.endpoint, aws_access_key_id="minioadmin",
+                      aws_secret_access_key="minioadmin", region_name="us-east-1",
+                      config=Config(max_pool_connections=4))
+    secs, lines = [], 0
+    for _ in range(a.n):
+        t = time.monotonic()
+        lines = 0
+        body = s3.get_object(Bucket=a.bucket, Key=a.object)["Body"]
+        for chunk in body.iter_chunks(4 * MiB):
+            lines += chunk.count(b"\n")
+        secs.append(time.monotonic() - t)
+    print(json.dumps({"lines": lines, "seconds": secs}))
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def generate(path: Path, size: int) -> int:
+    """A text file of at most `size` bytes of word lines (3-25 words of 2-10 letters),
+    ending at a line end. Returns its line count."""
+    import random
+
+    rnd = random.Random(42)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rnd.choice(letters) for _ in range(rnd.randint(2, 10))) for _ in range(5000)]
+    parts, n = [], 0
+    while n < 4 * MiB:
+        line = " ".join(rnd.choice(words) for _ in range(rnd.randint(3, 25))) + "\n"
+        parts.append(line)
+        n += len(line)
+    chunk = "".join(parts).encode()
+    full, rest = divmod(size, len(chunk))
+    tail = chunk[: chunk.rfind(b"\n", 0, rest) + 1] if rest else b""
+    with open(path, "wb") as f:
+        for _ in range(full):
+            f.write(chunk)
+        f.write(tail)
+    return full * chunk.count(b"\n") + tail.count(b"\n")
+
+
+class Stage:
+    """Everything one harness run starts, torn down in reverse order by close()."""
+
+    def __init__(self, a):
+        self.a = a
+        self.work = Path(tempfile.mkdtemp(prefix="locus-linecount-", dir=a.work_dir or None))
+        self.cleanups: list = []
+        self.dirty: set[str] = set()
+
+    def close(self):
+        while self.cleanups:
+            name, fn = self.cleanups.pop()
+            try:
+                fn()
+            except BaseException as e:  # keep tearing down
+                print(f"teardown of {name} failed: {e}", file=sys.stderr)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    # -- MinIO behind the shaped link
+    def start_minio(self):
+        state = self.work / "net.json"
+        self.cleanups.append(("netstage", lambda: netstage.down(state)))
+        st = netstage.up(self.a.profile, self.a.minio, self.work / "net", state)
+        self.endpoint = st["endpoint"]
+        self.upload_endpoint = st.get("direct_endpoint", st["endpoint"])
+        import boto3
+
+        self.s3 = boto3.client("s3", endpoint_url=self.upload_endpoint, aws_access_key_id="minioadmin",
+                               aws_secret_access_key="minioadmin", region_name="us-east-1")
+        self.s3.create_bucket(Bucket=BUCKET)
+        log(f"MinIO ({self.a.profile}) at {self.endpoint}")
+
+    # -- Locus
+    def start_locus(self, quota: str):
+        rpc, web, gw = free_port(), free_port(), free_port()
+        self.locus_env = dict(os.environ, LOCUS_MASTER=f"127.0.0.1:{rpc}")
+        env = dict(self.locus_env, LOCUS_MASTER__WEB_ADDRESS=f"127.0.0.1:{web}",
+                   LOCUS_WORKER__DATA_ADDRESS="127.0.0.1:0")
+        logf = open(self.work / "locus.log", "wb")
+        p = subprocess.Popen([self.a.locus_bin, "local", "start", "--data-dir", str(self.work / "locus"),
+                              "--master", f"127.0.0.1:{rpc}", "--workers", str(self.a.workers), "--mem-quota", quota,
+                              "--gateway-address", f"127.0.0.1:{gw}"],
+                             env=env, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+
+        def stop():
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            shm = "/dev/shm/locus" + "".join(c if c.isalnum() else "_" for c in str(self.work / "locus"))
+            shutil.rmtree(shm, ignore_errors=True)
+
+        self.cleanups.append(("locus", stop))
+        for _ in range(150):
+            if self.locus("report", check=False).returncode == 0:
+                break
+            if p.poll() is not None:
+                break
+            time.sleep(0.2)
+        else:
+            p.poll()
+        if p.returncode is not None or self.locus("report", check=False).returncode != 0:
+            raise SystemExit(f"locus did not start: {(self.work / 'locus.log').read_text()[-2000:]}")
+        self.locus("fs", "mount", LOCUS_MOUNT, f"s3://{BUCKET}", "--option", f"endpoint={self.endpoint}",
+                   "--option", "access_key_id=minioadmin", "--option", "secret_access_key=minioadmin",
+                   "--sync-interval", "1h")
+        self.gateway = f"http://127.0.0.1:{gw}"
+        log(f"Locus: {self.a.workers} worker(s), gateway {self.gateway}, {LOCUS_MOUNT} -> s3://{BUCKET}")
+
+    def locus(self, *args, check=True) -> subprocess.CompletedProcess:
+        r = subprocess.run([self.a.locus_bin, *args], env=self.locus_env, capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise SystemExit(f"locus {' '.join(args)} failed: {r.stderr.strip()}")
+        return r
+
+    # -- Alluxio
+    def start_alluxio(self, quota: str):
+        d = Path(self.a.alluxio_dir)
+        env = dict(os.environ, S3_ENDPOINT=self.endpoint, S3_ACCESS_KEY="minioadmin", S3_SECRET_KEY="minioadmin")
+        self.cleanups.append(("alluxio", lambda: subprocess.run([str(HERE / "alluxio" / "alluxio-down.sh"), str(d)],
+                                                                capture_output=True)))
+        t = time.monotonic()
+        r = subprocess.run([str(HERE / "alluxio" / "alluxio-up.sh"), str(d), f"s3://{BUCKET}/", quota], env=env,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"alluxio-up.sh failed: {r.stderr[-3000:]}")
+        self.alluxio_cp = (d / "cp.txt").read_text().strip()
+        self.alluxio_jopts = (d / "jopts-client.txt").read_text().split()
+        self.alluxio_client_jar = str(d / "client" / f"alluxio-shaded-client-{ALLUXIO_VERSION}.jar")
+        jdir = self.work / "java"
+        jdir.mkdir()
+        r = subprocess.run(["javac", "-cp", self.alluxio_cp, "-d", str(jdir), str(HERE / "alluxio" / "LineCount.java")],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"javac LineCount.java failed: {r.stderr[-2000:]}")
+        self.alluxio_java = ["java", *self.alluxio_jopts, "-cp", f"{self.alluxio_cp}:{jdir}", "LineCount"]
+        log(f"Alluxio {ALLUXIO_VERSION} up in {time.monotonic() - t:.0f} s (root UFS s3://{BUCKET}/)")
+
+    def alluxio_tool(self, *args) -> dict:
+        r = subprocess.run([*self.alluxio_java, *args], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"LineCount {' '.join(args)} failed: {r.stderr[-3000:]}")
+        return report.parse_json_line(r.stdout)
+
+    # -- caches
+    def empty_caches(self, key: str):
+        if "locus" in self.dirty:
+            self.locus("fs", "free", "-R", LOCUS_MOUNT)
+            st = json.loads(self.locus("fs", "stat", "--json", f"{LOCUS_MOUNT}/{key}").stdout)
+            if st["cached_fraction"] != 0:
+                raise SystemExit(f"locus fs free left {st['cached_fraction']:.0%} of {key} cached")
+        if "alluxio" in self.dirty:
+            self.alluxio_tool("free", f"/{key}")
+        self.dirty.clear()
+
+    # -- one application
+    def app(self, path: str, key: str, n: int) -> dict:
+        a = self.a
+        if path in ("direct-s3a", "locus-s3a", "alluxio-s3a", "alluxio-fs"):
+            ep, k, s, url, jar = {
+                "direct-s3a": (self.endpoint, "minioadmin", "minioadmin", f"s3a://{BUCKET}/{key}", ""),
+                "locus-s3a": (self.gateway, "locusadmin", "locusadmin", f"s3a://{LOCUS_MOUNT[1:]}/{key}", ""),
+                "alluxio-s3a": (ALLUXIO_S3, "alluxio", "alluxio", f"s3a://{key}", ""),
+                "alluxio-fs": (self.endpoint, "minioadmin", "minioadmin", f"{ALLUXIO_MASTER}/{key}",
+                               self.alluxio_client_jar),
+            }[path]
+            cmd = [sys.executable, __file__, "spark", "--endpoint", ep, "--key", k, "--secret", s, "--url", url,
+                   "--n", str(n)] + (["--extra-jar", jar] if jar else [])
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"{path}: Spark application failed:\n{r.stderr[-4000:]}")
+            return report.parse_json_line(r.stdout)
+        if path == "direct-boto3":
+            r = subprocess.run([sys.executable, __file__, "boto3", "--endpoint", self.endpoint, "--bucket", BUCKET,
+                                "--object", key, "--n", str(n)], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"{path} failed:\n{r.stderr[-3000:]}")
+            return report.parse_json_line(r.stdout)
+        if path == "locus-native":
+            r = self.locus("fs", "wc", "--json", "--repeat", str(n), f"{LOCUS_MOUNT}/{key}")
+            return report.parse_json_line(r.stdout)
+        if path == "alluxio-java":
+            return self.alluxio_tool("count", f"/{key}", str(n))
+        raise ValueError(path)
+
+    def run_path(self, path: str, mode: str, key: str, reps: int, lines: int) -> dict:
+        self.empty_caches(key)
+        system = report.PATHS[path][1]
+        if system != "direct":
+            self.dirty.add(system)
+        outs = [self.app(path, key, reps + 1)] if mode == "same-app" else [self.app(path, key, 1)
+                                                                           for _ in range(reps + 1)]
+        secs = [s for o in outs for s in o["seconds"]]
+        for o in outs:
+            if o["lines"] != lines:
+                raise SystemExit(f"{path}: counted {o['lines']} lines, the file has {lines}")
+        r = {"path": path, "mode": mode, "seconds": secs, "lines": lines}
+        if "startup" in outs[0]:
+            r["app_startup"] = [o["startup"] for o in outs]
+        return r
+
+
+def machine_facts(profile: str) -> dict:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    shape = netstage.PROFILES[profile]
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB),
+        "kernel": platform.release(),
+        "profile": profile,
+        "profile_desc": "MinIO on loopback, no shaping" if shape is None else
+        f"tc tbf {shape['rate']}/s, toxiproxy {shape['delay_ms']} ms each way",
+    }
+
+
+def parse_size(s: str) -> int:
+    s = s.strip().upper().replace("IB", "")
+    mult = {"K": 1 << 10, "M": MiB, "G": GiB}
+    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+
+
+def choose_sizes(a) -> list[int]:
+    if a.sizes:
+        return [parse_size(s) for s in a.sizes.split(",")]
+    if a.quick:
+        return [256 * MiB]
+    sizes = [1 * GiB, 5 * GiB]
+    if a.full:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        disk = shutil.disk_usage(a.work_dir or tempfile.gettempdir()).free
+        # One cache full of the file plus the JVMs in memory; MinIO's copy on disk.
+        if mem >= 10 * GiB + 8 * GiB and disk >= 10 * GiB + 4 * GiB:
+            sizes.append(10 * GiB)
+        else:
+            log(f"--full: skipping 10 GiB (memory {mem / GiB:.0f} GiB, free disk {disk / GiB:.0f} GiB)")
+    return sizes
+
+
+def run(a) -> dict:
+    sizes = choose_sizes(a)
+    reps = a.reps or (3 if a.quick else 10)
+    paths = a.paths.split(",") if a.paths else list(report.PATHS)
+    quota = f"{max(sizes) * 1.25 / GiB + 0.5:.1f}GiB"
+    raw = {"profile": a.profile, "reps": reps, "sizes": sizes, "quick": a.quick, "workers": a.workers,
+           "alluxio_version": ALLUXIO_VERSION, "machine": machine_facts(a.profile), "runs": [], "floor": []}
+    stage = Stage(a)
+    t0 = time.monotonic()
+    try:
+        stage.start_minio()
+        stage.start_locus(quota)
+        if any(report.PATHS[p][1] == "alluxio" for p in paths):
+            stage.start_alluxio(quota.replace("GiB", "GB"))
+        for size in sizes:
+            key = f"{PREFIX}/lines-{report.human_size(size).replace(' ', '')}.txt"
+            copy = Path("/dev/shm") / f"locus-linecount-{os.getpid()}.txt"
+            stage.cleanups.append(("tmpfs copy", lambda c=copy: c.unlink(missing_ok=True)))
+            lines = generate(copy, size)
+            from boto3.s3.transfer import TransferConfig
+
+            t = time.monotonic()
+            stage.s3.upload_file(str(copy), BUCKET, key,
+                                 Config=TransferConfig(multipart_chunksize=64 * MiB, max_concurrency=4))
+            log(f"{report.human_size(size)}: {lines:,} lines, uploaded in {time.monotonic() - t:.1f} s")
+            floor = []
+            for _ in range(reps + 1):
+                t = time.monotonic()
+                out = subprocess.run(["wc", "-l", str(copy)], capture_output=True, text=True, check=True).stdout
+                floor.append(time.monotonic() - t)
+                if int(out.split()[0]) != lines:
+                    raise SystemExit(f"wc -l counted {out.split()[0]}, the file has {lines}")
+            raw["floor"].append({"size": size, "seconds": floor, "lines": lines})
+            copy.unlink()
+            log(f"  wc -l on tmpfs: median {sorted(floor)[len(floor) // 2]:.3f} s")
+            for mode in report.MODES:
+                for p in paths:
+                    r = stage.run_path(p, mode, key, reps, lines)
+                    r["size"] = size
+                    raw["runs"].append(r)
+                    nxt = r["seconds"][1:]
+                    log(f"  {p:>13} {mode:>8}: first {r['seconds'][0]:.2f} s, next mean "
+                        f"{sum(nxt) / max(1, len(nxt)):.2f} s")
+            stage.empty_caches(key)
+    finally:
+        stage.close()
+    raw["wall_seconds"] = time.monotonic() - t0
+    return raw
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("spark", "boto3"):
+        ap = argparse.ArgumentParser()
+        ap.add_argument("cmd")
+        ap.add_argument("--endpoint", required=True)
+        ap.add_argument("--key", default="")
+        ap.add_argument("--secret", default="")
+        ap.add_argument("--url", default="")
+        ap.add_argument("--bucket", default="")
+        ap.add_argument("--object", default="")
+        ap.add_argument("--extra-jar", default="")
+        ap.add_argument("--n", type=int, default=1)
+        a = ap.parse_args()
+        (spark_client if a.cmd == "spark" else boto3_client)(a)
+        return
+    tools = Path(os.environ.get("LOCUS_TOOLS_DIR", Path.home() / ".cache/locus-tools"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="256 MiB and 3 repeat accesses (under 5 minutes)")
+    ap.add_argument("--full", action="store_true", help="add 10 GiB when memory and disk allow")
+    ap.add_argument("--profile", default="lan", choices=list(netstage.PROFILES))
+    ap.add_argument("--workers", type=int, default=1, choices=[1, 3])
+    ap.add_argument("--sizes", default="", help="comma-separated sizes (e.g. 1GiB,5GiB), overrides the defaults")
+    ap.add_argument("--reps", type=int, default=0, help="accesses after the first (default 10, quick 3)")
+    ap.add_argument("--paths", default="", help="comma-separated subset of: " + ", ".join(report.PATHS))
+    ap.add_argument("--locus-bin", required=True)
+    ap.add_argument("--minio", default=str(tools / "bin" / "minio"))
+    ap.add_argument("--alluxio-dir", default=str(tools / f"alluxio-{ALLUXIO_VERSION}"))
+    ap.add_argument("--work-dir", default="", help="scratch directory (MinIO's data lives here)")
+    ap.add_argument("--out-dir", default=str(HERE / "results"))
+    ap.add_argument("--stem", default="", help="file name stem (default seed-linecount[-quick]-PROFILE)")
+    a = ap.parse_args()
+    if not os.environ.get("SPARK_S3A_JARS"):
+        raise SystemExit("SPARK_S3A_JARS is not set: run through bench/run, which installs the s3a jars")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    raw = run(a)
+    stem = a.stem or f"seed-linecount{'-quick' if a.quick else ''}-{a.profile}"
+    out = report.write_all(raw, Path(a.out_dir), stem)
+    print(out["md"].read_text())
+    log(f"done in {raw['wall_seconds']:.0f} s: {out['md']}, {out['png']}, {out['json']}")
+
+
+if __name__ == "__main__":
+    main()
