@@ -1,0 +1,143 @@
+"""Unit tests for the line-count study's parsing and reporting (bench/linecount_report.py),
+and for the text generator of bench/seed_linecount.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import linecount_report as rep  # noqa: E402
+
+MiB = 1 << 20
+
+
+def raw_doc(locus_next=0.05, locus_first=2.2, direct_first=2.25, alluxio_next=0.5, floor=0.05):
+    size = 256 * MiB
+    runs = []
+    table = {
+        "direct-s3a": [7.0, 3.3, 3.2, 3.4],
+        "direct-boto3": [direct_first, 2.25, 2.3, 2.2],
+        "locus-s3a": [7.2, 0.9, 1.0, 1.1],
+        "locus-native": [locus_first, locus_next, locus_next, locus_next],
+        "alluxio-fs": [8.0, 1.2, 1.0, 1.4],
+        "alluxio-s3a": [9.0, 2.0, 2.1, 1.9],
+        "alluxio-java": [3.0, alluxio_next, alluxio_next, alluxio_next],
+    }
+    for mode in rep.MODES:
+        for p, secs in table.items():
+            runs.append({"size": size, "path": p, "mode": mode, "seconds": secs, "lines": 100})
+    return {"profile": "lan", "reps": 3, "sizes": [size], "quick": True, "workers": 1,
+            "machine": {"cores": 2, "memory_gib": 24, "kernel": "6.x", "profile_desc": "tbf"},
+            "runs": runs, "floor": [{"size": size, "seconds": [floor, floor * 1.2, floor * 0.9, floor], "lines": 100}]}
+
+
+def test_parse_json_line_skips_logs():
+    out = "WARN something\n{not json}\n{\"lines\": 3, \"seconds\": [1.5]}\n\n"
+    assert rep.parse_json_line(out) == {"lines": 3, "seconds": [1.5]}
+    with pytest.raises(ValueError):
+        rep.parse_json_line("no result here\n")
+
+
+def test_human_size():
+    assert rep.human_size(256 * MiB) == "256 MiB"
+    assert rep.human_size(5 << 30) == "5 GiB"
+    assert rep.human_size(1000) == "1000 B"
+
+
+def test_summarize_first_and_next():
+    s = rep.summarize(raw_doc())
+    d = s[(256 * MiB, "direct-s3a", "new-app")]
+    assert d["first"] == 7.0
+    assert d["next_mean"] == pytest.approx((3.3 + 3.2 + 3.4) / 3)
+    assert d["next_median"] == 3.3
+    assert s[(256 * MiB, "floor", "")]["median"] == pytest.approx(0.05)
+    with pytest.raises(ValueError):
+        rep.summarize({"runs": [{"size": 1, "path": "x", "mode": "new-app", "seconds": [], "lines": 0}]})
+
+
+def test_ratios_pair_locus_with_direct_and_alluxio():
+    raw = raw_doc()
+    rows = rep.ratios(rep.summarize(raw), raw)
+    native = next(r for r in rows if r["path"] == "locus-native" and r["mode"] == "same-app")
+    assert native["direct"] == "direct-boto3"
+    assert native["repeat_speedup"] == pytest.approx(2.25 / 0.05)
+    assert native["first_vs_direct"] == pytest.approx(2.2 / 2.25)
+    assert native["next_vs_floor"] == pytest.approx(1.0)
+    assert native["alluxio"]["alluxio-java"]["next"] == pytest.approx(0.05 / 0.5)
+    s3a = next(r for r in rows if r["path"] == "locus-s3a" and r["mode"] == "new-app")
+    assert set(s3a["alluxio"]) == {"alluxio-fs", "alluxio-s3a"}
+
+
+def test_goals_pass_and_miss():
+    raw = raw_doc()
+    gs = rep.goals(rep.summarize(raw), raw)
+    by = {(g["goal"], g["mode"]): g for g in gs}
+    assert by[("repeat accesses, Locus native / wc -l on tmpfs", "new-app")]["ok"] is True
+    # Spark s3a: 3.3 / 1.0 is short of 8x.
+    assert by[(f"repeat accesses, direct / Locus ({rep.PATHS['locus-s3a'][0]})", "new-app")]["ok"] is False
+    # A slow first access misses; a native client slower than Alluxio's misses.
+    raw = raw_doc(locus_first=2.5, locus_next=0.6, alluxio_next=0.5)
+    gs = rep.goals(rep.summarize(raw), raw)
+    by = {(g["goal"], g["mode"]): g for g in gs}
+    assert by[(f"first access, Locus / direct ({rep.PATHS['locus-native'][0]})", "same-app")]["ok"] is False
+    assert by[("repeat accesses, Locus / Alluxio, native client", "same-app")]["ok"] is False
+    assert by[("repeat accesses, Locus native / wc -l on tmpfs", "same-app")]["ok"] is False
+
+
+def test_goals_equal_to_alluxio_is_a_miss():
+    raw = raw_doc(locus_next=0.5, alluxio_next=0.5)
+    gs = rep.goals(rep.summarize(raw), raw)
+    g = next(g for g in gs if g["goal"] == "repeat accesses, Locus / Alluxio, native client")
+    assert g["value"] == pytest.approx(1.0) and g["ok"] is False
+
+
+def test_markdown_has_every_path_the_floor_and_the_goals():
+    md = rep.markdown(raw_doc())
+    for label, _, _ in rep.PATHS.values():
+        assert label in md
+    assert "`wc -l` of a tmpfs copy (floor)" in md
+    assert "profile `lan`" in md and "2 cores" in md
+    assert "| Locus native client (locus fs wc) | same-app | 0.98 | 45.00x | 1.00 |" in md
+    assert "goal figures met" in md
+
+
+def test_missing_path_gives_na_not_a_crash():
+    raw = raw_doc()
+    raw["runs"] = [r for r in raw["runs"] if r["path"] != "direct-boto3"]
+    md = rep.markdown(raw)
+    gs = rep.goals(rep.summarize(raw), raw)
+    assert any(g["ok"] is None for g in gs)
+    assert "n/a" in md
+
+
+def test_write_all_makes_table_chart_and_json(tmp_path):
+    out = rep.write_all(raw_doc(), tmp_path, "study")
+    assert out["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out["png"].stat().st_size > 10_000
+    assert "![time per access](study.png)" in out["md"].read_text()
+    import json
+
+    assert json.loads(out["json"].read_text())["reps"] == 3
+
+
+def test_generator_counts_its_lines(tmp_path):
+    import seed_linecount
+
+    p = tmp_path / "t.txt"
+    n = seed_linecount.generate(p, 5 * MiB + 123)
+    data = p.read_bytes()
+    assert len(data) <= 5 * MiB + 123 and len(data) > 5 * MiB - 1000
+    assert data.endswith(b"\n")
+    assert data.count(b"\n") == n
+
+
+def test_parse_size():
+    import seed_linecount
+
+    assert seed_linecount.parse_size("256MiB") == 256 * MiB
+    assert seed_linecount.parse_size("1GiB") == 1 << 30
+    assert seed_linecount.parse_size("1.5G") == 3 << 29
