@@ -160,7 +160,8 @@ def markdown(raw: dict) -> str:
         f"Machine: {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB, kernel {m.get('kernel', '?')}. "
         f"Network profile `{raw['profile']}` ({m.get('profile_desc', '')}). Locus: 1 master, "
         f"{raw.get('workers', 1)} worker(s); Alluxio {raw.get('alluxio_version', '2.9.6')}: 1 master, 1 worker, "
-        "the S3 proxy; all on this host, MinIO behind the shaped link.",
+        "the S3 proxy; all on this host, MinIO behind the shaped link. Spark: local[2], "
+        f"s3a input stream `{raw.get('s3a_stream', 'classic')}` on every s3a path.",
         "",
         f"Each cell: the first access (caches emptied before it) and the mean of the next {reps} accesses, "
         "in seconds, timed inside the application (process start not counted). "

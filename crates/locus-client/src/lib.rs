@@ -13,8 +13,8 @@ use std::hash::{Hash, Hasher};
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use locus_common::config::{ClientConfig, Locality, ReadType, WriteType};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb::{self, master_client::MasterClient};
@@ -28,8 +28,6 @@ use tonic::transport::Channel;
 const WORKER_LIST_TTL: Duration = Duration::from_secs(2);
 /// Bytes per write frame sent to a worker.
 const WRITE_CHUNK: usize = 4 << 20;
-/// Blocks filled ahead of the one being read.
-const READ_AHEAD_BLOCKS: usize = 2;
 
 /// Per-read options.
 #[derive(Clone, Copy, Debug, Default)]
@@ -314,10 +312,12 @@ impl Client {
         let read_type = opts.read_type.unwrap_or(self.cfg.read_type);
         // Bytes only in worker caches cannot be filled from the UFS.
         let caching = read_type != ReadType::NO_CACHE && persisted(fi);
-        let sc_fill = caching && self.has_local_worker().await;
         let mut pos = offset;
-        // Read-ahead: up to READ_AHEAD_BLOCKS blocks beyond the one being read are filled by
-        // workers in the background, so the UFS stream never idles between blocks.
+        // Read-ahead: up to `client.read_ahead_blocks` blocks beyond the one being read are filled by
+        // workers in the background, so the UFS stream never idles between blocks. A block
+        // that is still filling when the reader gets to it is streamed from the filling
+        // worker as it arrives (the worker joins the reader to the fill); one that has
+        // landed is read from the cache (short-circuit when co-located).
         let mut loads: FuturesUnordered<Pin<Box<dyn Future<Output = (usize, Option<u64>)> + Send + '_>>> =
             FuturesUnordered::new();
         let mut scheduled: HashSet<usize> = HashSet::new();
@@ -328,10 +328,7 @@ impl Client {
                 .iter()
                 .position(|b| b.offset <= pos && pos < b.offset + b.length)
                 .ok_or_else(|| Error::internal(format!("no block covers offset {pos} of {}", fi.path)))?;
-            // A co-located client has its local worker fill the block it reads too, then
-            // maps it; a remote client streams it from the filling worker.
-            let first = if sc_fill { k } else { k + 1 };
-            for j in first..=k + READ_AHEAD_BLOCKS {
+            for j in k + 1..=k + self.cfg.read_ahead_blocks {
                 match fi.blocks.get(j) {
                     Some(nb) if caching && nb.locations.is_empty() && nb.offset < end && scheduled.insert(j) => {
                         loads.push(Box::pin(async move { (j, self.load_block(fi, nb).await.ok()) }));
@@ -339,13 +336,9 @@ impl Client {
                     _ => {}
                 }
             }
-            while scheduled.contains(&k) && !loaded.contains_key(&k) {
-                match loads.next().await {
-                    Some((j, w)) => {
-                        loaded.insert(j, w);
-                    }
-                    None => break,
-                }
+            // Collect the read-aheads that have landed, without waiting for the others.
+            while let Some(Some((j, w))) = loads.next().now_or_never() {
+                loaded.insert(j, w);
             }
             let mut b = fi.blocks[k].clone();
             if let Some(Some(w)) = loaded.get(&k) {
@@ -574,18 +567,6 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    async fn has_local_worker(&self) -> bool {
-        if !self.cfg.short_circuit {
-            return false;
-        }
-        for w in self.workers(false).await.unwrap_or_default() {
-            if self.is_local(&w).await {
-                return true;
-            }
-        }
-        false
     }
 
     /// Stream `len` bytes from `offset` of the file as chunks of at most 1 MiB, read

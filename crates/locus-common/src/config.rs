@@ -319,6 +319,11 @@ pub struct ClientConfig {
     pub write_type: Option<WriteType>,
     /// Durable replication of writes (`client.replication.durable`, ...).
     pub replication: ReplicationConfig,
+    /// Blocks past the one being read that workers start filling from the UFS in the
+    /// background. Default `2`. A reader streams a block still being filled as it
+    /// arrives, so more read-ahead only helps when one block's fill cannot keep the UFS
+    /// link busy; on a bandwidth-bound link it takes bandwidth from the block being read.
+    pub read_ahead_blocks: usize,
 }
 
 impl Default for ClientConfig {
@@ -330,6 +335,7 @@ impl Default for ClientConfig {
             rpc_timeout: Duration::from_secs(30),
             write_type: None,
             replication: ReplicationConfig::default(),
+            read_ahead_blocks: 2,
         }
     }
 }
@@ -497,6 +503,7 @@ read_type = "NO_CACHE"
 short_circuit = false
 locality = "remote"
 rpc_timeout = "9s"
+read_ahead_blocks = 3
 write_type = "MUST_CACHE"
 [client.replication]
 durable = 3
@@ -538,6 +545,7 @@ max_object_size = "1 GiB"
             assert_eq!(c.master.abandoned_write_timeout, Duration::from_secs(600));
             assert_eq!(c.client.write_type, Some(WriteType::MUST_CACHE));
             assert_eq!(c.client.replication.durable, 3);
+            assert_eq!(c.client.read_ahead_blocks, 3);
             assert_eq!(c.client.replication.wait, Duration::from_secs(4));
             assert!(c.client.replication.allow_fewer);
             Ok(())

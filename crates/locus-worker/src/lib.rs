@@ -53,8 +53,19 @@ struct Inner {
     counters: Counters,
     pin_epoch: AtomicU64,
     ufs: Mutex<HashMap<u64, Ufs>>,
-    /// Blocks being filled from the UFS; followers wait for the leader's result.
-    inflight: Mutex<HashMap<u64, watch::Receiver<Option<bool>>>>,
+    /// Blocks being filled from the UFS. Readers that arrive during a fill stream what
+    /// the leader has written so far, then follow it as it grows.
+    inflight: Mutex<HashMap<u64, watch::Receiver<FillState>>>,
+}
+
+/// Progress of one block fill, as the leader publishes it.
+#[derive(Clone, Default)]
+struct FillState {
+    /// The block's temporary file, once created (its bytes `..filled` are final).
+    path: Option<PathBuf>,
+    filled: u64,
+    /// Set when the fill ends: whether the block was cached.
+    done: Option<bool>,
 }
 
 /// Builds a [`Worker`].
@@ -395,16 +406,16 @@ impl Inner {
                 match inflight.get(&r.block_id) {
                     Some(rx) => (Some(rx.clone()), None),
                     None => {
-                        let (tx, rx) = watch::channel(None);
+                        let (tx, rx) = watch::channel(FillState::default());
                         inflight.insert(r.block_id, rx);
                         (None, Some(tx))
                     }
                 }
             };
             if let Some(tx) = leader {
-                let res = self.fill(sock, &r, hdr).await;
+                let res = self.fill(sock, &r, hdr, &tx).await;
                 self.inflight.lock().remove(&r.block_id);
-                let _ = tx.send(Some(res.is_ok()));
+                tx.send_modify(|s| s.done = Some(res.is_ok()));
                 // The master learns of the block before the reader is told it is cached,
                 // so `load` followed by `stat` shows it.
                 let _ = self.commit_changes().await;
@@ -414,9 +425,49 @@ impl Inner {
                 return res;
             }
             if let Some(mut rx) = waiter {
-                let _ = rx.wait_for(|v| v.is_some()).await;
+                if !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await? {
+                    return Ok(());
+                }
+                let _ = rx.wait_for(|v| v.done.is_some()).await;
             }
         }
+    }
+
+    /// Serve a read from a fill in progress: what the leader has written so far at once,
+    /// the rest as it arrives (so a reader never waits for a whole block to land). Returns
+    /// false, having sent nothing, when the fill has no file to follow (not created yet
+    /// and then failed, or already committed): the caller then takes the cached copy.
+    async fn join_fill(
+        &self,
+        sock: &mut TcpStream,
+        r: &pb::ReadBlockRequest,
+        rx: &mut watch::Receiver<FillState>,
+        hdr: &mut bool,
+    ) -> Result<bool> {
+        let path = match rx.wait_for(|s| s.path.is_some() || s.done.is_some()).await {
+            Ok(s) => s.path.clone(),
+            Err(_) => None,
+        };
+        // The open descriptor stays valid across the commit's rename.
+        let Some(file) = path.and_then(|p| std::fs::File::open(p).ok()) else { return Ok(false) };
+        write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
+        *hdr = true;
+        let (mut pos, end) = (r.offset, r.offset + r.length);
+        while pos < end {
+            let got = rx.wait_for(|s| s.filled > pos || s.done.is_some()).await.map(|s| (s.filled, s.done));
+            // A leader gone without a verdict failed.
+            let (filled, done) = got.unwrap_or_else(|_| (rx.borrow().filled, Some(false)));
+            if filled <= pos {
+                return Err(Error::unavailable(match done {
+                    Some(true) => format!("block {} is shorter than the read", r.block_id),
+                    _ => format!("the fill of block {} failed", r.block_id),
+                }));
+            }
+            let n = sendfile(sock, &file, pos, filled.min(end) - pos).await.map_err(|e| Error::io("send block", e))?;
+            pos += n;
+            self.count_served(r.client_local, n);
+        }
+        Ok(true)
     }
 
     async fn send_cached(
@@ -485,7 +536,13 @@ impl Inner {
 
     /// Cache miss: read the whole block from the UFS into a new block file, streaming the
     /// requested range to the client as it arrives.
-    async fn fill(&self, sock: &mut TcpStream, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
+    async fn fill(
+        &self,
+        sock: &mut TcpStream,
+        r: &pb::ReadBlockRequest,
+        hdr: &mut bool,
+        progress: &watch::Sender<FillState>,
+    ) -> Result<()> {
         let temp = match self.store.create(r.block_id, r.block_length) {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
@@ -497,6 +554,7 @@ impl Inner {
         let ufs = self.checked_ufs(r).await?;
         let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
         let mut file = std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
+        progress.send_modify(|s| s.path = Some(temp.path.clone()));
         if !r.load_only {
             write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
             *hdr = true;
@@ -512,6 +570,7 @@ impl Inner {
             self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
             let (s, e) = (pos, pos + b.len() as u64);
             pos = e;
+            progress.send_modify(|st| st.filled = e);
             if client_ok && e > want_start && s < want_end {
                 let piece = &b[(want_start.max(s) - s) as usize..(want_end.min(e) - s) as usize];
                 // A reader that goes away does not stop the fill: others may be waiting.

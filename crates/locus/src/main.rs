@@ -815,7 +815,10 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 seconds.push(start.elapsed().as_secs_f64());
             }
             if *as_json {
-                println!("{}", json!({"path": path, "lines": counted.lines, "bytes": counted.bytes, "seconds": seconds}));
+                println!(
+                    "{}",
+                    json!({"path": path, "lines": counted.lines, "bytes": counted.bytes, "seconds": seconds})
+                );
             } else {
                 println!("{} {} {path}", counted.lines, counted.bytes);
             }
@@ -996,7 +999,10 @@ impl tokio::io::AsyncWrite for LineCounter {
         self.bytes += buf.len() as u64;
         std::task::Poll::Ready(Ok(buf.len()))
     }
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
     fn poll_shutdown(
