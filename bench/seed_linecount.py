@@ -248,6 +248,7 @@ class Stage:
             if st["cached_fraction"] != 0:
                 raise SystemExit(f"locus fs free left {st['cached_fraction']:.0%} of {key} cached")
         if "alluxio" in self.dirty:
+            # Alluxio's Java client (the proxy's REST paths API answers nothing in 2.9.6).
             self.alluxio_tool("free", f"/{key}")
         self.dirty.clear()
 
