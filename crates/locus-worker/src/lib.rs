@@ -413,16 +413,43 @@ impl Inner {
                 }
             };
             if let Some(tx) = leader {
-                let res = self.fill(sock, &r, hdr, &tx).await;
-                self.inflight.lock().remove(&r.block_id);
-                tx.send_modify(|s| s.done = Some(res.is_ok()));
-                // The master learns of the block before the reader is told it is cached,
-                // so `load` followed by `stat` shows it.
-                let _ = self.commit_changes().await;
-                if res.is_ok() && r.load_only {
-                    write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await?;
+                // Reserve the space first: a full cache still serves the read, uncached.
+                let temp = match self.store.create(r.block_id, r.block_length) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        self.inflight.lock().remove(&r.block_id);
+                        tx.send_modify(|s| s.done = Some(false));
+                        if e.kind() == ErrorKind::ResourceExhausted && !r.load_only {
+                            tracing::warn!(block = r.block_id, error = %e, "cannot cache block; serving it uncached");
+                            return self.send_from_ufs(sock, &r, hdr).await;
+                        }
+                        return Err(e);
+                    }
+                };
+                // The fill runs on its own, so no reader (this one included) can hold it
+                // back: every reader streams from the block file as it grows.
+                let mut rx = tx.subscribe();
+                let (me, req) = (self.clone(), r.clone());
+                let fill = tokio::spawn(async move {
+                    let res = me.fill(&req, temp, &tx).await;
+                    me.inflight.lock().remove(&req.block_id);
+                    tx.send_modify(|s| s.done = Some(res.is_ok()));
+                    // The master learns of the block before any reader is told it is
+                    // cached, so `load` (or a read) followed by `stat` shows it.
+                    let _ = me.commit_changes().await;
+                    res
+                });
+                let joined = !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await?;
+                let res = fill.await.unwrap_or_else(|e| Err(Error::internal(format!("block fill task: {e}"))));
+                if joined {
+                    // The reader has its bytes, whatever became of the rest of the block.
+                    return Ok(());
                 }
-                return res;
+                res?;
+                if r.load_only {
+                    return write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await;
+                }
+                continue; // cached meanwhile (the fill ended before this reader joined)
             }
             if let Some(mut rx) = waiter {
                 if !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await? {
@@ -534,52 +561,27 @@ impl Inner {
         Ok(())
     }
 
-    /// Cache miss: read the whole block from the UFS into a new block file, streaming the
-    /// requested range to the client as it arrives.
+    /// Cache miss: read the whole block from the UFS into `temp`, publishing progress so
+    /// that readers stream it as it arrives (`join_fill`).
     async fn fill(
         &self,
-        sock: &mut TcpStream,
         r: &pb::ReadBlockRequest,
-        hdr: &mut bool,
+        temp: locus_blockstore::TempBlock,
         progress: &watch::Sender<FillState>,
     ) -> Result<()> {
-        let temp = match self.store.create(r.block_id, r.block_length) {
-            Ok(t) => t,
-            Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
-                tracing::warn!(block = r.block_id, error = %e, "cannot cache block; serving it uncached");
-                return self.send_from_ufs(sock, r, hdr).await;
-            }
-            Err(e) => return Err(e),
-        };
         let ufs = self.checked_ufs(r).await?;
         let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
         let mut file = std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
         progress.send_modify(|s| s.path = Some(temp.path.clone()));
-        if !r.load_only {
-            write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
-            *hdr = true;
-        }
-        let (want_start, want_end) = (r.offset, r.offset + r.length);
         let mut pos = 0u64;
         let mut crc = 0u32;
-        let mut client_ok = !r.load_only;
         while let Some(b) = stream.next().await {
             let b: Bytes = b?;
             std::io::Write::write_all(&mut file, &b).map_err(|e| Error::io("write block file", e))?;
             crc = crc32c::crc32c_append(crc, &b);
             self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
-            let (s, e) = (pos, pos + b.len() as u64);
-            pos = e;
-            progress.send_modify(|st| st.filled = e);
-            if client_ok && e > want_start && s < want_end {
-                let piece = &b[(want_start.max(s) - s) as usize..(want_end.min(e) - s) as usize];
-                // A reader that goes away does not stop the fill: others may be waiting.
-                if sock.write_all(piece).await.is_err() {
-                    client_ok = false;
-                } else {
-                    self.count_served(r.client_local, piece.len() as u64);
-                }
-            }
+            pos += b.len() as u64;
+            progress.send_modify(|st| st.filled = pos);
         }
         if pos != r.block_length {
             return Err(Error::new(

@@ -132,7 +132,9 @@ async fn read_through_cache_counts_every_byte_by_source() {
     assert_eq!(sha(&read_all(&local, "/f.bin").await), sha(&data));
     let n = data.len() as u64;
     let t1 = wait_for(&local, "ufs bytes", |t| t.ufs == n && t.short_circuit + t.local_worker == n).await;
-    assert_eq!(t1.cache_misses, 4);
+    // One miss per block, plus one per reader that joined a read-ahead fill in progress
+    // (still one UFS read per block: ufs == n above).
+    assert!((4..=7).contains(&t1.cache_misses), "{t1:?}");
     assert_eq!(t1.remote_worker, 0);
     let fi = local.status("/f.bin", true).await.unwrap();
     assert_eq!(cached_fraction(&fi), 1.0);
