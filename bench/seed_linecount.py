@@ -409,7 +409,7 @@ def main():
         return
     tools = Path(os.environ.get("LOCUS_TOOLS_DIR", Path.home() / ".cache/locus-tools"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="256 MiB and 3 repeat accesses (under 5 minutes)")
+    ap.add_argument("--quick", action="store_true", help="256 MiB and 3 repeat accesses (6-7 minutes on 2 cores)")
     ap.add_argument("--full", action="store_true", help="add 10 GiB when memory and disk allow")
     ap.add_argument("--profile", default="lan", choices=list(netstage.PROFILES))
     ap.add_argument("--workers", type=int, default=1, choices=[1, 3])
