@@ -60,10 +60,6 @@ def log(msg: str):
     print(f"[seed-linecount {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def free_port() -> int:
-    return netstage.free_port()
-
-
 # --------------------------------------------------------------------------- clients
 
 
@@ -168,7 +164,7 @@ class Stage:
 
     # -- Locus
     def start_locus(self, quota: str):
-        rpc, web, gw = free_port(), free_port(), free_port()
+        rpc, web, gw = netstage.free_port(), netstage.free_port(), netstage.free_port()
         self.locus_env = dict(os.environ, LOCUS_MASTER=f"127.0.0.1:{rpc}")
         env = dict(self.locus_env, LOCUS_MASTER__WEB_ADDRESS=f"127.0.0.1:{web}",
                    LOCUS_WORKER__DATA_ADDRESS="127.0.0.1:0")
@@ -256,13 +252,15 @@ class Stage:
     def app(self, path: str, key: str, n: int) -> dict:
         a = self.a
         if path in ("direct-s3a", "locus-s3a", "alluxio-s3a", "alluxio-fs"):
-            ep, k, s, url, jar = {
-                "direct-s3a": (self.endpoint, "minioadmin", "minioadmin", f"s3a://{BUCKET}/{key}", ""),
-                "locus-s3a": (self.gateway, "locusadmin", "locusadmin", f"s3a://{LOCUS_MOUNT[1:]}/{key}", ""),
-                "alluxio-s3a": (ALLUXIO_S3, "alluxio", "alluxio", f"s3a://{key}", ""),
-                "alluxio-fs": (self.endpoint, "minioadmin", "minioadmin", f"{ALLUXIO_MASTER}/{key}",
-                               getattr(self, "alluxio_client_jar", "")),
-            }[path]
+            if path == "direct-s3a":
+                ep, k, s, url, jar = self.endpoint, "minioadmin", "minioadmin", f"s3a://{BUCKET}/{key}", ""
+            elif path == "locus-s3a":
+                ep, k, s, url, jar = self.gateway, "locusadmin", "locusadmin", f"s3a://{LOCUS_MOUNT[1:]}/{key}", ""
+            elif path == "alluxio-s3a":
+                ep, k, s, url, jar = ALLUXIO_S3, "alluxio", "alluxio", f"s3a://{key}", ""
+            else:  # alluxio-fs: Alluxio's Hadoop client; s3a is unused
+                ep, k, s = self.endpoint, "minioadmin", "minioadmin"
+                url, jar = f"{ALLUXIO_MASTER}/{key}", self.alluxio_client_jar
             cmd = [sys.executable, __file__, "spark", "--endpoint", ep, "--key", k, "--secret", s, "--url", url,
                    "--n", str(n), "--s3a-stream", a.s3a_stream] + (["--extra-jar", jar] if jar else [])
             r = subprocess.run(cmd, capture_output=True, text=True)

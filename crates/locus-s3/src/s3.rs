@@ -412,7 +412,6 @@ impl LocusS3 {
         }
     }
 
-    /// A bucket's status, or NoSuchBucket.
     /// One page of a bucket listing as ListObjects V1 and V2 both answer it: the objects,
     /// the common prefixes, whether more follow, and the last key listed when they do.
     async fn list_page(
@@ -431,6 +430,7 @@ impl LocusS3 {
         Ok((objects, prefixes, truncated, last))
     }
 
+    /// A bucket's status, or NoSuchBucket.
     async fn bucket(&self, bucket: &str) -> S3Result<pb::FileInfo> {
         match self.client.status(&bucket_path(bucket), false).await {
             Ok(fi) if fi.is_dir => Ok(fi),
