@@ -245,7 +245,10 @@ def test_copy_and_delete(gateway, bucket):
 @pytest.mark.parametrize("bucket", BUCKETS)
 def test_tagging_round_trip(gateway, bucket):
     s3 = gateway.s3
-    s3.put_object(Bucket=bucket, Key="tags.txt", Body=b"t")
+    # 24 MiB, so that its background persist is usually still running when the tags are
+    # set: they must reach the MinIO object all the same.
+    body = os.urandom(24 << 20)
+    s3.put_object(Bucket=bucket, Key="tags.txt", Body=body)
     assert s3.get_object_tagging(Bucket=bucket, Key="tags.txt")["TagSet"] == []
     s3.put_object_tagging(Bucket=bucket, Key="tags.txt",
                           Tagging={"TagSet": [{"Key": "a", "Value": "1"}, {"Key": "b", "Value": "2"}]})
@@ -262,8 +265,8 @@ def test_tagging_round_trip(gateway, bucket):
             return m.get("locus-tags") == "a=1&b=2"
 
         wait_until(minio_tags, timeout=30, what="the new tags in MinIO")
-        assert gateway.minio.get_object(Bucket=gateway.minio_bucket, Key="tags.txt")["Body"].read() == b"t"
-        assert s3.get_object(Bucket=bucket, Key="tags.txt")["Body"].read() == b"t"
+        assert gateway.minio.get_object(Bucket=gateway.minio_bucket, Key="tags.txt")["Body"].read() == body
+        assert s3.get_object(Bucket=bucket, Key="tags.txt")["Body"].read() == body
     s3.delete_object_tagging(Bucket=bucket, Key="tags.txt")
     assert s3.get_object_tagging(Bucket=bucket, Key="tags.txt")["TagSet"] == []
     if bucket == "lake":

@@ -374,7 +374,11 @@ impl Client {
         let mut failed: HashSet<u64> = HashSet::new();
         let mut last_err = None;
         for _attempt in 0..5 {
-            let workers = self.workers(!failed.is_empty()).await?;
+            let mut workers = self.workers(!failed.is_empty()).await?;
+            if failed.is_empty() && b.locations.iter().any(|l| !workers.iter().any(|w| w.worker_id == l.worker_id)) {
+                // The master names a worker this client's list lacks (it joined or came back).
+                workers = self.workers(true).await?;
+            }
             let by_id: HashMap<u64, &pb::WorkerAddress> = workers.iter().map(|w| (w.worker_id, w)).collect();
             // Holders of the block, co-located first.
             let mut holders = Vec::new();

@@ -328,8 +328,20 @@ impl Master {
         let w = self.inner.store.write()?;
         self.remove_op(&w, op.seq)?;
         let mut dropped = Vec::new();
+        let mut ops = Vec::new();
         let cur = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?;
         if let Some(mut cur) = cur.filter(|c| c.version == rec.version && c.persist_state == TO_BE_PERSISTED) {
+            // Metadata changed while the bytes were on their way (PutObjectTagging during
+            // the persist): the object gets it in a rewrite, queued behind this entry.
+            if cur.meta != rec.meta && m.ufs.stores_metadata() {
+                let meta_op = pb::PersistOp {
+                    kind: "META".into(),
+                    inode_id: cur.id,
+                    version: cur.version,
+                    ..self.op_for(m, &op.ufs_path, &op.path)
+                };
+                ops.push(self.enqueue(&w, meta_op)?);
+            }
             cur.fingerprint = st.fingerprint();
             cur.persist_state.clear();
             cur.synced_ms = now_ms();
@@ -355,6 +367,7 @@ impl Master {
             }
         }
         w.commit().map_err(db_err)?;
+        self.track(ops);
         self.queue_removals(dropped);
         tracing::debug!(path = %op.path, bytes = st.length, "persisted");
         Ok(())
