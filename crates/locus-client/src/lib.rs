@@ -282,7 +282,7 @@ impl Client {
         }
         let s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
         let _ = s.set_nodelay(true);
-        Ok(BufReader::with_capacity(4 << 20, BufWriter::new(s)))
+        Ok(BufReader::with_capacity(256 << 10, BufWriter::new(s)))
     }
 
     fn put_conn(&self, addr: &str, c: DataConn) {

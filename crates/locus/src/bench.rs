@@ -35,6 +35,9 @@ pub struct MinioTarget {
     pub access_key: String,
     #[arg(long, default_value = "minioadmin")]
     pub secret_key: String,
+    /// How MinIO is reached, printed with the results (`bench/read --profile` sets it).
+    #[arg(long, default_value = "MinIO on loopback (no shaping)")]
+    pub network: String,
 }
 
 impl MinioTarget {
@@ -321,12 +324,13 @@ pub fn markdown(b: &ReadBench, rows: &[Row], ratios: &BTreeMap<String, f64>) -> 
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     s.push_str(&format!(
-        "File {} ({} blocks of {}), {} runs per path, medians. Machine: {cores} cores, kernel {}. UFS: MinIO on loopback (no shaping).\n\n",
+        "File {} ({} blocks of {}), {} runs per path, medians. Machine: {cores} cores, kernel {}. UFS: {}.\n\n",
         ByteSize::b(b.size).display().iec(),
         b.size.div_ceil(b.block_size),
         ByteSize::b(b.block_size).display().iec(),
         b.runs,
-        kernel.trim()
+        kernel.trim(),
+        b.minio.network
     ));
     s.push_str("| path | median s | median MiB/s | runs (s) |\n|---|---|---|---|\n");
     for r in rows {
