@@ -7,6 +7,9 @@ Pure functions over the raw runs, so they can be unit-tested without a cluster:
   goals(summary, raw)       the issue's goals, each with its figure and pass/miss
   markdown(raw)             the results table
   chart(raw, png)           a matplotlib bar chart: time per access, one group per file size
+  merge(docs)               one document from harness runs of different sizes (same settings)
+
+    python3 bench/linecount_report.py merge --stem STEM A.json B.json   # writes STEM.{md,png,json}
 
 The raw document (written as JSON next to the table):
   {"profile": "lan", "reps": 10, "sizes": [bytes...], "machine": {...}, "workers": 1,
@@ -163,7 +166,9 @@ def markdown(raw: dict) -> str:
         f"Network profile `{raw['profile']}` ({m.get('profile_desc', '')}). Locus: 1 master, "
         f"{raw.get('workers', 1)} worker(s); Alluxio {raw.get('alluxio_version', '2.9.6')}: 1 master, 1 worker, "
         "the S3 proxy; all on this host, MinIO behind the shaped link. Spark: local[2], "
-        f"s3a input stream `{raw.get('s3a_stream', 'classic')}` on every s3a path.",
+        f"s3a input stream `{raw.get('s3a_stream', 'classic')}` on every s3a path."
+        + "".join(f" Sizes {', '.join(human_size(s) for s in h['sizes'])}: one harness run of "
+                  f"{h['wall_seconds']:.0f} s." for h in raw.get("harness_runs", [])),
         "",
         f"Each cell: the first access (caches emptied before it) and the mean of the next {reps} accesses, "
         "in seconds, timed inside the application (process start not counted). "
@@ -252,6 +257,34 @@ def chart(raw: dict, png: Path) -> Path:
     return png
 
 
+# Settings that must agree for runs of different sizes to share one table.
+MERGE_KEYS = ("profile", "reps", "s3a_stream", "workers", "alluxio_version", "quick")
+
+
+def merge(docs: list[dict]) -> dict:
+    """One document from harness runs that measured different sizes with the same settings:
+    each size's paths still come from a single run, so its ratios stay side by side."""
+    if not docs:
+        raise ValueError("nothing to merge")
+    first = docs[0]
+    for d in docs[1:]:
+        for k in MERGE_KEYS:
+            if d.get(k) != first.get(k):
+                raise ValueError(f"cannot merge runs with different {k}: {first.get(k)!r} and {d.get(k)!r}")
+    sizes: list[int] = []
+    for d in docs:
+        for s in d["sizes"]:
+            if s in sizes:
+                raise ValueError(f"size {human_size(s)} is in more than one run")
+            sizes.append(s)
+    out = {k: first.get(k) for k in MERGE_KEYS}
+    out.update(machine=first.get("machine", {}), sizes=sorted(sizes),
+               runs=[r for d in docs for r in d["runs"]], floor=[f for d in docs for f in d["floor"]],
+               wall_seconds=sum(d.get("wall_seconds", 0) for d in docs),
+               harness_runs=[{"sizes": d["sizes"], "wall_seconds": d.get("wall_seconds")} for d in docs])
+    return out
+
+
 def write_all(raw: dict, out_dir: Path, stem: str) -> dict:
     """The table (.md), the chart (.png) and the raw runs (.json) under out_dir."""
     out_dir = Path(out_dir)
@@ -262,3 +295,24 @@ def write_all(raw: dict, out_dir: Path, stem: str) -> dict:
     paths["json"].write_text(json.dumps(raw, indent=1))
     chart(raw, paths["png"])
     return paths
+
+
+def main():
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Merge line-count study runs of different sizes into one report.")
+    ap.add_argument("cmd", choices=["merge"])
+    ap.add_argument("--stem", required=True, help="output file name stem")
+    ap.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("inputs", nargs="+", help="raw .json documents of the harness")
+    a = ap.parse_args()
+    try:
+        raw = merge([json.loads(Path(p).read_text()) for p in a.inputs])
+    except ValueError as e:
+        raise SystemExit(f"linecount_report: {e}")
+    out = write_all(raw, Path(a.out_dir), a.stem)
+    print(out["md"])
+
+
+if __name__ == "__main__":
+    main()

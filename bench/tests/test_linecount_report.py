@@ -141,3 +141,22 @@ def test_parse_size():
     assert seed_linecount.parse_size("256MiB") == 256 * MiB
     assert seed_linecount.parse_size("1GiB") == 1 << 30
     assert seed_linecount.parse_size("1.5G") == 3 << 29
+
+
+def test_merge_joins_sizes_and_refuses_mismatches(tmp_path):
+    small, big = raw_doc(), raw_doc()
+    for r in big["runs"] + big["floor"]:
+        r["size"] = 1024 * MiB
+    big["sizes"] = [1024 * MiB]
+    small["wall_seconds"], big["wall_seconds"] = 100.0, 400.0
+    m = rep.merge([big, small])
+    assert m["sizes"] == [256 * MiB, 1024 * MiB]
+    assert len(m["runs"]) == len(small["runs"]) * 2 and len(m["floor"]) == 2
+    assert m["wall_seconds"] == 500.0
+    md = rep.markdown(m)
+    assert "#### 256 MiB" in md and "#### 1 GiB" in md and "one harness run of 400 s" in md
+    with pytest.raises(ValueError, match="more than one run"):
+        rep.merge([small, small])
+    other = dict(big, reps=10)
+    with pytest.raises(ValueError, match="different reps"):
+        rep.merge([small, other])
