@@ -26,6 +26,7 @@ def raw_doc(locus_next=0.05, locus_first=2.2, direct_first=2.25, alluxio_next=0.
         "alluxio-fs": [8.0, 1.2, 1.0, 1.4],
         "alluxio-s3a": [9.0, 2.0, 2.1, 1.9],
         "alluxio-java": [3.0, alluxio_next, alluxio_next, alluxio_next],
+        "spark-tmpfs": [6.5, 0.8, 0.85, 0.75],
     }
     for mode in rep.MODES:
         for p, secs in table.items():
@@ -70,6 +71,22 @@ def test_ratios_pair_locus_with_direct_and_alluxio():
     assert native["alluxio"]["alluxio-java"]["next"] == pytest.approx(0.05 / 0.5)
     s3a = next(r for r in rows if r["path"] == "locus-s3a" and r["mode"] == "new-app")
     assert set(s3a["alluxio"]) == {"alluxio-fs", "alluxio-s3a"}
+
+
+def test_spark_floor_bounds_the_spark_paths():
+    raw = raw_doc()
+    rows = rep.ratios(rep.summarize(raw), raw)
+    s3a = next(r for r in rows if r["path"] == "locus-s3a" and r["mode"] == "new-app")
+    assert s3a["spark_floor"]["next"] == pytest.approx(0.8)
+    assert s3a["spark_floor"]["direct_speedup"] == pytest.approx(3.3 / 0.8)
+    assert s3a["spark_floor"]["locus_vs_floor"] == pytest.approx(1.0 / 0.8)
+    # Only Spark paths are compared with Spark's floor; it sets no goal of its own.
+    assert not any("spark_floor" in r for r in rows if r["path"] == "locus-native")
+    assert not any("Spark's own floor" in g["goal"] for g in rep.goals(rep.summarize(raw), raw))
+    md = rep.markdown(raw)
+    assert "| 256 MiB | new-app | 0.80 | 4.13x | 1.25 |" in md
+    raw["runs"] = [r for r in raw["runs"] if r["path"] != "spark-tmpfs"]
+    assert "Spark floor next mean" not in rep.markdown(raw)
 
 
 def test_goals_pass_and_miss():

@@ -330,6 +330,13 @@ enum FsCmd {
 
 fn main() {
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Fs(_) | Cmd::Report { .. }) {
+        // Client commands piped into `head` and the like end quietly when the reader goes
+        // away, as other Unix tools do (Rust ignores SIGPIPE, so println! would panic).
+        // Servers keep ignoring it: a client hanging up must never kill them.
+        // SAFETY: resetting a signal disposition before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let code = match run(cli) {
         Ok(()) => 0,
         Err(e) => {
