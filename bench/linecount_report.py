@@ -177,7 +177,8 @@ def markdown(raw: dict) -> str:
         f"Network profile `{raw['profile']}` ({m.get('profile_desc', '')}). Locus: 1 master, "
         f"{raw.get('workers', 1)} worker(s); Alluxio {raw.get('alluxio_version', '2.9.6')}: 1 master, 1 worker, "
         "the S3 proxy; all on this host, MinIO behind the shaped link. Spark: local[2], "
-        f"s3a input stream `{raw.get('s3a_stream', 'classic')}` on every s3a path."
+        f"s3a input stream `{raw.get('s3a_stream', 'classic')}` on every s3a path"
+        + ("; driver JVMs share a class-data archive (CDS)." if raw.get("spark_cds") else ".")
         + "".join(f" Sizes {', '.join(human_size(s) for s in h['sizes'])}: one harness run of "
                   f"{h['wall_seconds']:.0f} s." for h in raw.get("harness_runs", [])),
         "",
@@ -280,7 +281,7 @@ def chart(raw: dict, png: Path) -> Path:
 
 
 # Settings that must agree for runs of different sizes to share one table.
-MERGE_KEYS = ("profile", "reps", "s3a_stream", "workers", "alluxio_version", "quick")
+MERGE_KEYS = ("profile", "reps", "s3a_stream", "workers", "alluxio_version", "quick", "spark_cds")
 
 
 def merge(docs: list[dict]) -> dict:

@@ -73,7 +73,8 @@ def spark_client(a):
     if a.extra_jar:
         extra["spark.hadoop.fs.alluxio.impl"] = "alluxio.hadoop.FileSystem"
     t = time.monotonic()
-    spark = spark_session(a.endpoint, a.key, a.secret, jars, app="locus-seed-linecount", extra=extra)
+    spark = spark_session(a.endpoint, a.key, a.secret, jars, app="locus-seed-linecount", extra=extra,
+                          class_archive_dir=a.class_archive_dir or None)
     startup = time.monotonic() - t
     secs, lines = [], None
     try:
@@ -266,7 +267,8 @@ class Stage:
                 ep, k, s = self.endpoint, "minioadmin", "minioadmin"
                 url, jar = f"{ALLUXIO_MASTER}/{key}", self.alluxio_client_jar
             cmd = [sys.executable, __file__, "spark", "--endpoint", ep, "--key", k, "--secret", s, "--url", url,
-                   "--n", str(n), "--s3a-stream", a.s3a_stream] + (["--extra-jar", jar] if jar else [])
+                   "--n", str(n), "--s3a-stream", a.s3a_stream] + (["--extra-jar", jar] if jar else []) \
+                + (["--class-archive-dir", str(a.tools / "cds")] if a.spark_cds else [])
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemExit(f"{path}: Spark application failed:\n{r.stderr[-4000:]}")
@@ -352,7 +354,7 @@ def run(a) -> dict:
     if unknown:
         raise SystemExit(f"unknown path(s) {', '.join(unknown)}: known are {', '.join(report.PATHS)}")
     quota = f"{max(sizes) * 1.25 / GiB + 0.5:.1f}GiB"
-    raw = {"profile": a.profile, "reps": reps, "s3a_stream": a.s3a_stream, "sizes": sizes, "quick": a.quick, "workers": a.workers,
+    raw = {"profile": a.profile, "reps": reps, "s3a_stream": a.s3a_stream, "sizes": sizes, "quick": a.quick, "workers": a.workers, "spark_cds": a.spark_cds,
            "alluxio_version": ALLUXIO_VERSION, "machine": machine_facts(a.profile), "runs": [], "floor": []}
     stage = Stage(a)
     t0 = time.monotonic()
@@ -414,6 +416,7 @@ def main():
         ap.add_argument("--extra-jar", default="")
         ap.add_argument("--n", type=int, default=1)
         ap.add_argument("--s3a-stream", default="classic")
+        ap.add_argument("--class-archive-dir", default="")
         a = ap.parse_args()
         (spark_client if a.cmd == "spark" else boto3_client)(a)
         return
@@ -429,6 +432,10 @@ def main():
     ap.add_argument("--s3a-stream", default="classic", choices=["classic", "analytics", "prefetch"],
                     help="fs.s3a.input.stream.type of every s3a path (default classic: the analytics stream, "
                     "Hadoop 3.5's default, costs Spark about 60%% more CPU per byte on 2 cores)")
+    ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=None,
+                    help="Spark driver JVMs share a class-data archive (in LOCUS_TOOLS_DIR/cds; it cuts "
+                    "start-up and first-query class loading). Default: on with --quick, off otherwise, so "
+                    "the full study runs stock Spark")
     ap.add_argument("--locus-bin", required=True)
     ap.add_argument("--minio", default=str(tools / "bin" / "minio"))
     ap.add_argument("--alluxio-dir", default=str(tools / f"alluxio-{ALLUXIO_VERSION}"))
@@ -436,6 +443,9 @@ def main():
     ap.add_argument("--out-dir", default=str(HERE / "results"))
     ap.add_argument("--stem", default="", help="file name stem (default seed-linecount[-quick]-PROFILE)")
     a = ap.parse_args()
+    a.tools = tools
+    if a.spark_cds is None:
+        a.spark_cds = a.quick
     if not os.environ.get("SPARK_S3A_JARS"):
         raise SystemExit("SPARK_S3A_JARS is not set: run through bench/run, which installs the s3a jars")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -118,6 +118,8 @@ def test_markdown_has_every_path_the_floor_and_the_goals():
         assert label in md
     assert "`wc -l` of a tmpfs copy (floor)" in md
     assert "profile `lan`" in md and "2 cores" in md
+    assert "class-data archive" not in md
+    assert "driver JVMs share a class-data archive (CDS)" in rep.markdown(dict(raw_doc(), spark_cds=True))
     assert "| Locus native client (locus fs wc) | same-app | 0.98 | 45.00x | 1.00 |" in md
     assert "goal figures met" in md
 

@@ -49,14 +49,34 @@ def find_jars(tools_dir) -> str | None:
     return ",".join(str(p) for p in paths)
 
 
+def class_archive_options(archive_dir, jars: str) -> str:
+    """JVM options for a dynamic class-data-sharing archive (JDK 13+) kept in archive_dir,
+    one per class path: the first JVM with this class path writes it when it exits, later
+    ones map it instead of loading and verifying thousands of Spark, Hadoop and AWS SDK
+    classes again (faster start-up and first query). The JVM ignores an archive that does
+    not match (another JDK, changed jars) and runs as usual."""
+    import hashlib
+    import shutil
+
+    java = os.environ.get("JAVA_HOME") or os.path.realpath(shutil.which("java") or "java")
+    key = hashlib.sha256(f"{java}\n{jars}".encode()).hexdigest()[:16]
+    path = Path(archive_dir).expanduser().absolute() / f"spark-{key}.jsa"
+    if path.is_file() and path.stat().st_size > 0:
+        return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"-XX:ArchiveClassesAtExit={path} -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
 def spark_session(endpoint: str, access_key: str, secret_key: str, jars: str, app: str = "locus-test",
-                  extra: dict | None = None):
+                  extra: dict | None = None, class_archive_dir=None):
     """A local[2] SparkSession whose s3a:// paths go to `endpoint` (e.g. http://127.0.0.1:9000).
 
     `jars` is the comma-separated list find_jars() or scripts/install-spark gives. Path-style
     addressing, plain HTTP, region us-east-1, static keys. Everything binds to 127.0.0.1, the
     web UI is off and shuffles use 2 partitions, to keep it fast and quiet. `extra` adds or
-    overrides Spark settings (s3a ones as "spark.hadoop.fs.s3a.*"). Stop it with spark.stop()."""
+    overrides Spark settings (s3a ones as "spark.hadoop.fs.s3a.*"). With `class_archive_dir`,
+    the driver JVM shares class data through an archive there (class_archive_options). Stop
+    it with spark.stop()."""
     from pyspark.sql import SparkSession
 
     if SparkSession.getActiveSession() is not None:
@@ -98,6 +118,8 @@ def spark_session(endpoint: str, access_key: str, secret_key: str, jars: str, ap
     )
     for k, v in s3a.items():
         b = b.config("spark.hadoop." + k, v)
+    if class_archive_dir:
+        b = b.config("spark.driver.extraJavaOptions", class_archive_options(class_archive_dir, jars))
     for k, v in (extra or {}).items():
         b = b.config(k, v)
     spark = b.getOrCreate()
