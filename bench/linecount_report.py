@@ -40,6 +40,13 @@ PATHS = {
 }
 # The path whose repeat accesses bound every Spark path from below.
 SPARK_FLOOR = "spark-tmpfs"
+
+
+def default_paths(quick: bool) -> list[str]:
+    """The paths a harness run measures: all of them, but Spark's own floor (4 more Spark
+    applications) is left out of quick mode."""
+    return [p for p in PATHS if not (quick and p == SPARK_FLOOR)]
+
 # The direct counterpart of each Locus path.
 DIRECT_FOR = {"locus-s3a": "direct-s3a", "locus-native": "direct-boto3"}
 # (what is compared, Locus path, Alluxio path).
@@ -167,6 +174,7 @@ def _f(v, fmt="{:.2f}"):
 
 def markdown(raw: dict) -> str:
     summary = summarize(raw)
+    rows = ratios(summary, raw)
     m = raw.get("machine", {})
     reps = raw["reps"]
     lines = [
@@ -203,7 +211,7 @@ def markdown(raw: dict) -> str:
         lines += ["", "| Locus path | mode | first / direct first | direct next / Locus next | "
                       "Locus next / floor | Locus / Alluxio (first; next) |",
                   "|---|---|---:|---:|---:|---|"]
-        for r in ratios(summary, raw):
+        for r in rows:
             if r["size"] != size:
                 continue
             al = "; ".join(f"{v['what']}: {_f(v['first'])}; {_f(v['next'])}" for v in r["alluxio"].values())
@@ -219,7 +227,7 @@ def markdown(raw: dict) -> str:
                      f"{g['bound']:g} | {met} |")
     missed = sum(1 for g in gs if g["ok"] is False)
     lines += ["", f"{len(gs) - missed} of {len(gs)} goal figures met."]
-    floors = [r for r in ratios(summary, raw) if "spark_floor" in r]
+    floors = [r for r in rows if "spark_floor" in r]
     if floors:
         lines += ["", f"Spark's own floor ({PATHS[SPARK_FLOOR][0]}): the repeat-access speed-up a Spark path "
                       "could reach if its storage took no time at all, against the "

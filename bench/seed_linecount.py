@@ -348,8 +348,7 @@ def choose_sizes(a) -> list[int]:
 def run(a) -> dict:
     sizes = choose_sizes(a)
     reps = a.reps or (3 if a.quick else 10)
-    # Spark's own floor costs 4 more Spark applications in quick mode: left out there.
-    paths = a.paths.split(",") if a.paths else [p for p in report.PATHS if not (a.quick and p == report.SPARK_FLOOR)]
+    paths = a.paths.split(",") if a.paths else report.default_paths(a.quick)
     unknown = [p for p in paths if p not in report.PATHS]
     if unknown:
         raise SystemExit(f"unknown path(s) {', '.join(unknown)}: known are {', '.join(report.PATHS)}")
@@ -383,9 +382,9 @@ def run(a) -> dict:
                     raise SystemExit(f"wc -l counted {out.split()[0]}, the file has {lines}")
             raw["floor"].append({"size": size, "seconds": floor, "lines": lines})
             log(f"  wc -l on tmpfs: median {sorted(floor)[len(floor) // 2]:.3f} s")
-            # Spark's floor reads the tmpfs copy, which goes before the caches fill memory.
-            order = [(m, p) for m in report.MODES for p in paths if p == report.SPARK_FLOOR]
-            order += [(m, p) for m in report.MODES for p in paths if p != report.SPARK_FLOOR]
+            # Spark's floor reads the tmpfs copy, so it goes first; the copy then goes before
+            # the caches fill memory.
+            order = sorted(((m, p) for m in report.MODES for p in paths), key=lambda mp: mp[1] != report.SPARK_FLOOR)
             for mode, p in order:
                 if p != report.SPARK_FLOOR:
                     copy.unlink(missing_ok=True)

@@ -87,6 +87,9 @@ def test_spark_floor_bounds_the_spark_paths():
     assert "| 256 MiB | new-app | 0.80 | 4.13x | 1.25 |" in md
     raw["runs"] = [r for r in raw["runs"] if r["path"] != "spark-tmpfs"]
     assert "Spark floor next mean" not in rep.markdown(raw)
+    # Quick mode leaves the floor out; a full run measures every path.
+    assert rep.default_paths(quick=True) == [p for p in rep.PATHS if p != rep.SPARK_FLOOR]
+    assert rep.default_paths(quick=False) == list(rep.PATHS)
 
 
 def test_goals_pass_and_miss():

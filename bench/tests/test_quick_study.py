@@ -20,8 +20,7 @@ OUT = os.environ.get("LINECOUNT_QUICK_DIR")
 pytestmark = pytest.mark.skipif(not OUT, reason="LINECOUNT_QUICK_DIR is not set (no quick study ran)")
 
 
-# Every path but Spark's own floor, which quick mode leaves out.
-QUICK_PATHS = [p for p in rep.PATHS if p != rep.SPARK_FLOOR]
+QUICK_PATHS = rep.default_paths(quick=True)
 
 
 def _doc():
