@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::Command;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -214,7 +215,23 @@ impl ReadBench {
         tmpfs_copy: &std::path::Path,
     ) -> Result<(Vec<Row>, BTreeMap<String, f64>)> {
         let local = cluster.client(ClientConfig::default())?;
-        let remote = cluster.client(ClientConfig { locality: Locality::Remote, ..Default::default() })?;
+        // The timed Locus reads run on a runtime of their own, as a client process would:
+        // sharing the cluster's two runtime threads, a read could be scheduled on the
+        // thread the worker's send of the same stream needs.
+        let client_rt = ClientRuntime(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("bench-client")
+                .enable_all()
+                .build()
+                .map_err(|e| Error::io("start the client runtime", e))?,
+        ));
+        let client_rt = client_rt.0.as_ref().expect("runtime");
+        let reader = |locality| -> Result<Arc<locus_client::Client>> {
+            let _rt = client_rt.enter();
+            Ok(Arc::new(cluster.client(ClientConfig { locality, ..Default::default() })?))
+        };
+        let (local_reader, remote_reader) = (reader(Locality::Auto)?, reader(Locality::Remote)?);
         local
             .mount(pb::MountRequest {
                 path: "/bench".into(),
@@ -241,19 +258,10 @@ impl ReadBench {
             }
             local.free(&path, false).await?;
             wait_uncached(&local, &path).await?;
-            let t = Instant::now();
-            let fi = local.status(&path, true).await?;
-            read_once(&local, fi, size).await?;
-            first.push(t.elapsed().as_secs_f64());
+            first.push(timed_read(client_rt, &local_reader, &path, size).await?);
             wait_cached(&local, &path).await?;
-            let t = Instant::now();
-            let fi = local.status(&path, true).await?;
-            read_once(&local, fi, size).await?;
-            short.push(t.elapsed().as_secs_f64());
-            let t = Instant::now();
-            let fi = remote.status(&path, true).await?;
-            read_once(&remote, fi, size).await?;
-            remote_t.push(t.elapsed().as_secs_f64());
+            short.push(timed_read(client_rt, &local_reader, &path, size).await?);
+            remote_t.push(timed_read(client_rt, &remote_reader, &path, size).await?);
             let (st, secs) = timed(|| {
                 Command::new("sh").arg("-c").arg(format!("cat '{}' > /dev/null", tmpfs_copy.display())).status()
             });
@@ -287,13 +295,33 @@ impl ReadBench {
     }
 }
 
-async fn read_once(c: &locus_client::Client, fi: pb::FileInfo, size: u64) -> Result<()> {
-    let mut sink = CopySink::new();
-    let n = c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut sink).await?;
-    if n != size || sink.total != size {
-        return Err(Error::internal(format!("read {n} bytes, expected {size}")));
+/// The clients' runtime, shut down without blocking when the benchmark ends (a runtime
+/// must not be dropped inside another).
+struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
     }
-    Ok(())
+}
+
+/// Seconds to stat and read the whole file with `c`, on the client's own runtime.
+async fn timed_read(rt: &tokio::runtime::Runtime, c: &Arc<locus_client::Client>, path: &str, size: u64) -> Result<f64> {
+    let (c, path) = (c.clone(), path.to_string());
+    rt.spawn(async move {
+        let t = Instant::now();
+        let fi = c.status(&path, true).await?;
+        let mut sink = CopySink::new();
+        let n = c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut sink).await?;
+        if n != size || sink.total != size {
+            return Err(Error::internal(format!("read {n} bytes, expected {size}")));
+        }
+        Ok(t.elapsed().as_secs_f64())
+    })
+    .await
+    .map_err(|e| Error::internal(format!("client task: {e}")))?
 }
 
 async fn wait_uncached(c: &locus_client::Client, path: &str) -> Result<()> {
