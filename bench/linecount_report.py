@@ -187,6 +187,10 @@ def markdown(raw: dict) -> str:
         "the S3 proxy; all on this host, MinIO behind the shaped link. Spark: local[2], "
         f"s3a input stream `{raw.get('s3a_stream', 'classic')}` on every s3a path"
         + ("; driver JVMs share a class-data archive (CDS)." if raw.get("spark_cds") else ".")
+        + (" Fewer applications (quick mode): each new-app series opens with the same-app application's "
+           "first access (both are a new application's first access on emptied caches), and a path's Spark "
+           "applications start together, then count one after the other, each idle until its turn."
+           if raw.get("batch_apps") else "")
         + "".join(f" Sizes {', '.join(human_size(s) for s in h['sizes'])}: one harness run of "
                   f"{h['wall_seconds']:.0f} s." for h in raw.get("harness_runs", [])),
         "",
@@ -289,7 +293,7 @@ def chart(raw: dict, png: Path) -> Path:
 
 
 # Settings that must agree for runs of different sizes to share one table.
-MERGE_KEYS = ("profile", "reps", "s3a_stream", "workers", "alluxio_version", "quick", "spark_cds")
+MERGE_KEYS = ("profile", "reps", "s3a_stream", "workers", "alluxio_version", "quick", "spark_cds", "batch_apps")
 
 
 def merge(docs: list[dict]) -> dict:

@@ -17,6 +17,7 @@ namespace, its veth pair and qdiscs, and stops every process `up` started, by PI
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -147,10 +148,14 @@ def down(state_file: Path):
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
-        for _ in range(50):
+        for _ in range(100):
+            # Reap it if it is our child (up() ran in this process): a zombie still counts
+            # as a member of its group.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
             try:
                 os.killpg(pid, 0)
-                time.sleep(0.1)
+                time.sleep(0.05)
             except ProcessLookupError:
                 break
         else:

@@ -55,6 +55,7 @@ LOCUS_MOUNT = "/locuslake"
 ALLUXIO_VERSION = "2.9.6"
 ALLUXIO_MASTER = "alluxio://127.0.0.1:19998"
 ALLUXIO_S3 = "http://127.0.0.1:39999/api/v1/s3"
+SPARK_PATHS = ("direct-s3a", "locus-s3a", "alluxio-s3a", "alluxio-fs", "spark-tmpfs")
 
 
 def log(msg: str):
@@ -77,6 +78,10 @@ def spark_client(a):
                           class_archive_dir=a.class_archive_dir or None)
     startup = time.monotonic() - t
     secs, lines = [], None
+    if a.wait_go:
+        # Started ahead of its turn: say so, then wait (idle) until the harness says go.
+        print(json.dumps({"ready": True, "startup": startup}), flush=True)
+        sys.stdin.readline()
     try:
         for _ in range(a.n):
             t = time.monotonic()
@@ -143,13 +148,17 @@ class Stage:
         self.copy: Path | None = None  # the tmpfs copy of the file being counted
 
     def close(self):
+        t = time.monotonic()
         while self.cleanups:
             name, fn = self.cleanups.pop()
+            t1 = time.monotonic()
             try:
                 fn()
             except BaseException as e:  # keep tearing down
                 print(f"teardown of {name} failed: {e}", file=sys.stderr)
+            log(f"teardown of {name}: {time.monotonic() - t1:.1f} s")
         shutil.rmtree(self.work, ignore_errors=True)
+        log(f"teardown: {time.monotonic() - t:.1f} s")
 
     # -- MinIO behind the shaped link
     def start_minio(self):
@@ -252,24 +261,26 @@ class Stage:
         self.dirty.clear()
 
     # -- one application
-    def app(self, path: str, key: str, n: int) -> dict:
+    def spark_cmd(self, path: str, key: str, n: int) -> list[str]:
         a = self.a
-        if path in ("direct-s3a", "locus-s3a", "alluxio-s3a", "alluxio-fs", "spark-tmpfs"):
-            if path == "direct-s3a":
-                ep, k, s, url, jar = self.endpoint, "minioadmin", "minioadmin", f"s3a://{BUCKET}/{key}", ""
-            elif path == "locus-s3a":
-                ep, k, s, url, jar = self.gateway, "locusadmin", "locusadmin", f"s3a://{LOCUS_MOUNT[1:]}/{key}", ""
-            elif path == "spark-tmpfs":  # the tmpfs copy; s3a is unused
-                ep, k, s, url, jar = self.endpoint, "minioadmin", "minioadmin", f"file://{self.copy}", ""
-            elif path == "alluxio-s3a":
-                ep, k, s, url, jar = ALLUXIO_S3, "alluxio", "alluxio", f"s3a://{key}", ""
-            else:  # alluxio-fs: Alluxio's Hadoop client; s3a is unused
-                ep, k, s = self.endpoint, "minioadmin", "minioadmin"
-                url, jar = f"{ALLUXIO_MASTER}/{key}", self.alluxio_client_jar
-            cmd = [sys.executable, __file__, "spark", "--endpoint", ep, "--key", k, "--secret", s, "--url", url,
-                   "--n", str(n), "--s3a-stream", a.s3a_stream] + (["--extra-jar", jar] if jar else []) \
-                + (["--class-archive-dir", str(a.tools / "cds")] if a.spark_cds else [])
-            r = subprocess.run(cmd, capture_output=True, text=True)
+        if path == "direct-s3a":
+            ep, k, s, url, jar = self.endpoint, "minioadmin", "minioadmin", f"s3a://{BUCKET}/{key}", ""
+        elif path == "locus-s3a":
+            ep, k, s, url, jar = self.gateway, "locusadmin", "locusadmin", f"s3a://{LOCUS_MOUNT[1:]}/{key}", ""
+        elif path == "spark-tmpfs":  # the tmpfs copy; s3a is unused
+            ep, k, s, url, jar = self.endpoint, "minioadmin", "minioadmin", f"file://{self.copy}", ""
+        elif path == "alluxio-s3a":
+            ep, k, s, url, jar = ALLUXIO_S3, "alluxio", "alluxio", f"s3a://{key}", ""
+        else:  # alluxio-fs: Alluxio's Hadoop client; s3a is unused
+            ep, k, s = self.endpoint, "minioadmin", "minioadmin"
+            url, jar = f"{ALLUXIO_MASTER}/{key}", self.alluxio_client_jar
+        return [sys.executable, __file__, "spark", "--endpoint", ep, "--key", k, "--secret", s, "--url", url,
+                "--n", str(n), "--s3a-stream", a.s3a_stream] + (["--extra-jar", jar] if jar else []) \
+            + (["--class-archive-dir", str(a.tools / "cds")] if a.spark_cds else [])
+
+    def app(self, path: str, key: str, n: int) -> dict:
+        if path in SPARK_PATHS:
+            r = subprocess.run(self.spark_cmd(path, key, n), capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemExit(f"{path}: Spark application failed:\n{r.stderr[-4000:]}")
             return report.parse_json_line(r.stdout)
@@ -285,6 +296,68 @@ class Stage:
         if path == "alluxio-java":
             return self.alluxio_tool("count", f"/{key}", str(n))
         raise ValueError(path)
+
+    def spark_batch(self, path: str, key: str, ns: list[int]) -> list[dict]:
+        """Spark applications counting n[i] times each, started together (their start-ups
+        overlap) and then run one after the other: each waits, idle, for its turn, and the
+        next goes once the previous has exited. Each is still a new application: its own
+        JVM, SparkContext and first query."""
+        procs = []
+        t = time.monotonic()
+        try:
+            for n in ns:
+                err = tempfile.TemporaryFile()
+                procs.append((subprocess.Popen(self.spark_cmd(path, key, n) + ["--wait-go"], stdin=subprocess.PIPE,
+                                               stdout=subprocess.PIPE, stderr=err, text=True), err))
+            for p, err in procs:
+                line = "x"
+                while line and not line.startswith('{"ready"'):
+                    line = p.stdout.readline()
+                if not line:
+                    err.seek(0)
+                    raise SystemExit(f"{path}: Spark application failed to start:\n{err.read().decode()[-4000:]}")
+            log(f"  {path:>13}: {len(procs)} Spark applications started together, ready in {time.monotonic() - t:.1f} s")
+            time.sleep(1.0)  # let the last start-up's JIT and GC settle
+            outs = []
+            for p, err in procs:
+                p.stdin.write("go\n")
+                p.stdin.close()
+                out = p.stdout.read()
+                if p.wait() != 0:
+                    err.seek(0)
+                    raise SystemExit(f"{path}: Spark application failed:\n{err.read().decode()[-4000:]}")
+                outs.append(report.parse_json_line(out))
+            return outs
+        finally:
+            for p, err in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                err.close()
+
+    def run_pair(self, path: str, key: str, reps: int, lines: int) -> list[dict]:
+        """Both modes of a path with fewer applications (quick mode): the same-app
+        application's first access opens the new-app series too (both are a new
+        application's first access on emptied caches), and Spark's applications start
+        together (spark_batch)."""
+        self.empty_caches(key)
+        system = report.PATHS[path][1]
+        if system not in ("direct", "floor"):
+            self.dirty.add(system)
+        if path in SPARK_PATHS:
+            same, *news = self.spark_batch(path, key, [reps + 1] + [1] * reps)
+        else:
+            same, news = self.app(path, key, reps + 1), [self.app(path, key, 1) for _ in range(reps)]
+        for o in [same, *news]:
+            if o["lines"] != lines:
+                raise SystemExit(f"{path}: counted {o['lines']} lines, the file has {lines}")
+        runs = [{"path": path, "mode": "same-app", "seconds": same["seconds"], "lines": lines},
+                {"path": path, "mode": "new-app", "seconds": same["seconds"][:1] + [o["seconds"][0] for o in news],
+                 "lines": lines, "first_shared": True}]
+        if "startup" in same:
+            runs[0]["app_startup"] = [same["startup"]]
+            runs[1]["app_startup"] = [same["startup"]] + [o["startup"] for o in news]
+        return runs
 
     def run_path(self, path: str, mode: str, key: str, reps: int, lines: int) -> dict:
         self.empty_caches(key)
@@ -353,7 +426,7 @@ def run(a) -> dict:
     if unknown:
         raise SystemExit(f"unknown path(s) {', '.join(unknown)}: known are {', '.join(report.PATHS)}")
     quota = f"{max(sizes) * 1.25 / GiB + 0.5:.1f}GiB"
-    raw = {"profile": a.profile, "reps": reps, "s3a_stream": a.s3a_stream, "sizes": sizes, "quick": a.quick, "workers": a.workers, "spark_cds": a.spark_cds,
+    raw = {"profile": a.profile, "reps": reps, "s3a_stream": a.s3a_stream, "sizes": sizes, "quick": a.quick, "workers": a.workers, "spark_cds": a.spark_cds, "batch_apps": a.batch_apps,
            "alluxio_version": ALLUXIO_VERSION, "machine": machine_facts(a.profile), "runs": [], "floor": []}
     stage = Stage(a)
     t0 = time.monotonic()
@@ -385,17 +458,21 @@ def run(a) -> dict:
             # Spark's floor reads the tmpfs copy, so it goes first; the copy then goes before
             # the caches fill memory.
             order = sorted(((m, p) for m in report.MODES for p in paths), key=lambda mp: mp[1] != report.SPARK_FLOOR)
+            if a.batch_apps:  # both modes of a path at once
+                order = [(None, p) for p in sorted(paths, key=lambda p: p != report.SPARK_FLOOR)]
             for mode, p in order:
                 if p != report.SPARK_FLOOR:
                     copy.unlink(missing_ok=True)
-                r = stage.run_path(p, mode, key, reps, lines)
-                r["size"] = size
-                raw["runs"].append(r)
-                nxt = r["seconds"][1:]
-                log(f"  {p:>13} {mode:>8}: first {r['seconds'][0]:.2f} s, next mean "
-                    f"{sum(nxt) / max(1, len(nxt)):.2f} s")
+                rs = stage.run_path(p, mode, key, reps, lines) if mode else stage.run_pair(p, key, reps, lines)
+                for r in rs if isinstance(rs, list) else [rs]:
+                    r["size"] = size
+                    raw["runs"].append(r)
+                    nxt = r["seconds"][1:]
+                    log(f"  {p:>13} {r['mode']:>8}: first {r['seconds'][0]:.2f} s, next mean "
+                        f"{sum(nxt) / max(1, len(nxt)):.2f} s")
             copy.unlink(missing_ok=True)
-            stage.empty_caches(key)
+            if size != sizes[-1]:  # the teardown frees the last size
+                stage.empty_caches(key)
     finally:
         stage.close()
     raw["wall_seconds"] = time.monotonic() - t0
@@ -416,12 +493,13 @@ def main():
         ap.add_argument("--n", type=int, default=1)
         ap.add_argument("--s3a-stream", default="classic")
         ap.add_argument("--class-archive-dir", default="")
+        ap.add_argument("--wait-go", action="store_true", help="after start-up, wait for a line on stdin")
         a = ap.parse_args()
         (spark_client if a.cmd == "spark" else boto3_client)(a)
         return
     tools = Path(os.environ.get("LOCUS_TOOLS_DIR", Path.home() / ".cache/locus-tools"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="256 MiB and 3 repeat accesses (6-7 minutes on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="256 MiB and 3 repeat accesses, with --spark-cds and --batch-apps (about 5.5 minutes on 2 cores)")
     ap.add_argument("--full", action="store_true", help="add 10 GiB when memory and disk allow")
     ap.add_argument("--profile", default="lan", choices=list(netstage.PROFILES))
     ap.add_argument("--workers", type=int, default=1, choices=[1, 3])
@@ -435,6 +513,10 @@ def main():
                     help="Spark driver JVMs share a class-data archive (in LOCUS_TOOLS_DIR/cds; it cuts "
                     "start-up and first-query class loading). Default: on with --quick, off otherwise, so "
                     "the full study runs stock Spark")
+    ap.add_argument("--batch-apps", action=argparse.BooleanOptionalAction, default=None,
+                    help="fewer applications: the same-app application's first access opens the new-app series "
+                    "too, and a path's Spark applications start together, then count one after the other "
+                    "(each waits idle for its turn). Default: on with --quick, off otherwise")
     ap.add_argument("--locus-bin", required=True)
     ap.add_argument("--minio", default=str(tools / "bin" / "minio"))
     ap.add_argument("--alluxio-dir", default=str(tools / f"alluxio-{ALLUXIO_VERSION}"))
@@ -445,6 +527,8 @@ def main():
     a.tools = tools
     if a.spark_cds is None:
         a.spark_cds = a.quick
+    if a.batch_apps is None:
+        a.batch_apps = a.quick
     if not os.environ.get("SPARK_S3A_JARS"):
         raise SystemExit("SPARK_S3A_JARS is not set: run through bench/run, which installs the s3a jars")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -182,3 +182,63 @@ def test_merge_joins_sizes_and_refuses_mismatches(tmp_path):
     other = dict(big, reps=10)
     with pytest.raises(ValueError, match="different reps"):
         rep.merge([small, other])
+
+
+# A stand-in for one Spark application of seed_linecount.py's `spark --wait-go` protocol:
+# it says it is ready, waits for its turn, then reports when its turn came and when the
+# previous application (by the marker file) had finished.
+FAKE_APP = r"""
+import json, os, sys, time
+n, marker = int(sys.argv[1]), sys.argv[2]
+print("some log line", flush=True)
+print(json.dumps({"ready": True, "startup": 0.5}), flush=True)
+sys.stdin.readline()
+went = time.time()
+prev_done = os.path.getmtime(marker) if os.path.exists(marker) else 0.0
+print(json.dumps({"lines": 7, "seconds": [0.1 * (i + 1) for i in range(n)], "startup": 0.5,
+                  "went": went, "prev_done": prev_done}), flush=True)
+time.sleep(0.2)
+open(marker, "w").close()
+"""
+
+
+def _stage(tmp_path, monkeypatch):
+    import argparse
+
+    import seed_linecount
+
+    st = seed_linecount.Stage(argparse.Namespace(work_dir=str(tmp_path)))
+    marker = tmp_path / "done"
+    monkeypatch.setattr(st, "spark_cmd", lambda path, key, n: [sys.executable, "-c", FAKE_APP, str(n), str(marker)])
+    monkeypatch.setattr(st, "empty_caches", lambda key: None)
+    return st
+
+
+def test_spark_batch_starts_together_and_runs_one_after_the_other(tmp_path, monkeypatch):
+    st = _stage(tmp_path, monkeypatch)
+    outs = st.spark_batch("direct-s3a", "k", [4, 1, 1, 1])
+    assert [len(o["seconds"]) for o in outs] == [4, 1, 1, 1]
+    for prev, cur in zip(outs, outs[1:]):
+        # Each went after the previous one had finished (and exited).
+        assert cur["prev_done"] > 0 and cur["went"] >= cur["prev_done"] >= prev["went"]
+    st.close()
+
+
+def test_run_pair_opens_the_new_app_series_with_the_same_app_first_access(tmp_path, monkeypatch):
+    st = _stage(tmp_path, monkeypatch)
+    same, new = st.run_pair("locus-s3a", "k", 3, 7)
+    assert (same["mode"], new["mode"]) == ("same-app", "new-app")
+    assert same["seconds"] == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    assert new["seconds"] == pytest.approx([0.1, 0.1, 0.1, 0.1]) and new["first_shared"]
+    assert len(new["app_startup"]) == 4 and st.dirty == {"locus"}
+    with pytest.raises(SystemExit, match="counted 7 lines, the file has 8"):
+        st.run_pair("locus-s3a", "k", 1, 8)
+    st.close()
+
+
+def test_spark_batch_reports_an_application_that_fails_to_start(tmp_path, monkeypatch):
+    st = _stage(tmp_path, monkeypatch)
+    monkeypatch.setattr(st, "spark_cmd", lambda path, key, n: [sys.executable, "-c", "import sys; sys.exit('no JVM')"])
+    with pytest.raises(SystemExit, match="failed to start:(.|\n)*no JVM"):
+        st.spark_batch("direct-s3a", "k", [2, 1])
+    st.close()
