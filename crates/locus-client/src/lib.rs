@@ -48,6 +48,11 @@ pub struct PutOptions {
     pub write_type: Option<WriteType>,
     /// Overrides `client.replication.durable` (0 = min(2, live workers)).
     pub durable_replicas: Option<u32>,
+    /// ASYNC_THROUGH: start the background persist only this much later, unless the path
+    /// changes first (a file deleted by then is never written to the UFS). The S3
+    /// gateway sets it for multipart parts, which CompleteMultipartUpload copies into the
+    /// object and deletes. It never delays the acknowledgement.
+    pub persist_wait: Option<std::time::Duration>,
 }
 
 /// Bytes per chunk of a [`Client::read_stream`].
@@ -709,6 +714,7 @@ impl Client {
             meta: Some(meta),
             version: target.version,
             write_type: if r.write_type.is_empty() { target.write_type } else { r.write_type },
+            persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
         };
         Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
     }

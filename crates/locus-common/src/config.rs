@@ -361,6 +361,13 @@ pub struct GatewayConfig {
     pub region: String,
     /// Largest object a single PutObject (or one part) may carry. Default 5 GiB, as S3.
     pub max_object_size: ByteSize,
+    /// How long a multipart part written ASYNC_THROUGH waits before its background
+    /// persist starts. CompleteMultipartUpload copies the parts into the object and
+    /// deletes them, which ends the wait: a part of an upload completed in time never
+    /// reaches the UFS (only the object does). Parts of an upload left open are
+    /// persisted after it. Default `5m`; `0s` persists parts at once.
+    #[serde(with = "humantime_serde")]
+    pub part_persist_wait: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -373,6 +380,7 @@ impl Default for GatewayConfig {
             domains: vec!["localhost".into()],
             region: "us-east-1".into(),
             max_object_size: ByteSize::gib(5),
+            part_persist_wait: Duration::from_secs(300),
         }
     }
 }
@@ -517,6 +525,7 @@ anonymous = true
 domains = ["s3.example"]
 region = "eu-west-1"
 max_object_size = "1 GiB"
+part_persist_wait = "42s"
 "#,
         )
         .unwrap();
@@ -538,6 +547,7 @@ max_object_size = "1 GiB"
             assert!(!c.client.short_circuit);
             assert_eq!(c.gateway.domains, vec!["s3.example".to_string()]);
             assert_eq!(c.gateway.max_object_size, ByteSize::gib(1));
+            assert_eq!(c.gateway.part_persist_wait, Duration::from_secs(42));
             assert!(c.gateway.anonymous);
             assert_eq!(c.master.write_type, WriteType::CACHE_THROUGH);
             assert_eq!(c.master.persist_concurrency, 2);

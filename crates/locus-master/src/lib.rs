@@ -1037,7 +1037,11 @@ impl Master {
             WriteType::ASYNC_THROUGH => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
                 rec.persist_state = TO_BE_PERSISTED.into();
-                ops.push(self.enqueue(w, self.persist_op(&rec, m, rel, path))?);
+                let mut op = self.persist_op(&rec, m, rel, path);
+                if req.persist_wait_ms > 0 {
+                    op.not_before_ms = now + req.persist_wait_ms.min(i64::MAX as u64 / 2) as i64;
+                }
+                ops.push(self.enqueue(w, op)?);
             }
             WriteType::MUST_CACHE => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();

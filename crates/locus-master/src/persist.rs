@@ -9,6 +9,9 @@
 //! (a mkdir, delete or rename with nothing queued on its paths) registers itself while
 //! it runs, so nothing queued later on those paths overtakes it. Failed operations are
 //! retried with exponential backoff; a master restart reloads the queue and resumes.
+//! A persist may carry an initial wait (`not_before_ms`, the S3 gateway's multipart
+//! parts): it starts when the wait ends or as soon as a later operation on its path is
+//! queued, and a file deleted by then is dropped without a UFS write.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -34,6 +37,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// A queued operation as the scheduler sees it (the full record stays in redb).
 pub(crate) struct Pending {
+    /// The end of an initial wait (a PERSIST with `not_before_ms`): the operation starts
+    /// then, or as soon as a later operation on an overlapping path is queued.
+    not_before: Option<Instant>,
     mount_id: u64,
     paths: Vec<String>,
     kind: String,
@@ -50,6 +56,8 @@ pub(crate) struct Tracker {
     /// Synchronous UFS changes in progress: token → (mount, paths).
     sync_ops: HashMap<u64, (u64, Vec<String>)>,
     next_token: u64,
+    /// Operations were queued since the scheduler last looked (they may end initial waits).
+    queued: bool,
 }
 
 /// Whether two paths under one mount's root ("" is the root) overlap: equal, or one
@@ -153,6 +161,7 @@ impl Master {
         for op in ops {
             t.pending.insert(op.seq, pending_of(&op));
         }
+        t.queued = true;
         drop(t);
         self.inner.persist_wake.notify_one();
     }
@@ -167,6 +176,7 @@ impl Master {
             let op: pb::PersistOp = decode(v.value())?;
             t.pending.insert(k.value(), pending_of(&op));
         }
+        t.queued = true;
         if !t.pending.is_empty() {
             tracing::info!(ops = t.pending.len(), "persist queue resumes");
         }
@@ -190,12 +200,35 @@ impl Master {
         let limit = self.inner.cfg.persist_concurrency.max(1);
         let now = Instant::now();
         let mut t = self.inner.persist.lock();
+        // An initial wait ends early once a later operation touches the same path: the
+        // order must hold, and a file deleted meanwhile is then dropped without a write.
+        // (Later operations are looked for only when new ones were queued, among the next WINDOW.)
+        let queued = std::mem::take(&mut t.queued);
+        let waiting: Vec<u64> = t.pending.iter().filter(|(_, p)| p.not_before.is_some()).map(|(s, _)| *s).collect();
+        for seq in waiting {
+            let p = &t.pending[&seq];
+            let later = queued
+                && t.pending
+                    .range(seq + 1..)
+                    .take(WINDOW)
+                    .any(|(_, q)| q.mount_id == p.mount_id && any_overlap(&q.paths, &p.paths));
+            if later || p.not_before.is_some_and(|at| at <= now) {
+                t.pending.get_mut(&seq).expect("pending").not_before = None;
+            }
+        }
         let mut earlier: Vec<(u64, Vec<String>)> = t.sync_ops.values().cloned().collect();
         let mut start = Vec::new();
-        for (seq, p) in t.pending.iter().take(WINDOW) {
-            if t.running.len() + start.len() >= limit {
+        let mut looked = 0;
+        for (seq, p) in t.pending.iter() {
+            if t.running.len() + start.len() >= limit || looked >= WINDOW {
                 break;
             }
+            if p.not_before.is_some() {
+                // Waiting: not counted against the window, but it holds back its paths.
+                earlier.push((p.mount_id, p.paths.clone()));
+                continue;
+            }
+            looked += 1;
             let blocked = earlier.iter().any(|(m, ps)| *m == p.mount_id && any_overlap(ps, &p.paths));
             let due = t.retry.get(seq).is_none_or(|(at, _)| *at <= now);
             if !blocked && due && !t.running.contains(seq) {
@@ -463,7 +496,15 @@ fn pending_of(op: &pb::PersistOp) -> Pending {
     if op.kind == "RENAME" {
         paths.push(op.dst_ufs_path.clone());
     }
-    Pending { mount_id: op.mount_id, paths, kind: op.kind.clone(), length: op.length, enqueued_ms: op.enqueued_ms }
+    let wait = op.not_before_ms.saturating_sub(now_ms());
+    Pending {
+        not_before: (wait > 0).then(|| Instant::now() + Duration::from_millis(wait as u64)),
+        mount_id: op.mount_id,
+        paths,
+        kind: op.kind.clone(),
+        length: op.length,
+        enqueued_ms: op.enqueued_ms,
+    }
 }
 
 /// One request to a worker's data path, answered by one frame.

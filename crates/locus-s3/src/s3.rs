@@ -521,6 +521,12 @@ impl LocusS3 {
         Ok(format!("/{bucket}/{UPLOADS_DIR}/{upload_id}"))
     }
 
+    /// How the files of a multipart upload (its record and parts) are written: with the
+    /// initial persist wait, so an upload completed or aborted in time never reaches the UFS.
+    fn upload_file_options(&self) -> PutOptions {
+        PutOptions { overwrite: true, persist_wait: Some(self.cfg.part_persist_wait), ..Default::default() }
+    }
+
     async fn read_small(&self, path: &str) -> locus_common::Result<Vec<u8>> {
         let fi = self.client.status(path, true).await?;
         if fi.length > 1 << 20 {
@@ -1041,7 +1047,9 @@ impl S3 for LocusS3 {
         };
         let raw = serde_json::to_vec(&rec).map_err(|e| s3_error!(InternalError, "{e}"))?;
         self.client
-            .put(&format!("{dir}/{UPLOAD_RECORD}"), &mut raw.as_slice(), true)
+            .put_with(&format!("{dir}/{UPLOAD_RECORD}"), &mut raw.as_slice(), &self.upload_file_options(), |_| {
+                Ok(pb::ObjectMeta::default())
+            })
             .await
             .map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
         ok(CreateMultipartUploadOutput {
@@ -1067,8 +1075,9 @@ impl S3 for LocusS3 {
         let expected = Expected::new(i.content_md5.as_deref(), sums, &headers)?;
         let body = i.body.unwrap_or_else(empty_body);
         let part = format!("{dir}/{:05}", i.part_number);
-        let opts = PutOptions { overwrite: true, ..Default::default() };
-        let w = self.checked_put(&part, body, expected, trailers, opts, pb::ObjectMeta::default()).await?;
+        let w = self
+            .checked_put(&part, body, expected, trailers, self.upload_file_options(), pb::ObjectMeta::default())
+            .await?;
         ok(UploadPartOutput {
             e_tag: Some(etag(&w.md5)),
             checksum_crc32: w.sums.checksum_crc32,
@@ -1099,7 +1108,7 @@ impl S3 for LocusS3 {
         }
         let body = self.stream(src, start, len, ReadOptions::default());
         let part = format!("{dir}/{:05}", i.part_number);
-        let opts = PutOptions { overwrite: true, ..Default::default() };
+        let opts = self.upload_file_options();
         let w = self.checked_put(&part, body, Expected::default(), None, opts, pb::ObjectMeta::default()).await?;
         ok(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {

@@ -624,6 +624,58 @@ async fn namespace_changes_behind_a_backlog_reach_the_ufs_in_order_across_a_mast
     c.shutdown().await;
 }
 
+/// An initial persist wait (what the gateway gives multipart parts): the write is
+/// acknowledged at once, the persist waits, a delete in the meantime means the bytes never
+/// reach the UFS, and a later change of the path ends the wait (order holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 2, 64 << 20, false).await;
+    let cl = client(&c, Locality::Remote);
+    let ufs = ufs_dir(&c);
+    let data = random(BLOCK as usize + 17);
+    let opts = PutOptions {
+        overwrite: true,
+        write_type: Some(WriteType::ASYNC_THROUGH),
+        persist_wait: Some(Duration::from_secs(600)),
+        ..Default::default()
+    };
+    cl.mkdir("/up", false).await.unwrap();
+    for name in ["p1", "p2", "keep"] {
+        cl.put_with(&format!("/up/{name}"), &mut data.as_slice(), &opts, |_| Ok(pb::ObjectMeta::default()))
+            .await
+            .unwrap();
+    }
+    // An unrelated file is persisted meanwhile: waiting operations hold back nothing else.
+    cl.put("/other", &mut data.as_slice(), false).await.unwrap();
+    wait_persisted(&cl, "/other").await;
+    for name in ["p1", "p2", "keep"] {
+        let fi = cl.status(&format!("/up/{name}"), false).await.unwrap();
+        assert_eq!(fi.persist_state, "TO_BE_PERSISTED", "{name} waits");
+        assert!(!ufs.join("up").join(name).exists(), "{name} is not in the UFS yet");
+        assert_eq!(read_all(&cl, &format!("/up/{name}")).await, data, "{name} reads from the cache");
+    }
+    assert_eq!(cl.report().await.unwrap().persist_backlog_files, 3);
+    // Deleted while waiting: never written. Renamed: the wait ends, persisted in order.
+    cl.delete("/up/p1", false).await.unwrap();
+    cl.delete("/up/p2", false).await.unwrap();
+    cl.rename("/up/keep", "/up/kept").await.unwrap();
+    wait_persisted(&cl, "/up/kept").await;
+    for _ in 0..200 {
+        if cl.report().await.unwrap().persist_queue_ops == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cl.report().await.unwrap().persist_queue_ops, 0, "the waits ended with the later changes");
+    let mut names: Vec<String> =
+        std::fs::read_dir(ufs.join("up")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, vec!["kept".to_string()]);
+    assert_eq!(std::fs::read(ufs.join("up/kept")).unwrap(), data);
+    c.shutdown().await;
+}
+
 /// Poll `stat` until `f` holds for the file.
 async fn wait_stat(c: &Client, path: &str, what: &str, f: impl Fn(&pb::FileInfo) -> bool) -> pb::FileInfo {
     for _ in 0..300 {
