@@ -55,7 +55,6 @@ LOCUS_MOUNT = "/locuslake"
 ALLUXIO_VERSION = "2.9.6"
 ALLUXIO_MASTER = "alluxio://127.0.0.1:19998"
 ALLUXIO_S3 = "http://127.0.0.1:39999/api/v1/s3"
-SPARK_PATHS = ("direct-s3a", "locus-s3a", "alluxio-s3a", "alluxio-fs", "spark-tmpfs")
 
 
 def log(msg: str):
@@ -279,7 +278,7 @@ class Stage:
             + (["--class-archive-dir", str(a.tools / "cds")] if a.spark_cds else [])
 
     def app(self, path: str, key: str, n: int) -> dict:
-        if path in SPARK_PATHS:
+        if report.PATHS[path][2] == "spark":
             r = subprocess.run(self.spark_cmd(path, key, n), capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemExit(f"{path}: Spark application failed:\n{r.stderr[-4000:]}")
@@ -340,17 +339,12 @@ class Stage:
         application's first access opens the new-app series too (both are a new
         application's first access on emptied caches), and Spark's applications start
         together (spark_batch)."""
-        self.empty_caches(key)
-        system = report.PATHS[path][1]
-        if system not in ("direct", "floor"):
-            self.dirty.add(system)
-        if path in SPARK_PATHS:
+        self.begin_path(path, key)
+        if report.PATHS[path][2] == "spark":
             same, *news = self.spark_batch(path, key, [reps + 1] + [1] * reps)
         else:
             same, news = self.app(path, key, reps + 1), [self.app(path, key, 1) for _ in range(reps)]
-        for o in [same, *news]:
-            if o["lines"] != lines:
-                raise SystemExit(f"{path}: counted {o['lines']} lines, the file has {lines}")
+        check_lines(path, [same, *news], lines)
         runs = [{"path": path, "mode": "same-app", "seconds": same["seconds"], "lines": lines},
                 {"path": path, "mode": "new-app", "seconds": same["seconds"][:1] + [o["seconds"][0] for o in news],
                  "lines": lines, "first_shared": True}]
@@ -359,21 +353,29 @@ class Stage:
             runs[1]["app_startup"] = [same["startup"]] + [o["startup"] for o in news]
         return runs
 
-    def run_path(self, path: str, mode: str, key: str, reps: int, lines: int) -> dict:
+    def begin_path(self, path: str, key: str):
+        """Empty the caches before a path's first access; note which system it fills."""
         self.empty_caches(key)
         system = report.PATHS[path][1]
         if system not in ("direct", "floor"):
             self.dirty.add(system)
+
+    def run_path(self, path: str, mode: str, key: str, reps: int, lines: int) -> dict:
+        self.begin_path(path, key)
         outs = [self.app(path, key, reps + 1)] if mode == "same-app" else [self.app(path, key, 1)
                                                                            for _ in range(reps + 1)]
         secs = [s for o in outs for s in o["seconds"]]
-        for o in outs:
-            if o["lines"] != lines:
-                raise SystemExit(f"{path}: counted {o['lines']} lines, the file has {lines}")
+        check_lines(path, outs, lines)
         r = {"path": path, "mode": mode, "seconds": secs, "lines": lines}
         if "startup" in outs[0]:
             r["app_startup"] = [o["startup"] for o in outs]
         return r
+
+
+def check_lines(path: str, outs: list[dict], lines: int):
+    for o in outs:
+        if o["lines"] != lines:
+            raise SystemExit(f"{path}: counted {o['lines']} lines, the file has {lines}")
 
 
 def machine_facts(profile: str) -> dict:

@@ -56,8 +56,6 @@ pub(crate) struct Tracker {
     /// Synchronous UFS changes in progress: token → (mount, paths).
     sync_ops: HashMap<u64, (u64, Vec<String>)>,
     next_token: u64,
-    /// Operations were queued since the scheduler last looked (they may end initial waits).
-    queued: bool,
 }
 
 /// Whether two paths under one mount's root ("" is the root) overlap: equal, or one
@@ -161,7 +159,6 @@ impl Master {
         for op in ops {
             t.pending.insert(op.seq, pending_of(&op));
         }
-        t.queued = true;
         drop(t);
         self.inner.persist_wake.notify_one();
     }
@@ -176,7 +173,6 @@ impl Master {
             let op: pb::PersistOp = decode(v.value())?;
             t.pending.insert(k.value(), pending_of(&op));
         }
-        t.queued = true;
         if !t.pending.is_empty() {
             tracing::info!(ops = t.pending.len(), "persist queue resumes");
         }
@@ -200,41 +196,40 @@ impl Master {
         let limit = self.inner.cfg.persist_concurrency.max(1);
         let now = Instant::now();
         let mut t = self.inner.persist.lock();
-        // An initial wait ends early once a later operation touches the same path: the
-        // order must hold, and a file deleted meanwhile is then dropped without a write.
-        // (Later operations are looked for only when new ones were queued, among the next WINDOW.)
-        let queued = std::mem::take(&mut t.queued);
-        let waiting: Vec<u64> = t.pending.iter().filter(|(_, p)| p.not_before.is_some()).map(|(s, _)| *s).collect();
-        for seq in waiting {
-            let p = &t.pending[&seq];
-            let later = queued
-                && t.pending
-                    .range(seq + 1..)
-                    .take(WINDOW)
-                    .any(|(_, q)| q.mount_id == p.mount_id && any_overlap(&q.paths, &p.paths));
-            if later || p.not_before.is_some_and(|at| at <= now) {
-                t.pending.get_mut(&seq).expect("pending").not_before = None;
-            }
-        }
-        let mut earlier: Vec<(u64, Vec<String>)> = t.sync_ops.values().cloned().collect();
+        let mut earlier: Vec<(u64, &[String], Option<u64>)> =
+            t.sync_ops.values().map(|(m, ps)| (*m, ps.as_slice(), None)).collect();
         let mut start = Vec::new();
+        let mut ended = Vec::new();
         let mut looked = 0;
         for (seq, p) in t.pending.iter() {
             if t.running.len() + start.len() >= limit || looked >= WINDOW {
                 break;
             }
-            if p.not_before.is_some() {
+            let mut blocked = false;
+            for (m, ps, waiting) in &earlier {
+                if *m == p.mount_id && any_overlap(ps, &p.paths) {
+                    blocked = true;
+                    // A later operation on the path of a waiting persist ends its wait: the
+                    // order must hold, and a file deleted meanwhile is then dropped unwritten.
+                    ended.extend(*waiting);
+                }
+            }
+            if p.not_before.is_some_and(|at| at > now) {
                 // Waiting: not counted against the window, but it holds back its paths.
-                earlier.push((p.mount_id, p.paths.clone()));
+                earlier.push((p.mount_id, &p.paths, Some(*seq)));
                 continue;
             }
             looked += 1;
-            let blocked = earlier.iter().any(|(m, ps)| *m == p.mount_id && any_overlap(ps, &p.paths));
             let due = t.retry.get(seq).is_none_or(|(at, _)| *at <= now);
             if !blocked && due && !t.running.contains(seq) {
                 start.push(*seq);
             }
-            earlier.push((p.mount_id, p.paths.clone()));
+            earlier.push((p.mount_id, &p.paths, None));
+        }
+        for seq in ended {
+            if let Some(p) = t.pending.get_mut(&seq) {
+                p.not_before = None;
+            }
         }
         t.running.extend(start.iter().copied());
         start
