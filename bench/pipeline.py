@@ -6,9 +6,12 @@ Four stages, each reading what the previous one wrote, through an S3 endpoint:
   3. transform    derived columns (Spark, local[2], s3a)
   4. aggregate    group-by totals (Spark)
 run side by side through Locus (the S3 gateway, ASYNC_THROUGH writes, a MinIO mount
-behind it) and directly against the same MinIO, RUNS times each, interleaved. Prints
-per-stage and total medians, the min-max spread and the ratio direct/Locus, and writes
-bench/results/pipeline.md and pipeline.json.
+behind it), directly against the same MinIO, and (unless --no-floor) on a tmpfs directory
+with no storage service at all (PyArrow's local filesystem, Spark file://): the compute
+floor, the time the stages' own CPU work takes on this machine. RUNS times each,
+interleaved. Prints per-stage and total medians, the min-max spread, the ratio
+direct/Locus and the ratio direct/floor (the most any storage layer could gain over direct
+here), and writes bench/results/pipeline.md and pipeline.json.
 
 Driven by bench/pipeline, which starts MinIO and Locus; see there for the flags.
 """
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,8 +37,12 @@ PARTS = 8
 
 
 def s3fs(endpoint: str, key: str, secret: str):
+    """PyArrow's filesystem for a system: S3 at `endpoint`, or the local filesystem when
+    there is no endpoint (the floor: `base` is then a tmpfs directory)."""
     from pyarrow import fs
 
+    if not endpoint:
+        return fs.LocalFileSystem()
     scheme, host = endpoint.split("://", 1)
     return fs.S3FileSystem(access_key=key, secret_key=secret, endpoint_override=host, scheme=scheme,
                            region="us-east-1", allow_bucket_creation=True)
@@ -49,6 +57,8 @@ def generate(f, base: str, size: int):
     rows_per_part = max(1000, size // PARTS // 72)  # ~72 bytes per CSV row
     rng = np.random.default_rng(7)
     cats = np.array([f"cat{i:02d}" for i in range(40)])
+    if f.type_name == "local":  # the floor: S3 has no directories to make
+        f.create_dir(f"{base}/csv", recursive=True)
     for p in range(PARTS):
         with f.open_output_stream(f"{base}/csv/part-{p}.csv") as out:
             w = None
@@ -104,7 +114,7 @@ def run_spark_stages(endpoint, key, secret, base) -> dict:
 
     out = {}
     try:
-        s3a = "s3a://" + base
+        s3a = ("s3a://" if endpoint else "file://") + base
         t = time.monotonic()
         df = spark.read.parquet(f"{s3a}/parquet")
         df = (df.withColumn("amount", F.col("value") * F.col("qty"))
@@ -138,7 +148,7 @@ def wait_persisted(locus_bin: str):
 def one_run(system: dict, base: str, size: int, locus_bin: str = "") -> dict:
     r = run_pyarrow_stages(system["endpoint"], system["key"], system["secret"], base, size)
     # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
-    p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base],
+    p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"] or "", system["key"], system["secret"], base],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"spark stages failed on {system['name']}:\n{p.stderr[-4000:]}")
@@ -173,6 +183,8 @@ def main():
     ap.add_argument("--profile", default="none")
     ap.add_argument("--locus-bin", default="", help="locus binary, to report the persist backlog at the end")
     ap.add_argument("--out", default=str(HERE / "results" / "pipeline.md"))
+    ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run the stages on a tmpfs directory (no storage service): the compute floor")
     a = ap.parse_args()
     systems = [
         {"name": "direct", "endpoint": a.minio_endpoint, "key": "minioadmin", "secret": "minioadmin",
@@ -180,13 +192,19 @@ def main():
         {"name": "locus", "endpoint": a.locus_endpoint, "key": "locusadmin", "secret": "locusadmin",
          "bucket": a.locus_bucket},
     ]
+    floor_dir = Path(f"/dev/shm/locus-pipeline-floor-{os.getpid()}")
+    if a.floor:
+        systems.append({"name": "floor", "endpoint": "", "key": "", "secret": "", "bucket": str(floor_dir)})
     runs = {s["name"]: [] for s in systems}
-    for i in range(a.runs):
-        for s in systems if i % 2 == 0 else reversed(systems):
-            r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin)
-            runs[s["name"]].append(r)
-            print(f"run {i + 1}/{a.runs} {s['name']:>6}: " + ", ".join(f"{k} {r[k]:.1f}s" for k in STAGES + ["total"]),
-                  flush=True)
+    try:
+        for i in range(a.runs):
+            for s in systems if i % 2 == 0 else reversed(systems):
+                r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin)
+                runs[s["name"]].append(r)
+                print(f"run {i + 1}/{a.runs} {s['name']:>6}: "
+                      + ", ".join(f"{k} {r[k]:.1f}s" for k in STAGES + ["total"]), flush=True)
+    finally:
+        shutil.rmtree(floor_dir, ignore_errors=True)
     med = {n: {k: statistics.median(r[k] for r in rs) for k in STAGES + ["total"]} for n, rs in runs.items()}
     spr = {n: {k: spread([r[k] for r in rs]) for k in STAGES + ["total"]} for n, rs in runs.items()}
     lines = [
@@ -195,16 +213,29 @@ def main():
         "",
         f"Machine: {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, "
         f"kernel {platform.release()}. Direct = every stage against MinIO; Locus = every stage through the "
-        "Locus S3 gateway (ASYNC_THROUGH writes) over the same MinIO.",
+        "Locus S3 gateway (ASYNC_THROUGH writes) over the same MinIO"
+        + ("; floor = every stage on a tmpfs directory, no storage service (PyArrow's local filesystem, "
+           "Spark file://)." if "floor" in med else "."),
         "",
-        "| stage | direct median (s) | direct spread | Locus median (s) | Locus spread | direct / Locus |",
-        "|---|---:|---:|---:|---:|---:|",
     ]
+    head = "| stage | direct median (s) | direct spread | Locus median (s) | Locus spread | direct / Locus |"
+    if "floor" in med:
+        head += " floor median (s) | direct / floor |"
+    lines += [head, "|---|" + "---:|" * (head.count("|") - 2)]
     for k in STAGES + ["total"]:
         d, l = med["direct"][k], med["locus"][k]
-        lines.append(f"| {k} | {d:.1f} | {spr['direct'][k]:.1f} | {l:.1f} | {spr['locus'][k]:.1f} | **{d / l:.2f}×** |")
+        row = f"| {k} | {d:.1f} | {spr['direct'][k]:.1f} | {l:.1f} | {spr['locus'][k]:.1f} | **{d / l:.2f}×** |"
+        if "floor" in med:
+            row += f" {med['floor'][k]:.1f} | {d / med['floor'][k]:.2f}× |"
+        lines.append(row)
     tl = med["locus"]["total"]
     lines += ["", f"Locus total spread: {spr['locus']['total']:.1f} s ({100 * spr['locus']['total'] / tl:.1f}% of its median)."]
+    if "floor" in med:
+        lines += ["", f"Goal: direct / Locus >= 5x under `lan`, with a spread of at most 5%. Measured: "
+                  f"{med['direct']['total'] / tl:.2f}x, spread {100 * spr['locus']['total'] / tl:.1f}%. With no storage "
+                  f"service at all the pipeline takes {med['floor']['total']:.1f} s here, so no storage layer can make it "
+                  f"more than {med['direct']['total'] / med['floor']['total']:.2f}x faster than direct on this machine: "
+                  "the stages' own CPU work bounds it."]
     drains = [r.get("persist_drain_after", 0) for r in runs["locus"]]
     lines += ["", "After each Locus run, the persist backlog drained in " + ", ".join(f"{d:.1f}" for d in drains)
               + " s more (not counted above; each run starts with an empty backlog)."]

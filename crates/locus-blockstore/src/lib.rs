@@ -1,7 +1,7 @@
 //! The worker's local block store: tiers (MEM on a tmpfs directory, then SSD and HDD
 //! directories), one file per block, quotas, LRU eviction between a high and a low
 //! watermark with demotion to the next lower tier, pinning, and leases that keep a block
-//! in place while a reader (short-circuit mmap or the data path) uses it.
+//! in place while a reader (a short-circuit reader or the data path) uses it.
 //!
 //! Blocks on every tier are found again when the store reopens, so a restarted worker
 //! reports them to the master without re-reading the UFS.
