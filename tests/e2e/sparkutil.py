@@ -49,18 +49,23 @@ def find_jars(tools_dir) -> str | None:
     return ",".join(str(p) for p in paths)
 
 
+def class_archive_path(archive_dir, jars: str) -> Path:
+    """The class-data archive of the driver JVM for this JDK and class path (`jars`)."""
+    import hashlib
+    import shutil
+
+    java = os.environ.get("JAVA_HOME") or os.path.realpath(shutil.which("java") or "java")
+    key = hashlib.sha256(f"{java}\n{jars}".encode()).hexdigest()[:16]
+    return Path(archive_dir).expanduser().absolute() / f"spark-{key}.jsa"
+
+
 def class_archive_options(archive_dir, jars: str) -> str:
     """JVM options for a dynamic class-data-sharing archive (JDK 13+) kept in archive_dir,
     one per class path: the first JVM with this class path writes it when it exits, later
     ones map it instead of loading and verifying thousands of Spark, Hadoop and AWS SDK
     classes again (faster start-up and first query). The JVM ignores an archive that does
     not match (another JDK, changed jars) and runs as usual."""
-    import hashlib
-    import shutil
-
-    java = os.environ.get("JAVA_HOME") or os.path.realpath(shutil.which("java") or "java")
-    key = hashlib.sha256(f"{java}\n{jars}".encode()).hexdigest()[:16]
-    path = Path(archive_dir).expanduser().absolute() / f"spark-{key}.jsa"
+    path = class_archive_path(archive_dir, jars)
     if path.is_file() and path.stat().st_size > 0:
         return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
     path.parent.mkdir(parents=True, exist_ok=True)
