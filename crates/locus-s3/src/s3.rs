@@ -279,10 +279,10 @@ impl Expected {
 }
 
 /// The request body as an `AsyncRead` source that hashes what passes and stops at the
-/// size limit.
+/// size limit. `md5` is `None` when nothing needs the body's MD5.
 struct Digesting {
     body: StreamingBlob,
-    md5: Md5,
+    md5: Option<Md5>,
     sums: s3s::checksum::ChecksumHasher,
     len: u64,
     limit: u64,
@@ -299,7 +299,9 @@ impl Stream for Digesting {
                     *self.verdict.lock() = Some(s3_error!(EntityTooLarge));
                     return Poll::Ready(Some(Err(io::Error::other("entity too large"))));
                 }
-                self.md5.update(&b);
+                if let Some(m) = &mut self.md5 {
+                    m.update(&b);
+                }
                 self.sums.update(&b);
                 Poll::Ready(Some(Ok(b)))
             }
@@ -328,7 +330,9 @@ struct Written {
 impl LocusS3 {
     /// Stream `body` into `path`, checking its size, Content-MD5 and `x-amz-checksum-*`
     /// (header or trailer) before the write commits. `meta` gets the MD5 as its ETag
-    /// unless it carries one.
+    /// unless it carries one; the MD5 is computed only when the ETag or a Content-MD5
+    /// check needs it (a completed multipart upload's ETag comes from its parts', so its
+    /// copy into the object skips a pass over every byte).
     #[allow(clippy::too_many_arguments)]
     async fn checked_put(
         &self,
@@ -342,7 +346,7 @@ impl LocusS3 {
         let verdict = Arc::new(Mutex::new(None));
         let src = Digesting {
             body,
-            md5: Md5::new(),
+            md5: (meta.etag.is_empty() || expected.md5.is_some()).then(Md5::new),
             sums: expected.hasher(),
             len: 0,
             limit: self.cfg.max_object_size.as_u64(),
@@ -354,13 +358,13 @@ impl LocusS3 {
         let v2 = verdict.clone();
         let seal = move |r: &mut tokio_util::io::StreamReader<Digesting, Bytes>| {
             let d = r.get_mut();
-            let md5 = std::mem::take(&mut d.md5).finalize();
+            let md5 = d.md5.take().map(|m| m.finalize());
             let sums = std::mem::take(&mut d.sums).finalize();
             let fail = |e: S3Error| {
                 *v2.lock() = Some(e);
                 Err(Error::invalid("checksum mismatch"))
             };
-            if expected.md5.as_deref().is_some_and(|m| m != md5.as_slice()) {
+            if expected.md5.as_deref().is_some_and(|m| Some(m) != md5.as_deref()) {
                 return fail(s3_error!(BadDigest, "the Content-MD5 you specified did not match what we received"));
             }
             let mut want = expected.sums.clone();
@@ -392,8 +396,8 @@ impl LocusS3 {
                     }
                 }
             }
-            let md5 = hex(&md5);
             let mut meta = meta;
+            let md5 = md5.map(|m| hex(&m)).unwrap_or_else(|| meta.etag.clone());
             if meta.etag.is_empty() {
                 meta.etag = md5.clone();
             }
