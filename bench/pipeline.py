@@ -231,7 +231,7 @@ def main():
     tl = med["locus"]["total"]
     lines += ["", f"Locus total spread: {spr['locus']['total']:.1f} s ({100 * spr['locus']['total'] / tl:.1f}% of its median)."]
     if "floor" in med:
-        lines += ["", f"Goal: direct / Locus >= 5x under `lan`, with a spread of at most 5%. Measured: "
+        lines += ["", f"Goal (under `lan`; this run: `{a.profile}`): direct / Locus >= 5x, with a spread of at most 5%. Measured: "
                   f"{med['direct']['total'] / tl:.2f}x, spread {100 * spr['locus']['total'] / tl:.1f}%. With no storage "
                   f"service at all the pipeline takes {med['floor']['total']:.1f} s here, so no storage layer can make it "
                   f"more than {med['direct']['total'] / med['floor']['total']:.2f}x faster than direct on this machine: "

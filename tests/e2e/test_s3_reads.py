@@ -121,7 +121,7 @@ def test_bytes_read_by_source(cluster, s3, bucket, minio):
     assert d["ufs"] == len(a) and d["remote_worker"] == 0, d
     assert d["short_circuit"] + d["local_worker"] == len(a), d
 
-    # Second read: short-circuit (mmap), no UFS bytes.
+    # Second read: short-circuit (the block file, read under a lease), no UFS bytes.
     b1 = base()
     hits0 = c.report()["cache"]["hits"]
     assert c.cat("/data/a.bin") == a

@@ -307,7 +307,7 @@ pub enum Locality {
 pub struct ClientConfig {
     /// Read type of reads that do not set one. Default `CACHE`.
     pub read_type: ReadType,
-    /// Read blocks of co-located workers by memory-mapping their files. Default `true`.
+    /// Read blocks of co-located workers straight from their block files (under a lease). Default `true`.
     pub short_circuit: bool,
     /// Which workers count as local. Default `auto`.
     pub locality: Locality,

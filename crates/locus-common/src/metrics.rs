@@ -11,7 +11,7 @@ pub const EVICTIONS: &str = "locus_evictions_total";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReadSource {
-    /// The client memory-mapped a block file of a worker on its host.
+    /// The client read a block file of a worker on its host (short-circuit, under a lease).
     ShortCircuit,
     /// A worker on the client's host served the bytes over the data path.
     LocalWorker,

@@ -64,7 +64,7 @@ pub struct ReadBench {
 }
 
 /// An output that copies every byte into a buffer, as a reader's `read()` would: a sink
-/// that dropped bytes unseen would let mmap reads skip touching memory. The buffer is
+/// that dropped bytes unseen could skip touching memory. The buffer is
 /// 128 KiB, the size `cat` reads with, so every path feeds the same consumer.
 struct CopySink {
     buf: Vec<u8>,
