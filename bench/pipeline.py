@@ -148,7 +148,7 @@ def wait_persisted(locus_bin: str):
 def one_run(system: dict, base: str, size: int, locus_bin: str = "") -> dict:
     r = run_pyarrow_stages(system["endpoint"], system["key"], system["secret"], base, size)
     # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
-    p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"] or "", system["key"], system["secret"], base],
+    p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"spark stages failed on {system['name']}:\n{p.stderr[-4000:]}")

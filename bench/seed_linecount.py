@@ -64,11 +64,16 @@ def log(msg: str):
 # --------------------------------------------------------------------------- clients
 
 
+def driver_jars(extra_jar: str) -> str:
+    """The Spark driver's class path: the s3a jars, plus a path's extra jar if it has one."""
+    return os.environ["SPARK_S3A_JARS"] + ("," + extra_jar if extra_jar else "")
+
+
 def spark_client(a):
     """One Spark application: N line counts of URL, each timed."""
     from sparkutil import spark_session
 
-    jars = os.environ["SPARK_S3A_JARS"] + ("," + a.extra_jar if a.extra_jar else "")
+    jars = driver_jars(a.extra_jar)
     extra = {"spark.driver.memory": "2g", "spark.hadoop.fs.s3a.input.stream.type": a.s3a_stream}
     if a.extra_jar:
         extra["spark.hadoop.fs.alluxio.impl"] = "alluxio.hadoop.FileSystem"
@@ -260,8 +265,8 @@ class Stage:
         self.dirty.clear()
 
     # -- one application
-    def spark_cmd(self, path: str, key: str, n: int) -> list[str]:
-        a = self.a
+    def spark_target(self, path: str, key: str) -> tuple[str, str, str, str, str]:
+        """A Spark path's s3a endpoint, key, secret, the URL it counts and its extra jar."""
         if path == "direct-s3a":
             ep, k, s, url, jar = self.endpoint, "minioadmin", "minioadmin", f"s3a://{BUCKET}/{key}", ""
         elif path == "locus-s3a":
@@ -273,6 +278,13 @@ class Stage:
         else:  # alluxio-fs: Alluxio's Hadoop client; s3a is unused
             ep, k, s = self.endpoint, "minioadmin", "minioadmin"
             url, jar = f"{ALLUXIO_MASTER}/{key}", self.alluxio_client_jar
+        return ep, k, s, url, jar
+
+    def spark_cmd(self, path: str, key: str, n: int, jar: str | None = None) -> list[str]:
+        """One Spark application counting `path`'s URL n times; `jar` replaces its extra jar."""
+        a = self.a
+        ep, k, s, url, own_jar = self.spark_target(path, key)
+        jar = own_jar if jar is None else jar
         return [sys.executable, __file__, "spark", "--endpoint", ep, "--key", k, "--secret", s, "--url", url,
                 "--n", str(n), "--s3a-stream", a.s3a_stream] + (["--extra-jar", jar] if jar else []) \
             + (["--class-archive-dir", str(a.tools / "cds")] if a.spark_cds else [])
@@ -282,21 +294,14 @@ class Stage:
         untimed application each, counting the file straight from MinIO (no cache is
         touched), so that no timed application dumps one at its exit and all of them start
         from it. Only the first run on a machine has any to write."""
-        from sparkutil import class_archive_path
+        from sparkutil import class_archive
 
-        extras = set()
-        for p in paths:
-            if report.PATHS[p][2] == "spark":
-                cmd = self.spark_cmd(p, key, 1)
-                extras.add(cmd[cmd.index("--extra-jar") + 1] if "--extra-jar" in cmd else "")
-        for extra in sorted(extras):
-            jars = os.environ["SPARK_S3A_JARS"] + ("," + extra if extra else "")
-            archive = class_archive_path(self.a.tools / "cds", jars)
-            if archive.is_file() and archive.stat().st_size > 0:
+        for jar in sorted({self.spark_target(p, key)[4] for p in paths if report.PATHS[p][2] == "spark"}):
+            archive, ready = class_archive(self.a.tools / "cds", driver_jars(jar))
+            if ready:
                 continue
             t = time.monotonic()
-            cmd = self.spark_cmd("direct-s3a", key, 1) + (["--extra-jar", extra] if extra else [])
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            r = subprocess.run(self.spark_cmd("direct-s3a", key, 1, jar=jar), capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemExit(f"class-data archive warm-up failed:\n{r.stderr[-4000:]}")
             log(f"  class-data archive {archive.name} written in {time.monotonic() - t:.1f} s (untimed warm-up)")

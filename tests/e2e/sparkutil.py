@@ -49,14 +49,16 @@ def find_jars(tools_dir) -> str | None:
     return ",".join(str(p) for p in paths)
 
 
-def class_archive_path(archive_dir, jars: str) -> Path:
-    """The class-data archive of the driver JVM for this JDK and class path (`jars`)."""
+def class_archive(archive_dir, jars: str) -> tuple[Path, bool]:
+    """The class-data archive of the driver JVM for this JDK and class path (`jars`), and
+    whether it has been written."""
     import hashlib
     import shutil
 
     java = os.environ.get("JAVA_HOME") or os.path.realpath(shutil.which("java") or "java")
     key = hashlib.sha256(f"{java}\n{jars}".encode()).hexdigest()[:16]
-    return Path(archive_dir).expanduser().absolute() / f"spark-{key}.jsa"
+    path = Path(archive_dir).expanduser().absolute() / f"spark-{key}.jsa"
+    return path, path.is_file() and path.stat().st_size > 0
 
 
 def class_archive_options(archive_dir, jars: str) -> str:
@@ -65,8 +67,8 @@ def class_archive_options(archive_dir, jars: str) -> str:
     ones map it instead of loading and verifying thousands of Spark, Hadoop and AWS SDK
     classes again (faster start-up and first query). The JVM ignores an archive that does
     not match (another JDK, changed jars) and runs as usual."""
-    path = class_archive_path(archive_dir, jars)
-    if path.is_file() and path.stat().st_size > 0:
+    path, ready = class_archive(archive_dir, jars)
+    if ready:
         return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"-XX:ArchiveClassesAtExit={path} -Xlog:cds=off -Xlog:cds+dynamic=off"
