@@ -185,6 +185,9 @@ def main():
     ap.add_argument("--out", default=str(HERE / "results" / "pipeline.md"))
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the stages on a tmpfs directory (no storage service): the compute floor")
+    ap.add_argument("--systems", default="direct,locus,floor",
+                    help="comma-separated subset of direct, locus, floor to run (direct and locus are needed "
+                         "for the ratio table)")
     a = ap.parse_args()
     systems = [
         {"name": "direct", "endpoint": a.minio_endpoint, "key": "minioadmin", "secret": "minioadmin",
@@ -195,6 +198,8 @@ def main():
     floor_dir = Path(f"/dev/shm/locus-pipeline-floor-{os.getpid()}")
     if a.floor:
         systems.append({"name": "floor", "endpoint": "", "key": "", "secret": "", "bucket": str(floor_dir)})
+    keep = set(a.systems.split(","))
+    systems = [s for s in systems if s["name"] in keep]
     runs = {s["name"]: [] for s in systems}
     try:
         for i in range(a.runs):
@@ -207,6 +212,9 @@ def main():
         shutil.rmtree(floor_dir, ignore_errors=True)
     med = {n: {k: statistics.median(r[k] for r in rs) for k in STAGES + ["total"]} for n, rs in runs.items()}
     spr = {n: {k: spread([r[k] for r in rs]) for k in STAGES + ["total"]} for n, rs in runs.items()}
+    if not {"direct", "locus"} <= set(med):
+        print(json.dumps({"median": med, "spread": spr}, indent=1))
+        return
     lines = [
         f"### Pipeline benchmark: {a.size / (1 << 30):.2f} GiB of CSV, 4 stages, {a.runs} runs each, "
         f"network profile `{a.profile}`",

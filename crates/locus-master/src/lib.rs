@@ -81,6 +81,11 @@ struct Metrics {
     hit_ratio: Gauge,
     files_loaded: IntCounter,
     corrupt_blocks: IntCounter,
+    /// Persist-queue operations carried out, by kind and result (`done`, or `skipped`: a
+    /// persist whose file was deleted or overwritten before its turn, no UFS write).
+    persist_ops: IntCounterVec,
+    /// Bytes the persist queue wrote to UFSes.
+    persisted_bytes: IntCounter,
 }
 
 impl Metrics {
@@ -113,6 +118,15 @@ impl Metrics {
         )
         .unwrap();
         registry.register(Box::new(corrupt_blocks.clone())).unwrap();
+        let persist_ops = IntCounterVec::new(
+            Opts::new("locus_persist_ops_total", "Persist-queue operations carried out, by kind and result"),
+            &["kind", "result"],
+        )
+        .unwrap();
+        let persisted_bytes =
+            IntCounter::new("locus_persisted_bytes_total", "Bytes written to UFSes by the persist queue").unwrap();
+        registry.register(Box::new(persist_ops.clone())).unwrap();
+        registry.register(Box::new(persisted_bytes.clone())).unwrap();
         Metrics {
             registry,
             bytes_read,
@@ -124,6 +138,8 @@ impl Metrics {
             hit_ratio,
             files_loaded,
             corrupt_blocks,
+            persist_ops,
+            persisted_bytes,
         }
     }
 }

@@ -276,9 +276,19 @@ impl Master {
             return w.commit().map_err(db_err);
         };
         locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
+        let count = |result: &str| self.inner.metrics.persist_ops.with_label_values(&[&op.kind, result]).inc();
         match op.kind.as_str() {
-            "PERSIST" => return self.persist_file(&op, &m).await,
-            "META" => return self.rewrite_meta(&op, &m).await,
+            "PERSIST" => {
+                let written = self.persist_file(&op, &m).await?;
+                count(if written.is_some() { "done" } else { "skipped" });
+                self.inner.metrics.persisted_bytes.inc_by(written.unwrap_or(0));
+                return Ok(());
+            }
+            "META" => {
+                self.rewrite_meta(&op, &m).await?;
+                count("done");
+                return Ok(());
+            }
             "MKDIR" => m.ufs.create_dir(&op.ufs_path).await?,
             "DELETE" => m.ufs.delete(&op.ufs_path, op.is_dir).await?,
             "RENAME" => match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
@@ -288,6 +298,7 @@ impl Master {
             },
             k => tracing::warn!(kind = k, "unknown queued operation; dropping it"),
         }
+        count("done");
         let w = self.inner.store.write()?;
         self.remove_op(&w, seq)?;
         if op.kind == "MKDIR" {
@@ -303,7 +314,8 @@ impl Master {
 
     /// Write a file's cached blocks to the UFS through a worker holding them, then mark
     /// it persisted, unpin it and release the copies beyond its minimum replication.
-    async fn persist_file(&self, op: &pb::PersistOp, m: &MountEntry) -> Result<()> {
+    /// Returns the bytes written, or `None` when the file was deleted or overwritten first.
+    async fn persist_file(&self, op: &pb::PersistOp, m: &MountEntry) -> Result<Option<u64>> {
         let rec = {
             let r = self.inner.store.read()?;
             get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
@@ -312,7 +324,7 @@ impl Master {
             // Overwritten or deleted since: a later queue entry covers what is there now.
             let w = self.inner.store.write()?;
             self.remove_op(&w, op.seq)?;
-            return w.commit().map_err(db_err);
+            return w.commit().map_err(db_err).map(|()| None);
         };
         let meta = rec.meta.clone().unwrap_or_default();
         let user_metadata = locus_proto::ufs_user_metadata(&meta);
@@ -398,7 +410,7 @@ impl Master {
         self.track(ops);
         self.queue_removals(dropped);
         tracing::debug!(path = %op.path, bytes = st.length, "persisted");
-        Ok(())
+        Ok(Some(st.length))
     }
 
     /// Store a persisted file's new metadata (tags, after PutObjectTagging) with its UFS

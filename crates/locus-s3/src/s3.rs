@@ -60,6 +60,11 @@ fn etag(s: &str) -> ETag {
     ETag::Strong(s.to_string())
 }
 
+/// Whether an ETag is a plain MD5 (32 hex digits), not a multipart ETag (`md5-N`).
+fn is_md5(etag: &str) -> bool {
+    etag.len() == 32 && etag.bytes().all(|c| c.is_ascii_hexdigit())
+}
+
 /// The S3 ETag of a file: the MD5 recorded when it was written through Locus, else the
 /// UFS's ETag (S3), else an MD5 of its fingerprint (size and mtime), which changes
 /// whenever the file does.
@@ -956,7 +961,10 @@ impl S3 for LocusS3 {
             write_type: wt,
             ..Default::default()
         };
-        let meta = pb::ObjectMeta { content_type, etag: String::new(), user, tags };
+        // Same bytes, same MD5: a source whose ETag is the MD5 Locus recorded when it was
+        // written (not a multipart ETag) gives it to the copy, which then skips an MD5 pass.
+        let src_md5 = if is_md5(&old.etag) { old.etag.clone() } else { String::new() };
+        let meta = pb::ObjectMeta { content_type, etag: src_md5, user, tags };
         let w = self.checked_put(&path, body, Expected::default(), None, opts, meta).await?;
         ok(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
@@ -1321,6 +1329,14 @@ mod tests {
         fi.meta = Some(pb::ObjectMeta { etag: "f00-2".into(), ..Default::default() });
         assert_eq!(etag_of(&fi), "f00-2", "the recorded MD5 first");
         assert_eq!(etag_of(&pb::FileInfo { is_dir: true, ..Default::default() }), EMPTY_MD5);
+    }
+
+    #[test]
+    fn md5_etags_are_told_from_multipart_ones() {
+        assert!(is_md5(EMPTY_MD5));
+        assert!(!is_md5("d41d8cd98f00b204e9800998ecf8427e-2"));
+        assert!(!is_md5(""));
+        assert!(!is_md5("z41d8cd98f00b204e9800998ecf8427e"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `locus bench read`: read throughput of one large file, every path side by side in
 //! one run: direct UFS (MinIO through OpenDAL), Locus first read (cold cache), Locus
 //! second read short-circuit, Locus second read forced remote, `cat` of a tmpfs copy,
-//! and one loopback TCP stream (`iperf3 -P 1`). Prints medians and ratios.
+//! and one loopback TCP stream carrying the same bytes (`iperf3 -P 1 -n SIZE`), every path
+//! once per run, interleaved. Prints medians and ratios.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -128,29 +129,31 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
     (r, t.elapsed().as_secs_f64())
 }
 
-/// One loopback TCP stream with iperf3 (Debian's package), in bits per second; with
-/// `file`, the sender reads its data from that file (`-F`) instead of one cached buffer.
-fn iperf3_single_stream(file: Option<&std::path::Path>) -> Result<f64> {
+/// Seconds for one loopback TCP stream (`iperf3 -P 1`, Debian's package) to carry `bytes`
+/// (`-n`, the file's size, so it compares with a read of the file); with `file`, the
+/// sender reads its data from that file (`-F`) instead of one cached buffer.
+fn iperf3_single_stream(file: Option<&std::path::Path>, bytes: u64) -> Result<f64> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
     let mut server = Command::new("iperf3")
         .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port])
         .stdout(std::process::Stdio::null())
         .spawn()
         .map_err(|e| Error::io("run iperf3 (apt-get install -y iperf3)", e))?;
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(300));
     let mut cmd = Command::new("iperf3");
-    cmd.args(["-c", "127.0.0.1", "-p", &port, "-P", "1", "-J"]);
-    match file {
-        Some(f) => cmd.arg("-F").arg(f),
-        None => cmd.args(["-t", "5"]),
-    };
+    cmd.args(["-c", "127.0.0.1", "-p", &port, "-P", "1", "-J", "-n", &bytes.to_string()]);
+    if let Some(f) = file {
+        cmd.arg("-F").arg(f);
+    }
     let out = cmd.output().map_err(|e| Error::io("run iperf3", e))?;
     let _ = server.wait();
     let j: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| Error::internal(format!("iperf3 output: {e}")))?;
-    j["end"]["sum_received"]["bits_per_second"]
+    let bps = j["end"]["sum_received"]["bits_per_second"]
         .as_f64()
-        .ok_or_else(|| Error::internal(format!("iperf3 gave no result: {}", String::from_utf8_lossy(&out.stdout))))
+        .filter(|b| *b > 0.0)
+        .ok_or_else(|| Error::internal(format!("iperf3 gave no result: {}", String::from_utf8_lossy(&out.stdout))))?;
+    Ok(bytes as f64 * 8.0 / bps)
 }
 
 async fn drain(ufs: &Ufs, key: &str, size: u64) -> Result<u64> {
@@ -247,6 +250,9 @@ impl ReadBench {
         let mut short = Vec::new();
         let mut remote_t = Vec::new();
         let mut cat = Vec::new();
+        // iperf3 runs in the same loop, with the file's size, so the network yardstick is a
+        // median of as many samples taken under the same noise as the reads it judges.
+        let (mut iperf, mut iperf_file) = (Some(Vec::new()), Some(Vec::new()));
         // Interleave the paths run by run, so background noise hits all of them alike.
         for run in 0..self.runs {
             eprintln!("run {}/{}", run + 1, self.runs);
@@ -267,10 +273,19 @@ impl ReadBench {
             });
             st.map_err(|e| Error::io("cat", e))?;
             cat.push(secs);
+            for (samples, file) in [(&mut iperf, None), (&mut iperf_file, Some(tmpfs_copy))] {
+                if let Some(v) = samples {
+                    match iperf3_single_stream(file, size) {
+                        Ok(secs) => v.push(secs),
+                        Err(e) => {
+                            eprintln!("iperf3 left out: {e}");
+                            *samples = None;
+                        }
+                    }
+                }
+            }
         }
-        let iperf = iperf3_single_stream(None).ok();
-        let iperf_file = iperf3_single_stream(Some(tmpfs_copy)).ok();
-        let rows = vec![
+        let mut rows = vec![
             row("direct UFS read (MinIO via OpenDAL)", size, direct),
             row("Locus first read (cold)", size, first),
             row("Locus second read, short-circuit", size, short),
@@ -281,15 +296,15 @@ impl ReadBench {
         ratios.insert("short_circuit / tmpfs cat (goal >= 0.80)".into(), rows[2].median_mib_s / rows[4].median_mib_s);
         ratios.insert("first read time / direct time (goal <= 1.05)".into(), rows[1].median_s / rows[0].median_s);
         ratios.insert("second read speed-up over direct".into(), rows[0].median_s / rows[2].median_s);
-        if let Some(bps) = iperf {
-            let mib_s = bps / 8.0 / (1 << 20) as f64;
-            ratios.insert("iperf3 -P 1 loopback MiB/s".into(), mib_s);
-            ratios.insert("forced remote / iperf3 (goal >= 0.80)".into(), rows[3].median_mib_s / mib_s);
+        if let Some(v) = iperf {
+            rows.push(row("iperf3 -P 1 loopback, same bytes", size, v));
+            let r = rows.last().unwrap().median_mib_s;
+            ratios.insert("forced remote / iperf3 (goal >= 0.80)".into(), rows[3].median_mib_s / r);
         }
-        if let Some(bps) = iperf_file {
-            let mib_s = bps / 8.0 / (1 << 20) as f64;
-            ratios.insert("iperf3 -P 1 -F <tmpfs copy> loopback MiB/s".into(), mib_s);
-            ratios.insert("forced remote / iperf3 -F (file-sourced stream)".into(), rows[3].median_mib_s / mib_s);
+        if let Some(v) = iperf_file {
+            rows.push(row("iperf3 -P 1 -F <tmpfs copy> loopback (file-sourced stream)", size, v));
+            let r = rows.last().unwrap().median_mib_s;
+            ratios.insert("forced remote / iperf3 -F (file-sourced stream)".into(), rows[3].median_mib_s / r);
         }
         Ok((rows, ratios))
     }

@@ -673,6 +673,11 @@ async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change()
     names.sort();
     assert_eq!(names, vec!["kept".to_string()]);
     assert_eq!(std::fs::read(ufs.join("up/kept")).unwrap(), data);
+    // The metrics tell the skipped persists from the written ones, and count the bytes.
+    let m = locus_master::render_metrics(c.master());
+    assert!(m.contains("locus_persist_ops_total{kind=\"PERSIST\",result=\"skipped\"} 2"), "{m}");
+    assert!(m.contains("locus_persist_ops_total{kind=\"PERSIST\",result=\"done\"} 2"), "{m}");
+    assert!(m.contains(&format!("locus_persisted_bytes_total {}", 2 * data.len())), "{m}");
     c.shutdown().await;
 }
 
