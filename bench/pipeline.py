@@ -145,7 +145,27 @@ def wait_persisted(locus_bin: str):
         time.sleep(0.5)
 
 
-def one_run(system: dict, base: str, size: int, locus_bin: str = "") -> dict:
+def persist_counters(metrics_url: str) -> dict:
+    """Locus's persist counters from its Prometheus text: bytes written to the UFS, and
+    persists done and skipped (the file was gone by its turn)."""
+    import urllib.request
+
+    out = {"persisted_bytes": 0, "persists_done": 0, "persists_skipped": 0}
+    if not metrics_url:
+        return out
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith("locus_persisted_bytes_total "):
+            out["persisted_bytes"] = int(float(line.split()[-1]))
+        elif line.startswith('locus_persist_ops_total{kind="PERSIST",result="done"}'):
+            out["persists_done"] = int(float(line.split()[-1]))
+        elif line.startswith('locus_persist_ops_total{kind="PERSIST",result="skipped"}'):
+            out["persists_skipped"] = int(float(line.split()[-1]))
+    return out
+
+
+def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "") -> dict:
+    before = persist_counters(metrics_url) if system["name"] == "locus" else {}
     r = run_pyarrow_stages(system["endpoint"], system["key"], system["secret"], base, size)
     # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
     p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base],
@@ -160,6 +180,8 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "") -> dict:
         t = time.monotonic()
         wait_persisted(locus_bin)
         r["persist_drain_after"] = time.monotonic() - t
+        after = persist_counters(metrics_url)
+        r.update({k: after[k] - before[k] for k in after})
     s3fs(system["endpoint"], system["key"], system["secret"]).delete_dir(base)
     return r
 
@@ -182,6 +204,7 @@ def main():
     ap.add_argument("--minio-bucket", required=True)
     ap.add_argument("--profile", default="none")
     ap.add_argument("--locus-bin", default="", help="locus binary, to report the persist backlog at the end")
+    ap.add_argument("--locus-metrics", default="", help="Locus's /metrics URL, to count the bytes persisted per run")
     ap.add_argument("--out", default=str(HERE / "results" / "pipeline.md"))
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the stages on a tmpfs directory (no storage service): the compute floor")
@@ -204,7 +227,7 @@ def main():
     try:
         for i in range(a.runs):
             for s in systems if i % 2 == 0 else reversed(systems):
-                r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin)
+                r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin, a.locus_metrics)
                 runs[s["name"]].append(r)
                 print(f"run {i + 1}/{a.runs} {s['name']:>6}: "
                       + ", ".join(f"{k} {r[k]:.1f}s" for k in STAGES + ["total"]), flush=True)
@@ -247,6 +270,12 @@ def main():
     drains = [r.get("persist_drain_after", 0) for r in runs["locus"]]
     lines += ["", "After each Locus run, the persist backlog drained in " + ", ".join(f"{d:.1f}" for d in drains)
               + " s more (not counted above; each run starts with an empty backlog)."]
+    if a.locus_metrics:
+        lr = runs["locus"]
+        lines += ["", "Bytes Locus persisted to MinIO per run: "
+                  + ", ".join(f"{r['persisted_bytes'] / (1 << 30):.2f} GiB" for r in lr)
+                  + f" (files persisted: {', '.join(str(r['persists_done']) for r in lr)}; persists skipped because "
+                  f"the file was deleted or replaced first: {', '.join(str(r['persists_skipped']) for r in lr)})."]
     if a.locus_bin:
         rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
                                         check=True).stdout)

@@ -41,6 +41,36 @@ def md5(b: bytes) -> str:
     return hashlib.md5(b).hexdigest()
 
 
+def test_committer_staging_never_reaches_the_ufs(gateway):
+    """What Hadoop's file output committer does through S3: task output is written under
+    `_temporary/`, then renamed (copy and delete) to the task's and then the job's
+    directory. Staged objects wait (gateway.staged_persist_wait) before their persist, the
+    delete ends the wait with nothing to write, so only the committed object reaches
+    MinIO; a staged object left behind waits, cached and readable. First in the module, so
+    no other test's persist is under way while the persisted bytes are counted."""
+    s3, bucket = gateway.s3, "lake"
+    data = os.urandom(3 * MiB + 5)
+    before = _persisted_bytes(gateway)
+    attempt = "job/_temporary/0/_temporary/attempt_1_m_000000_0/part-00000.parquet"
+    task = "job/_temporary/0/task_1_m_000000/part-00000.parquet"
+    s3.put_object(Bucket=bucket, Key=attempt, Body=data)
+    s3.copy_object(Bucket=bucket, Key=task, CopySource={"Bucket": bucket, "Key": attempt})
+    s3.delete_object(Bucket=bucket, Key=attempt)
+    s3.copy_object(Bucket=bucket, Key="job/part-00000.parquet", CopySource={"Bucket": bucket, "Key": task})
+    s3.delete_object(Bucket=bucket, Key=task)
+    s3.put_object(Bucket=bucket, Key="job/_temporary/0/left-behind", Body=b"stays")
+    s3.put_object(Bucket=bucket, Key="job/_SUCCESS", Body=b"")
+    wait_until(lambda: _in_minio(gateway, "job/_SUCCESS") and _in_minio(gateway, "job/part-00000.parquet"),
+               timeout=30, what="the committed objects in MinIO")
+    got = gateway.minio.get_object(Bucket=gateway.minio_bucket, Key="job/part-00000.parquet")["Body"].read()
+    assert got == data
+    assert _minio_files(gateway, "job/_temporary") == [], "staged output never reaches the UFS"
+    # ... not even for a while: the committed object is all the persist queue wrote
+    assert _persisted_bytes(gateway) - before == len(data)
+    assert s3.get_object(Bucket=bucket, Key="job/_temporary/0/left-behind")["Body"].read() == b"stays"
+    s3.delete_object(Bucket=bucket, Key="job/_temporary/0/left-behind")
+
+
 def test_buckets(gateway):
     s3 = gateway.s3
     names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
@@ -215,6 +245,14 @@ def test_multipart(gateway, bucket):
     if bucket == "lake":
         wait_until(lambda: _in_minio(gateway, "mp/low.bin"), timeout=30, what="the completed object in MinIO")
         assert _minio_files(gateway, ".locus-uploads") == [], "parts of completed uploads never reach the UFS"
+
+
+def _persisted_bytes(gateway) -> int:
+    """Bytes the persist queue has written to UFSes (locus_persisted_bytes_total)."""
+    for line in gateway.cluster.metrics().splitlines():
+        if line.startswith("locus_persisted_bytes_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("locus_persisted_bytes_total missing from /metrics")
 
 
 def _in_minio(gateway, key: str) -> bool:

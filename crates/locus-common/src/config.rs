@@ -368,6 +368,14 @@ pub struct GatewayConfig {
     /// persisted after it. Default `5m`; `0s` persists parts at once.
     #[serde(with = "humantime_serde")]
     pub part_persist_wait: Duration,
+    /// How long an object written ASYNC_THROUGH under a `_temporary` path component waits
+    /// before its background persist starts. Hadoop's and Spark's file output committers
+    /// stage task output there and commit it by a rename, which over S3 is a copy and a
+    /// delete; the delete ends the wait, so staged output committed in time never reaches
+    /// the UFS (only the committed objects do). Staged output left behind is persisted
+    /// after the wait. Default `5m`; `0s` persists it at once.
+    #[serde(with = "humantime_serde")]
+    pub staged_persist_wait: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -381,6 +389,7 @@ impl Default for GatewayConfig {
             region: "us-east-1".into(),
             max_object_size: ByteSize::gib(5),
             part_persist_wait: Duration::from_secs(300),
+            staged_persist_wait: Duration::from_secs(300),
         }
     }
 }
@@ -526,6 +535,7 @@ domains = ["s3.example"]
 region = "eu-west-1"
 max_object_size = "1 GiB"
 part_persist_wait = "42s"
+staged_persist_wait = "43s"
 "#,
         )
         .unwrap();
@@ -548,6 +558,7 @@ part_persist_wait = "42s"
             assert_eq!(c.gateway.domains, vec!["s3.example".to_string()]);
             assert_eq!(c.gateway.max_object_size, ByteSize::gib(1));
             assert_eq!(c.gateway.part_persist_wait, Duration::from_secs(42));
+            assert_eq!(c.gateway.staged_persist_wait, Duration::from_secs(43));
             assert!(c.gateway.anonymous);
             assert_eq!(c.master.write_type, WriteType::CACHE_THROUGH);
             assert_eq!(c.master.persist_concurrency, 2);

@@ -1,0 +1,62 @@
+"""Unit tests for the pipeline benchmark's own code (bench/pipeline.py): the Prometheus
+counters it reads from Locus, and the spread it reports."""
+
+from __future__ import annotations
+
+import http.server
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pipeline  # noqa: E402
+
+METRICS = """# HELP locus_persisted_bytes_total Bytes written to UFSes by the persist queue
+# TYPE locus_persisted_bytes_total counter
+locus_persisted_bytes_total 2713173395
+locus_persist_ops_total{kind="DELETE",result="done"} 16
+locus_persist_ops_total{kind="PERSIST",result="done"} 41
+locus_persist_ops_total{kind="PERSIST",result="skipped"} 302
+"""
+
+
+def serve(text: str):
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = text.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    s = http.server.HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+    return s
+
+
+def test_persist_counters_read_the_locus_metrics():
+    s = serve(METRICS)
+    try:
+        c = pipeline.persist_counters(f"http://127.0.0.1:{s.server_port}/metrics")
+    finally:
+        s.shutdown()
+    assert c == {"persisted_bytes": 2713173395, "persists_done": 41, "persists_skipped": 302}
+
+
+def test_persist_counters_are_zero_without_an_endpoint_or_a_metric():
+    assert pipeline.persist_counters("") == {"persisted_bytes": 0, "persists_done": 0, "persists_skipped": 0}
+    s = serve("locus_workers_live 1\n")
+    try:
+        c = pipeline.persist_counters(f"http://127.0.0.1:{s.server_port}/metrics")
+    finally:
+        s.shutdown()
+    assert c["persisted_bytes"] == 0 and c["persists_done"] == 0
+
+
+def test_spread_is_max_minus_min():
+    assert pipeline.spread([90.3, 108.1, 86.9]) == 108.1 - 86.9
+    assert pipeline.spread([5.0]) == 0
