@@ -192,7 +192,8 @@ def markdown(raw: dict) -> str:
            "applications start together, then count one after the other, each idle until its turn."
            if raw.get("batch_apps") else "")
         + "".join(f" Sizes {', '.join(human_size(s) for s in h['sizes'])}: one harness run of "
-                  f"{h['wall_seconds']:.0f} s." for h in raw.get("harness_runs", [])),
+                  f"{h['wall_seconds']:.0f} s" + (f" (code: {h['code']})" if h.get("code") else "") + "."
+                  for h in raw.get("harness_runs", [])),
         "",
         f"Each cell: the first access (caches emptied before it) and the mean of the next {reps} accesses, "
         "in seconds, timed inside the application (process start not counted). "
@@ -316,7 +317,8 @@ def merge(docs: list[dict]) -> dict:
     out.update(machine=first.get("machine", {}), sizes=sorted(sizes),
                runs=[r for d in docs for r in d["runs"]], floor=[f for d in docs for f in d["floor"]],
                wall_seconds=sum(d.get("wall_seconds", 0) for d in docs),
-               harness_runs=[{"sizes": d["sizes"], "wall_seconds": d.get("wall_seconds")} for d in docs])
+               harness_runs=[{"sizes": d["sizes"], "wall_seconds": d.get("wall_seconds"), "code": d.get("code", "")}
+                             for d in docs])
     return out
 
 

@@ -8,7 +8,8 @@ Four stages, each reading what the previous one wrote, through an S3 endpoint:
 run side by side through Locus (the S3 gateway, ASYNC_THROUGH writes, a MinIO mount
 behind it), directly against the same MinIO, and (unless --no-floor) on a tmpfs directory
 with no storage service at all (PyArrow's local filesystem, Spark file://): the compute
-floor, the time the stages' own CPU work takes on this machine. RUNS times each,
+floor, the time the stages' own CPU work takes on this machine. RUNS times each (after
+--warmup untimed runs),
 interleaved. Prints per-stage and total medians, the min-max spread, the ratio
 direct/Locus and the ratio direct/floor (the most any storage layer could gain over direct
 here), and writes bench/results/pipeline.md and pipeline.json.
@@ -208,6 +209,9 @@ def main():
     ap.add_argument("--out", default=str(HERE / "results" / "pipeline.md"))
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the stages on a tmpfs directory (no storage service): the compute floor")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed runs per system before the timed ones (default 1: the first run after "
+                         "start-up, slower on every system here, is not counted)")
     ap.add_argument("--systems", default="direct,locus,floor",
                     help="comma-separated subset of direct, locus, floor to run (direct and locus are needed "
                          "for the ratio table)")
@@ -225,6 +229,10 @@ def main():
     systems = [s for s in systems if s["name"] in keep]
     runs = {s["name"]: [] for s in systems}
     try:
+        for i in range(a.warmup):
+            for s in systems:
+                r = one_run(s, f"{s['bucket']}/warmup{i}", a.size, a.locus_bin)
+                print(f"warm-up {i + 1}/{a.warmup} {s['name']:>6} (not counted): total {r['total']:.1f}s", flush=True)
         for i in range(a.runs):
             for s in systems if i % 2 == 0 else reversed(systems):
                 r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin, a.locus_metrics)
@@ -239,8 +247,8 @@ def main():
         print(json.dumps({"median": med, "spread": spr}, indent=1))
         return
     lines = [
-        f"### Pipeline benchmark: {a.size / (1 << 30):.2f} GiB of CSV, 4 stages, {a.runs} runs each, "
-        f"network profile `{a.profile}`",
+        f"### Pipeline benchmark: {a.size / (1 << 30):.2f} GiB of CSV, 4 stages, {a.runs} runs each "
+        f"(after {a.warmup} untimed warm-up run{'s' if a.warmup != 1 else ''} each), network profile `{a.profile}`",
         "",
         f"Machine: {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, "
         f"kernel {platform.release()}. Direct = every stage against MinIO; Locus = every stage through the "

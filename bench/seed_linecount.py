@@ -509,7 +509,21 @@ def run(a) -> dict:
     finally:
         stage.close()
     raw["wall_seconds"] = time.monotonic() - t0
+    raw["code"] = code_version()
     return raw
+
+
+def code_version() -> str:
+    """The commit the harness ran (`-dirty` with uncommitted changes), for the table."""
+    git = ["git", "-C", str(HERE)]
+    try:
+        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("-dirty" if dirty else "")
 
 
 def main():

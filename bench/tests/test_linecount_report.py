@@ -171,12 +171,14 @@ def test_merge_joins_sizes_and_refuses_mismatches(tmp_path):
         r["size"] = 1024 * MiB
     big["sizes"] = [1024 * MiB]
     small["wall_seconds"], big["wall_seconds"] = 100.0, 400.0
+    big["code"] = "abc1234"
     m = rep.merge([big, small])
     assert m["sizes"] == [256 * MiB, 1024 * MiB]
     assert len(m["runs"]) == len(small["runs"]) * 2 and len(m["floor"]) == 2
     assert m["wall_seconds"] == 500.0
     md = rep.markdown(m)
-    assert "#### 256 MiB" in md and "#### 1 GiB" in md and "one harness run of 400 s" in md
+    assert "#### 256 MiB" in md and "#### 1 GiB" in md and "one harness run of 400 s (code: abc1234)." in md
+    assert "one harness run of 100 s." in md, "no code named when the run did not record one"
     with pytest.raises(ValueError, match="more than one run"):
         rep.merge([small, small])
     other = dict(big, reps=10)
