@@ -461,6 +461,7 @@ def run(a) -> dict:
            "alluxio_version": ALLUXIO_VERSION, "machine": machine_facts(a.profile), "runs": [], "floor": []}
     stage = Stage(a)
     t0 = time.monotonic()
+    code = code_version()  # at the start: the tree may change while the study runs
     try:
         stage.start_minio()
         stage.start_locus(quota)
@@ -509,12 +510,12 @@ def run(a) -> dict:
     finally:
         stage.close()
     raw["wall_seconds"] = time.monotonic() - t0
-    raw["code"] = code_version()
+    raw["code"] = code
     return raw
 
 
 def code_version() -> str:
-    """The commit the harness ran (`-dirty` with uncommitted changes), for the table."""
+    """The commit the harness runs (`-dirty` with uncommitted changes), for the table."""
     git = ["git", "-C", str(HERE)]
     try:
         head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
