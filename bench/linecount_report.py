@@ -193,7 +193,8 @@ def markdown(raw: dict) -> str:
            if raw.get("batch_apps") else "")
         + "".join(f" Sizes {', '.join(human_size(s) for s in h['sizes'])}: one harness run of "
                   f"{h['wall_seconds']:.0f} s" + (f" (code: {h['code']})" if h.get("code") else "") + "."
-                  for h in raw.get("harness_runs", [])),
+                  for h in raw.get("harness_runs", []))
+        + (f" Code: {raw['code']}." if raw.get("code") and not raw.get("harness_runs") else ""),
         "",
         f"Each cell: the first access (caches emptied before it) and the mean of the next {reps} accesses, "
         "in seconds, timed inside the application (process start not counted). "

@@ -181,6 +181,7 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
         t = time.monotonic()
         wait_persisted(locus_bin)
         r["persist_drain_after"] = time.monotonic() - t
+    if system["name"] == "locus" and metrics_url:
         after = persist_counters(metrics_url)
         r.update({k: after[k] - before[k] for k in after})
     s3fs(system["endpoint"], system["key"], system["secret"]).delete_dir(base)
@@ -225,7 +226,11 @@ def main():
     floor_dir = Path(f"/dev/shm/locus-pipeline-floor-{os.getpid()}")
     if a.floor:
         systems.append({"name": "floor", "endpoint": "", "key": "", "secret": "", "bucket": str(floor_dir)})
-    keep = set(a.systems.split(","))
+    keep = {n.strip() for n in a.systems.split(",") if n.strip()}
+    unknown = keep - {s["name"] for s in systems}
+    if unknown or not keep:
+        ap.error(f"--systems: {', '.join(sorted(unknown)) or 'nothing'} is not among "
+                 f"{', '.join(s['name'] for s in systems)} (floor needs --floor)")
     systems = [s for s in systems if s["name"] in keep]
     runs = {s["name"]: [] for s in systems}
     try:
@@ -278,7 +283,7 @@ def main():
     drains = [r.get("persist_drain_after", 0) for r in runs["locus"]]
     lines += ["", "After each Locus run, the persist backlog drained in " + ", ".join(f"{d:.1f}" for d in drains)
               + " s more (not counted above; each run starts with an empty backlog)."]
-    if a.locus_metrics:
+    if a.locus_metrics and all("persisted_bytes" in r for r in runs["locus"]):
         lr = runs["locus"]
         lines += ["", "Bytes Locus persisted to MinIO per run: "
                   + ", ".join(f"{r['persisted_bytes'] / (1 << 30):.2f} GiB" for r in lr)

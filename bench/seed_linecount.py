@@ -520,8 +520,10 @@ def code_version() -> str:
     try:
         head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        # Results and docs written meanwhile are not code.
+        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no", "--", ":/",
+                                      ":(exclude,top)bench/results", ":(exclude,top)*.md"],
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
     return head + ("-dirty" if dirty else "")

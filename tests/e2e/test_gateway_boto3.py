@@ -65,7 +65,9 @@ def test_committer_staging_never_reaches_the_ufs(gateway):
     got = gateway.minio.get_object(Bucket=gateway.minio_bucket, Key="job/part-00000.parquet")["Body"].read()
     assert got == data
     assert _minio_files(gateway, "job/_temporary") == [], "staged output never reaches the UFS"
-    # ... not even for a while: the committed object is all the persist queue wrote
+    # ... not even for a while: the committed object is all the persist queue wrote (the
+    # counter moves just after the object lands)
+    wait_until(lambda: _persisted_bytes(gateway) - before >= len(data), timeout=10, what="the persist counted")
     assert _persisted_bytes(gateway) - before == len(data)
     assert s3.get_object(Bucket=bucket, Key="job/_temporary/0/left-behind")["Body"].read() == b"stays"
     s3.delete_object(Bucket=bucket, Key="job/_temporary/0/left-behind")

@@ -84,7 +84,7 @@ struct Metrics {
     /// Persist-queue operations carried out, by kind and result (`done`, or `skipped`: a
     /// persist whose file was deleted or overwritten before its turn, no UFS write).
     persist_ops: IntCounterVec,
-    /// Bytes the persist queue wrote to UFSes.
+    /// Bytes of the files the persist queue has persisted (a retried persist counts once).
     persisted_bytes: IntCounter,
 }
 
@@ -124,7 +124,7 @@ impl Metrics {
         )
         .unwrap();
         let persisted_bytes =
-            IntCounter::new("locus_persisted_bytes_total", "Bytes written to UFSes by the persist queue").unwrap();
+            IntCounter::new("locus_persisted_bytes_total", "Bytes of the files persisted to UFSes by the persist queue").unwrap();
         registry.register(Box::new(persist_ops.clone())).unwrap();
         registry.register(Box::new(persisted_bytes.clone())).unwrap();
         Metrics {

@@ -105,14 +105,23 @@ impl Master {
         Some(SyncGuard { master: self.clone(), token })
     }
 
-    /// Wait until no queued change overlaps `path` (before a synchronous UFS write).
+    /// Wait until no queued change overlaps `path` (before a synchronous UFS write). A
+    /// persist still in its initial wait on an overlapping path starts now: the write that
+    /// follows it must not wait out its wait.
     pub(crate) async fn wait_ufs_quiet(&self, mount_id: u64, path: &str) -> Result<()> {
         let paths = [path.to_string()];
         let deadline = Instant::now() + self.inner.cfg.ufs_timeout * 3;
         loop {
             let busy = {
-                let t = self.inner.persist.lock();
-                t.pending.values().any(|p| p.mount_id == mount_id && any_overlap(&p.paths, &paths))
+                let mut t = self.inner.persist.lock();
+                let mut busy = false;
+                for p in t.pending.values_mut() {
+                    if p.mount_id == mount_id && any_overlap(&p.paths, &paths) {
+                        busy = true;
+                        p.not_before = None;
+                    }
+                }
+                busy
             };
             if !busy {
                 return Ok(());
@@ -285,8 +294,8 @@ impl Master {
                 return Ok(());
             }
             "META" => {
-                self.rewrite_meta(&op, &m).await?;
-                count("done");
+                let rewritten = self.rewrite_meta(&op, &m).await?;
+                count(if rewritten { "done" } else { "skipped" });
                 return Ok(());
             }
             "MKDIR" => m.ufs.create_dir(&op.ufs_path).await?,
@@ -296,9 +305,11 @@ impl Master {
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 r => r?,
             },
-            k => tracing::warn!(kind = k, "unknown queued operation; dropping it"),
+            k => {
+                tracing::warn!(kind = k, "unknown queued operation; dropping it");
+                count("skipped");
+            }
         }
-        count("done");
         let w = self.inner.store.write()?;
         self.remove_op(&w, seq)?;
         if op.kind == "MKDIR" {
@@ -309,7 +320,11 @@ impl Master {
                 }
             }
         }
-        w.commit().map_err(db_err)
+        w.commit().map_err(db_err)?;
+        if matches!(op.kind.as_str(), "MKDIR" | "DELETE" | "RENAME") {
+            count("done");
+        }
+        Ok(())
     }
 
     /// Write a file's cached blocks to the UFS through a worker holding them, then mark
@@ -415,7 +430,8 @@ impl Master {
 
     /// Store a persisted file's new metadata (tags, after PutObjectTagging) with its UFS
     /// object: a worker rewrites the object from itself with the new metadata.
-    async fn rewrite_meta(&self, op: &pb::PersistOp, m: &MountEntry) -> Result<()> {
+    /// Returns whether the object was rewritten (not when the file changed or went first).
+    async fn rewrite_meta(&self, op: &pb::PersistOp, m: &MountEntry) -> Result<bool> {
         let rec = {
             let r = self.inner.store.read()?;
             get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
@@ -423,7 +439,7 @@ impl Master {
         let Some(rec) = rec.filter(|r| r.version == op.version && crate::is_persisted(r)) else {
             let w = self.inner.store.write()?;
             self.remove_op(&w, op.seq)?;
-            return w.commit().map_err(db_err);
+            return w.commit().map_err(db_err).map(|()| false);
         };
         let meta = rec.meta.clone().unwrap_or_default();
         let worker = self.workers().into_iter().next().ok_or_else(|| Error::unavailable("no live workers"))?;
@@ -446,7 +462,7 @@ impl Master {
             cur.synced_ms = now_ms();
             put_inode(&w, &cur)?;
         }
-        w.commit().map_err(db_err)
+        w.commit().map_err(db_err).map(|()| true)
     }
 
     /// Drop writes created but never completed within `master.abandoned_write_timeout`.

@@ -536,8 +536,6 @@ impl LocusS3 {
         Ok(format!("/{bucket}/{UPLOADS_DIR}/{upload_id}"))
     }
 
-    /// How the files of a multipart upload (its record and parts) are written: with the
-    /// initial persist wait, so an upload completed or aborted in time never reaches the UFS.
     /// The initial persist wait of an object written at `key`: `gateway.staged_persist_wait`
     /// under a `_temporary` path component (a Hadoop output committer's staging area),
     /// else none.
@@ -545,6 +543,8 @@ impl LocusS3 {
         is_staged(key).then_some(self.cfg.staged_persist_wait)
     }
 
+    /// How the files of a multipart upload (its record and parts) are written: with the
+    /// initial persist wait, so an upload completed or aborted in time never reaches the UFS.
     fn upload_file_options(&self) -> PutOptions {
         PutOptions { overwrite: true, persist_wait: Some(self.cfg.part_persist_wait), ..Default::default() }
     }

@@ -139,14 +139,27 @@ fn iperf3_single_stream(file: Option<&std::path::Path>, bytes: u64) -> Result<f6
         .stdout(std::process::Stdio::null())
         .spawn()
         .map_err(|e| Error::io("run iperf3 (apt-get install -y iperf3)", e))?;
-    std::thread::sleep(Duration::from_millis(300));
+    // The client starts once the server listens (at most 5 s). Not probed by connecting:
+    // the one-shot server would take the probe for its test.
+    let listen = format!(":{:04X} 00000000:0000 0A", port.parse::<u16>().unwrap());
+    for _ in 0..100 {
+        if std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| t.contains(&listen)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let mut cmd = Command::new("iperf3");
     cmd.args(["-c", "127.0.0.1", "-p", &port, "-P", "1", "-J", "-n", &bytes.to_string()]);
     if let Some(f) = file {
         cmd.arg("-F").arg(f);
     }
-    let out = cmd.output().map_err(|e| Error::io("run iperf3", e))?;
+    let out = cmd.output();
+    if !out.as_ref().is_ok_and(|o| o.status.success()) {
+        // A one-shot server that never got its test would wait for good.
+        let _ = server.kill();
+    }
     let _ = server.wait();
+    let out = out.map_err(|e| Error::io("run iperf3", e))?;
     let j: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| Error::internal(format!("iperf3 output: {e}")))?;
     let bps = j["end"]["sum_received"]["bits_per_second"]

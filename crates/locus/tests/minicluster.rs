@@ -678,6 +678,19 @@ async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change()
     assert!(m.contains("locus_persist_ops_total{kind=\"PERSIST\",result=\"skipped\"} 2"), "{m}");
     assert!(m.contains("locus_persist_ops_total{kind=\"PERSIST\",result=\"done\"} 2"), "{m}");
     assert!(m.contains(&format!("locus_persisted_bytes_total {}", 2 * data.len())), "{m}");
+    // A synchronous UFS write over a waiting persist ends the wait instead of sitting it
+    // out (60 s here, then failing).
+    cl.put_with("/up/sync", &mut data.as_slice(), &opts, |_| Ok(pb::ObjectMeta::default())).await.unwrap();
+    let through = PutOptions { overwrite: true, write_type: Some(WriteType::THROUGH), ..Default::default() };
+    let newer = random(1000);
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        cl.put_with("/up/sync", &mut newer.as_slice(), &through, |_| Ok(pb::ObjectMeta::default())),
+    )
+    .await
+    .expect("the THROUGH write did not wait out the persist wait")
+    .unwrap();
+    assert_eq!(std::fs::read(ufs.join("up/sync")).unwrap(), newer);
     c.shutdown().await;
 }
 
