@@ -73,13 +73,7 @@ type DataConn = BufReader<BufWriter<TcpStream>>;
 /// thread while this one is consumed was slower still (`fs wc` 1.10-1.29x of `wc -l`,
 /// against 0.97-1.01x): the hand-offs and the cross-core cache traffic cost more than the
 /// overlap gains.
-async fn copy_leased<W: AsyncWrite + Unpin>(
-    path: &str,
-    off: u64,
-    len: u64,
-    out: &mut W,
-    done: &mut u64,
-) -> Result<()> {
+async fn copy_leased<W: AsyncWrite + Unpin>(path: &str, off: u64, len: u64, out: &mut W, done: &mut u64) -> Result<()> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?;
     let mut buf = vec![0u8; SHORT_CIRCUIT_BUF];

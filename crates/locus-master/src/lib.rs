@@ -123,8 +123,11 @@ impl Metrics {
             &["kind", "result"],
         )
         .unwrap();
-        let persisted_bytes =
-            IntCounter::new("locus_persisted_bytes_total", "Bytes of the files persisted to UFSes by the persist queue").unwrap();
+        let persisted_bytes = IntCounter::new(
+            "locus_persisted_bytes_total",
+            "Bytes of the files persisted to UFSes by the persist queue",
+        )
+        .unwrap();
         registry.register(Box::new(persist_ops.clone())).unwrap();
         registry.register(Box::new(persisted_bytes.clone())).unwrap();
         Metrics {
