@@ -458,10 +458,10 @@ def run(a) -> dict:
         raise SystemExit(f"unknown path(s) {', '.join(unknown)}: known are {', '.join(report.PATHS)}")
     quota = f"{max(sizes) * 1.25 / GiB + 0.5:.1f}GiB"
     raw = {"profile": a.profile, "reps": reps, "s3a_stream": a.s3a_stream, "sizes": sizes, "quick": a.quick, "workers": a.workers, "spark_cds": a.spark_cds, "batch_apps": a.batch_apps,
-           "alluxio_version": ALLUXIO_VERSION, "machine": machine_facts(a.profile), "runs": [], "floor": []}
+           "alluxio_version": ALLUXIO_VERSION, "machine": machine_facts(a.profile), "runs": [], "floor": [],
+           "code": code_version()}  # at the start: the tree may change while the study runs
     stage = Stage(a)
     t0 = time.monotonic()
-    code = code_version()  # at the start: the tree may change while the study runs
     try:
         stage.start_minio()
         stage.start_locus(quota)
@@ -510,7 +510,6 @@ def run(a) -> dict:
     finally:
         stage.close()
     raw["wall_seconds"] = time.monotonic() - t0
-    raw["code"] = code
     return raw
 
 

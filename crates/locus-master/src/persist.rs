@@ -286,7 +286,7 @@ impl Master {
         };
         locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
         let count = |result: &str| self.inner.metrics.persist_ops.with_label_values(&[&op.kind, result]).inc();
-        match op.kind.as_str() {
+        let result = match op.kind.as_str() {
             "PERSIST" => {
                 let written = self.persist_file(&op, &m).await?;
                 count(if written.is_some() { "done" } else { "skipped" });
@@ -298,18 +298,27 @@ impl Master {
                 count(if rewritten { "done" } else { "skipped" });
                 return Ok(());
             }
-            "MKDIR" => m.ufs.create_dir(&op.ufs_path).await?,
-            "DELETE" => m.ufs.delete(&op.ufs_path, op.is_dir).await?,
-            "RENAME" => match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
-                // What was to move never reached the UFS (it was never persisted).
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                r => r?,
-            },
+            "MKDIR" => {
+                m.ufs.create_dir(&op.ufs_path).await?;
+                "done"
+            }
+            "DELETE" => {
+                m.ufs.delete(&op.ufs_path, op.is_dir).await?;
+                "done"
+            }
+            "RENAME" => {
+                match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
+                    // What was to move never reached the UFS (it was never persisted).
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    r => r?,
+                }
+                "done"
+            }
             k => {
                 tracing::warn!(kind = k, "unknown queued operation; dropping it");
-                count("skipped");
+                "skipped"
             }
-        }
+        };
         let w = self.inner.store.write()?;
         self.remove_op(&w, seq)?;
         if op.kind == "MKDIR" {
@@ -321,9 +330,7 @@ impl Master {
             }
         }
         w.commit().map_err(db_err)?;
-        if matches!(op.kind.as_str(), "MKDIR" | "DELETE" | "RENAME") {
-            count("done");
-        }
+        count(result);
         Ok(())
     }
 
