@@ -11,6 +11,10 @@
 //! check (and once after every restart); a bad copy is dropped, counted, and reported
 //! as a miss, so it is never served.
 //!
+//! Each tier records the cluster (master namespace) its blocks belong to; joining another
+//! cluster drops them ([`BlockStore::adopt_cluster`]), since block ids are only unique
+//! within one namespace.
+//!
 //! No networking here, and no dependency on other Locus crates except `locus-common`.
 
 use std::collections::{HashMap, HashSet};
@@ -58,6 +62,9 @@ struct Meta {
     crc: Option<u32>,
     /// The file's ctime when its checksum last matched.
     verified: Option<(i64, i64)>,
+    /// Which incarnation of the id this is (a lease ends on its own, not on a later block
+    /// of the same id after this one was dropped).
+    generation: u64,
 }
 
 #[derive(Debug)]
@@ -65,6 +72,8 @@ struct State {
     tiers: Vec<Tier>,
     blocks: HashMap<u64, Meta>,
     tick: u64,
+    /// The last block generation handed out.
+    generation: u64,
     pinned_versions: HashSet<u64>,
     /// Versions written here whose pin the master has not confirmed yet: version → the
     /// pin epoch from which the master's pin list covers it.
@@ -91,6 +100,7 @@ pub struct BlockStore {
 #[derive(Debug)]
 pub struct Lease {
     inner: Arc<Inner>,
+    generation: u64,
     pub block_id: u64,
     pub path: PathBuf,
     pub len: u64,
@@ -115,6 +125,13 @@ fn block_path(dir: &Path, id: u64) -> PathBuf {
 
 fn crc_path(dir: &Path, id: u64) -> PathBuf {
     dir.join("blocks").join(format!("{id}.crc"))
+}
+
+/// The file in a tier directory naming the cluster (master namespace) its blocks belong to.
+const CLUSTER_FILE: &str = "cluster_id";
+
+fn read_cluster(dir: &Path) -> Option<u64> {
+    std::fs::read_to_string(dir.join(CLUSTER_FILE)).ok().and_then(|v| v.trim().parse().ok())
 }
 
 fn read_crc(p: &Path) -> Option<u32> {
@@ -174,6 +191,7 @@ impl BlockStore {
             tiers: Vec::new(),
             blocks: HashMap::new(),
             tick: 0,
+            generation: 0,
             pinned_versions: HashSet::new(),
             write_pins: HashMap::new(),
             changes: Vec::new(),
@@ -205,9 +223,20 @@ impl BlockStore {
                 }
                 used += len;
                 let crc = read_crc(&crc_path(&t.dir, id));
+                state.generation += 1;
+                let generation = state.generation;
                 state.blocks.insert(
                     id,
-                    Meta { tier: i, len, last_access: 0, leases: 0, remove_when_free: false, crc, verified: None },
+                    Meta {
+                        tier: i,
+                        len,
+                        last_access: 0,
+                        leases: 0,
+                        remove_when_free: false,
+                        crc,
+                        verified: None,
+                        generation,
+                    },
                 );
             }
             state.tiers.push(Tier { alias: t.alias, dir: t.dir.clone(), quota: t.quota.as_u64(), used, reserved: 0 });
@@ -219,6 +248,45 @@ impl BlockStore {
     pub fn report(&self) -> Vec<(u64, TierAlias, u64)> {
         let s = self.inner.state.lock();
         s.blocks.iter().map(|(id, m)| (*id, s.tiers[m.tier].alias, m.len)).collect()
+    }
+
+    /// The cluster the blocks here belong to, as the tiers record it: 0 when none does
+    /// (a new store), `u64::MAX` (no cluster's id) when tiers disagree.
+    pub fn cluster_id(&self) -> u64 {
+        let s = self.inner.state.lock();
+        let mut ids = s.tiers.iter().filter_map(|t| read_cluster(&t.dir));
+        match ids.next() {
+            None => 0,
+            Some(first) if ids.all(|i| i == first) => first,
+            Some(_) => u64::MAX,
+        }
+    }
+
+    /// Join cluster `id`: every block on a tier recorded under another cluster is dropped
+    /// (leased or not: a reader keeps its open file, but the id now names other data),
+    /// then every tier records `id`. Returns the blocks dropped.
+    pub fn adopt_cluster(&self, id: u64) -> Result<usize> {
+        let mut s = self.inner.state.lock();
+        let mut dropped = 0;
+        for i in 0..s.tiers.len() {
+            let dir = s.tiers[i].dir.clone();
+            let recorded = read_cluster(&dir);
+            if recorded == Some(id) {
+                continue;
+            }
+            if recorded.is_some() {
+                let foreign: Vec<u64> = s.blocks.iter().filter(|(_, m)| m.tier == i).map(|(b, _)| *b).collect();
+                dropped += foreign.len();
+                for b in foreign {
+                    Self::delete_block(&mut s, b);
+                }
+            }
+            let tmp = dir.join("tmp").join(CLUSTER_FILE);
+            std::fs::write(&tmp, id.to_string())
+                .and_then(|_| std::fs::rename(&tmp, dir.join(CLUSTER_FILE)))
+                .map_err(|e| Error::io(format!("record the cluster id in {}", dir.display()), e))?;
+        }
+        Ok(dropped)
     }
 
     pub fn usage(&self) -> Vec<TierUsage> {
@@ -334,9 +402,10 @@ impl BlockStore {
         let m = s.blocks.get_mut(&block_id).unwrap();
         m.last_access = tick;
         m.leases += 1;
-        let (tier, len) = (m.tier, m.len);
+        let (tier, len, generation) = (m.tier, m.len, m.generation);
         Ok(Some(Lease {
             inner: self.inner.clone(),
+            generation,
             block_id,
             path: block_path(&s.tiers[tier].dir, block_id),
             len,
@@ -498,10 +567,20 @@ impl TempBlock {
         std::fs::rename(&self.path, &dst).map_err(|e| Error::io(format!("commit block {}", self.block_id), e))?;
         s.tiers[self.tier].used += len;
         s.tick += 1;
-        let tick = s.tick;
+        s.generation += 1;
+        let (tick, generation) = (s.tick, s.generation);
         s.blocks.insert(
             self.block_id,
-            Meta { tier: self.tier, len, last_access: tick, leases: 0, remove_when_free: false, crc, verified: None },
+            Meta {
+                tier: self.tier,
+                len,
+                last_access: tick,
+                leases: 0,
+                remove_when_free: false,
+                crc,
+                verified: None,
+                generation,
+            },
         );
         let alias = s.tiers[self.tier].alias;
         s.changes.push(Change::Stored { block_id: self.block_id, tier: alias, len });
@@ -521,7 +600,7 @@ impl Drop for TempBlock {
 impl Drop for Lease {
     fn drop(&mut self) {
         let mut s = self.inner.state.lock();
-        if let Some(m) = s.blocks.get_mut(&self.block_id) {
+        if let Some(m) = s.blocks.get_mut(&self.block_id).filter(|m| m.generation == self.generation) {
             m.leases -= 1;
             if m.leases == 0 && m.remove_when_free {
                 BlockStore::delete_block(&mut s, self.block_id);
@@ -544,6 +623,36 @@ mod tests {
         let data = vec![7u8; len as usize];
         std::fs::write(&t.path, &data).unwrap();
         t.commit(len, Some(crc32c::crc32c(&data)))
+    }
+
+    #[test]
+    fn adopting_a_cluster_drops_only_blocks_recorded_under_another() {
+        let (m, sd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let tiers = [tier(TierAlias::MEM, m.path(), 1000), tier(TierAlias::SSD, sd.path(), 1000)];
+        let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+        assert_eq!(s.cluster_id(), 0, "a new store belongs to no cluster");
+        put(&s, 1, 100).unwrap();
+        assert_eq!(s.adopt_cluster(7).unwrap(), 0, "unrecorded blocks stay (the master checks them)");
+        assert_eq!(s.cluster_id(), 7);
+        assert_eq!(s.adopt_cluster(7).unwrap(), 0);
+        assert!(s.contains(1));
+        // Reopened, the record is still there; another cluster's id drops the blocks,
+        // even one a reader holds, and the reader's lease ends on its own block only.
+        drop(s);
+        let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+        assert_eq!(s.cluster_id(), 7);
+        let lease = s.lease(1, false).unwrap().unwrap();
+        assert_eq!(s.adopt_cluster(8).unwrap(), 1);
+        assert!(!s.contains(1) && !block_path(m.path(), 1).exists());
+        assert_eq!(s.usage()[0].used, 0);
+        put(&s, 1, 100).unwrap(); // the id, now this cluster's data
+        drop(lease);
+        let l2 = s.lease(1, false).unwrap().unwrap();
+        drop(l2);
+        assert!(s.remove(1).unwrap() && !s.contains(1), "the old lease left the new block's count alone");
+        // Tiers that disagree name no cluster.
+        std::fs::write(sd.path().join(CLUSTER_FILE), "9").unwrap();
+        assert_eq!(s.cluster_id(), u64::MAX);
     }
 
     #[test]

@@ -1429,8 +1429,26 @@ impl Master {
 
     // ------------------------------------------------------------------ workers
 
+    /// This cluster's id (random, made with the namespace).
+    pub fn cluster_id(&self) -> Result<u64> {
+        let r = self.inner.store.read()?;
+        get_counter(&r.open_table(COUNTERS).map_err(db_err)?, CLUSTER_ID)
+    }
+
+    /// Register a worker and take its full block report. Returns its id, or 0 (nothing
+    /// registered) when its blocks were written under another cluster: their ids name
+    /// other data in this namespace, so none of them may be recorded; the worker drops
+    /// them and registers again.
     pub fn register_worker(&self, req: pb::RegisterWorkerRequest) -> Result<u64> {
         let addr = req.address.ok_or_else(|| Error::invalid("register without an address"))?;
+        let cluster = self.cluster_id()?;
+        if req.cluster_id != 0 && req.cluster_id != cluster {
+            tracing::warn!(
+                host = %addr.host, data = %addr.data_address, blocks = req.blocks.len(),
+                "a worker holds blocks of another cluster; it must drop them before it registers"
+            );
+            return Ok(0);
+        }
         let w = self.inner.store.write()?;
         let known =
             req.worker_id != 0 && w.open_table(WORKERS).map_err(db_err)?.get(req.worker_id).map_err(db_err)?.is_some();

@@ -168,6 +168,12 @@ impl Store {
             w.open_table(PERSIST_QUEUE).map_err(db_err)?;
             w.open_table(PENDING_WRITES).map_err(db_err)?;
             w.open_table(REPLICATED).map_err(db_err)?;
+            // The cluster's identity, made once with the namespace: a worker holding blocks
+            // of another namespace (whose ids mean other data here) is told to drop them.
+            let mut counters = w.open_table(COUNTERS).map_err(db_err)?;
+            if get_counter(&counters, CLUSTER_ID)? == 0 {
+                counters.insert(CLUSTER_ID, rand::random::<u64>().max(1)).map_err(db_err)?;
+            }
             if inodes.get(ROOT_ID).map_err(db_err)?.is_none() {
                 let root = pb::InodeRecord { id: ROOT_ID, is_dir: true, ..Default::default() };
                 inodes.insert(ROOT_ID, root.encode_to_vec().as_slice()).map_err(db_err)?;
@@ -212,6 +218,9 @@ impl Store {
         self.db.begin_read().map_err(db_err)
     }
 }
+
+/// The counter holding the cluster id (random, never 0), made when the store is created.
+pub const CLUSTER_ID: &str = "cluster_id";
 
 /// Allocate the next value of a named counter (starting at `start`).
 pub fn next_id(w: &WriteTransaction, name: &str, start: u64) -> Result<u64> {

@@ -234,29 +234,46 @@ impl Inner {
             .collect()
     }
 
+    /// Register with the master and send the full block report. Blocks written under
+    /// another cluster (a master whose namespace is gone: their ids name other data now)
+    /// are dropped first, when the master says so, before anything can read or write them.
     async fn register(&self) -> Result<()> {
-        let blocks = self
-            .store
-            .report()
-            .into_iter()
-            .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: t.as_str().into(), length: len })
-            .collect();
-        self.store.drain_changes(); // the full report covers them
-        let req = pb::RegisterWorkerRequest {
-            worker_id: self.id.load(Relaxed),
-            address: Some(pb::WorkerAddress {
-                worker_id: 0,
-                host: self.cfg.host.clone(),
-                data_address: self.data_address.clone(),
-                uds_path: self.uds_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-            }),
-            tiers: self.tier_usage(),
-            blocks,
-        };
-        let id = self.master().register_worker(req).await.map_err(from_status)?.into_inner().worker_id;
-        self.id.store(id, Relaxed);
-        let _ = std::fs::write(self.cfg.data_dir.join("worker_id"), id.to_string());
-        Ok(())
+        for _ in 0..2 {
+            let cluster_id = self.store.cluster_id();
+            let blocks = self
+                .store
+                .report()
+                .into_iter()
+                .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: t.as_str().into(), length: len })
+                .collect();
+            self.store.drain_changes(); // the full report covers them
+            let req = pb::RegisterWorkerRequest {
+                worker_id: self.id.load(Relaxed),
+                address: Some(pb::WorkerAddress {
+                    worker_id: 0,
+                    host: self.cfg.host.clone(),
+                    data_address: self.data_address.clone(),
+                    uds_path: self.uds_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                }),
+                tiers: self.tier_usage(),
+                blocks,
+                cluster_id,
+            };
+            let resp = self.master().register_worker(req).await.map_err(from_status)?.into_inner();
+            if resp.cluster_id == 0 {
+                return Err(Error::internal("the master named no cluster id"));
+            }
+            let dropped = self.store.adopt_cluster(resp.cluster_id)?;
+            if resp.worker_id == 0 {
+                tracing::warn!(dropped, cluster = resp.cluster_id, "dropped the blocks of another cluster");
+                self.store.drain_changes();
+                continue;
+            }
+            self.id.store(resp.worker_id, Relaxed);
+            let _ = std::fs::write(self.cfg.data_dir.join("worker_id"), resp.worker_id.to_string());
+            return Ok(());
+        }
+        Err(Error::unavailable("the master refused this worker's block report twice"))
     }
 
     async fn heartbeat(&self) -> Result<()> {

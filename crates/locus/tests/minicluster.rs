@@ -394,6 +394,66 @@ async fn master_and_worker_restarts_recover_namespace_mounts_and_disk_blocks() {
     c.shutdown().await;
 }
 
+/// Copy the files of one directory into another (a tier's blocks and records).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A worker whose tier holds blocks written under another master (its namespace wiped,
+/// or another cluster's) must never serve them for this namespace's files of the same
+/// block ids: the master refuses its report, the worker drops them and registers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blocks_of_another_cluster_are_dropped_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    // Cluster A writes a file and goes away; its worker's tier keeps the blocks.
+    let a = start(&dir.path().join("a"), 1, 64 << 20, false).await;
+    let old = random(2 * BLOCK as usize);
+    let ca = client(&a, Locality::Auto);
+    put_as(&ca, "/f.bin", &old, WriteType::MUST_CACHE).await.unwrap();
+    let fa = ca.status("/f.bin", true).await.unwrap();
+    a.shutdown().await;
+    // Cluster B, a fresh namespace, writes other bytes under the same block ids.
+    let mut b = start(&dir.path().join("b"), 2, 64 << 20, false).await;
+    let cl = client(&b, Locality::Auto);
+    let new = random(2 * BLOCK as usize);
+    put_as(&cl, "/g.bin", &new, WriteType::CACHE_THROUGH).await.unwrap();
+    let fb = cl.status("/g.bin", true).await.unwrap();
+    assert_eq!(
+        fa.blocks.iter().map(|x| x.block_id).collect::<Vec<_>>(),
+        fb.blocks.iter().map(|x| x.block_id).collect::<Vec<_>>(),
+        "the test needs colliding block ids"
+    );
+    let holders: Vec<u64> = fb.blocks.iter().flat_map(|x| x.locations.iter().map(|l| l.worker_id)).collect();
+    let idx = (0..2).find(|i| !holders.contains(&b.worker(*i).unwrap().id())).expect("a worker without the file");
+    // That worker comes back holding A's blocks (and A's cluster record).
+    b.stop_worker(idx).await;
+    let tier = dir.path().join("b").join("mem").join(format!("w{idx}"));
+    copy_dir(&dir.path().join("a").join("mem").join("w0"), &tier);
+    b.start_worker(idx).await.unwrap();
+    b.worker(idx).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    let me = b.worker(idx).unwrap().id();
+    let fi = cl.status("/g.bin", true).await.unwrap();
+    assert!(
+        fi.blocks.iter().all(|x| x.locations.iter().all(|l| l.worker_id != me)),
+        "the master recorded another cluster's blocks: {fi:?}"
+    );
+    for x in &fa.blocks {
+        assert!(!tier.join("blocks").join(x.block_id.to_string()).exists(), "block {} kept", x.block_id);
+    }
+    // With the file's own holder gone, the bytes come from the UFS: the new ones.
+    b.stop_worker(1 - idx).await;
+    assert_eq!(sha(&read_all(&client(&b, Locality::Remote), "/g.bin").await), sha(&new));
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_input_gets_clear_errors_and_servers_stay_up() {
     use tokio::io::AsyncWriteExt;
