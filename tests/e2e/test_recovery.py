@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 from conftest import MiB, sha256, wait_until
 
@@ -78,3 +79,22 @@ def test_worker_disk_tier_survives_restart(cluster_factory, s3, bucket, minio, t
     d = c.delta(b0)
     assert d["ufs"] == 0, f"a read after the restart went to the UFS: {d}"
     assert d["short_circuit"] == len(data), d
+
+
+def test_reset_data_dir_with_a_surviving_mem_tier_never_serves_old_blocks(cluster_factory):
+    """`kill -9`, then the data dir (the master's namespace) removed while the tmpfs MEM
+    tier survives: the new namespace numbers its blocks from the start again, so the
+    worker must drop the old blocks before anything uses their ids."""
+    c = cluster_factory(args=["--block-size", "8MiB"])
+    old, new = os.urandom(20 * MiB), os.urandom(20 * MiB)
+    c.ok("fs", "put", "--write-type", "MUST_CACHE", "-", "/f.bin", input=old)
+    old_ids = [b["id"] for b in c.stat("/f.bin")["blocks"]]
+    c.kill()
+    shutil.rmtree(c.data_dir)
+    c.start()
+    c.ok("fs", "put", "--write-type", "MUST_CACHE", "-", "/g.bin", input=new)
+    st = c.stat("/g.bin")
+    assert [b["id"] for b in st["blocks"]] == old_ids, "the test needs colliding block ids"
+    assert st["cached_fraction"] == 1.0
+    assert sha256(c.cat("/g.bin")) == sha256(new)
+    assert "dropped the blocks of another cluster" in c.log_paths[-1].read_text()
