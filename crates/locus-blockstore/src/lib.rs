@@ -62,8 +62,8 @@ struct Meta {
     crc: Option<u32>,
     /// The file's ctime when its checksum last matched.
     verified: Option<(i64, i64)>,
-    /// Which incarnation of the id this is (a lease ends on its own, not on a later block
-    /// of the same id after this one was dropped).
+    /// Which incarnation of the id this is: the tick of its commit (0 for a block found
+    /// at open). A lease ends on its own block, not on a later one of the same id.
     generation: u64,
 }
 
@@ -72,8 +72,6 @@ struct State {
     tiers: Vec<Tier>,
     blocks: HashMap<u64, Meta>,
     tick: u64,
-    /// The last block generation handed out.
-    generation: u64,
     pinned_versions: HashSet<u64>,
     /// Versions written here whose pin the master has not confirmed yet: version → the
     /// pin epoch from which the master's pin list covers it.
@@ -191,7 +189,6 @@ impl BlockStore {
             tiers: Vec::new(),
             blocks: HashMap::new(),
             tick: 0,
-            generation: 0,
             pinned_versions: HashSet::new(),
             write_pins: HashMap::new(),
             changes: Vec::new(),
@@ -223,8 +220,6 @@ impl BlockStore {
                 }
                 used += len;
                 let crc = read_crc(&crc_path(&t.dir, id));
-                state.generation += 1;
-                let generation = state.generation;
                 state.blocks.insert(
                     id,
                     Meta {
@@ -235,7 +230,7 @@ impl BlockStore {
                         remove_when_free: false,
                         crc,
                         verified: None,
-                        generation,
+                        generation: 0,
                     },
                 );
             }
@@ -567,8 +562,7 @@ impl TempBlock {
         std::fs::rename(&self.path, &dst).map_err(|e| Error::io(format!("commit block {}", self.block_id), e))?;
         s.tiers[self.tier].used += len;
         s.tick += 1;
-        s.generation += 1;
-        let (tick, generation) = (s.tick, s.generation);
+        let tick = s.tick;
         s.blocks.insert(
             self.block_id,
             Meta {
@@ -579,7 +573,7 @@ impl TempBlock {
                 remove_when_free: false,
                 crc,
                 verified: None,
-                generation,
+                generation: tick,
             },
         );
         let alias = s.tiers[self.tier].alias;

@@ -1430,9 +1430,8 @@ impl Master {
     // ------------------------------------------------------------------ workers
 
     /// This cluster's id (random, made with the namespace).
-    pub fn cluster_id(&self) -> Result<u64> {
-        let r = self.inner.store.read()?;
-        get_counter(&r.open_table(COUNTERS).map_err(db_err)?, CLUSTER_ID)
+    pub fn cluster_id(&self) -> u64 {
+        self.inner.store.cluster_id
     }
 
     /// Register a worker and take its full block report. Returns its id, or 0 (nothing
@@ -1441,8 +1440,7 @@ impl Master {
     /// them and registers again.
     pub fn register_worker(&self, req: pb::RegisterWorkerRequest) -> Result<u64> {
         let addr = req.address.ok_or_else(|| Error::invalid("register without an address"))?;
-        let cluster = self.cluster_id()?;
-        if req.cluster_id != 0 && req.cluster_id != cluster {
+        if req.cluster_id != 0 && req.cluster_id != self.cluster_id() {
             tracing::warn!(
                 host = %addr.host, data = %addr.data_address, blocks = req.blocks.len(),
                 "a worker holds blocks of another cluster; it must drop them before it registers"

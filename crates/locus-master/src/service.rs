@@ -101,9 +101,8 @@ impl pb::master_server::Master for Master {
         ok(Ok(self.report()))
     }
     async fn register_worker(&self, r: Request<pb::RegisterWorkerRequest>) -> R<pb::RegisterWorkerResponse> {
-        let res = Master::register_worker(self, r.into_inner())
-            .and_then(|worker_id| Ok(pb::RegisterWorkerResponse { worker_id, cluster_id: self.cluster_id()? }));
-        ok(res)
+        ok(Master::register_worker(self, r.into_inner())
+            .map(|worker_id| pb::RegisterWorkerResponse { worker_id, cluster_id: self.cluster_id() }))
     }
     async fn worker_heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> R<pb::HeartbeatResponse> {
         ok(self.heartbeat(r.into_inner()))

@@ -59,6 +59,8 @@ pub struct Store {
     db: std::sync::Arc<Database>,
     ops: Option<std::sync::mpsc::Sender<(Op, Reply)>>,
     committer: Option<std::thread::JoinHandle<()>>,
+    /// This namespace's cluster id (random, never 0), made with the store and fixed.
+    pub cluster_id: u64,
 }
 
 impl Drop for Store {
@@ -152,7 +154,7 @@ impl Store {
             .name("locus-meta-commit".into())
             .spawn(move || run_committer(d2, rx))
             .map_err(|e| Error::io("start the metadata committer", e))?;
-        let s = Store { db, ops: Some(tx), committer: Some(committer) };
+        let mut s = Store { db, ops: Some(tx), committer: Some(committer), cluster_id: 0 };
         let w = s.write()?;
         {
             // Create every table so that readers never meet a missing one.
@@ -171,8 +173,10 @@ impl Store {
             // The cluster's identity, made once with the namespace: a worker holding blocks
             // of another namespace (whose ids mean other data here) is told to drop them.
             let mut counters = w.open_table(COUNTERS).map_err(db_err)?;
-            if get_counter(&counters, CLUSTER_ID)? == 0 {
-                counters.insert(CLUSTER_ID, rand::random::<u64>().max(1)).map_err(db_err)?;
+            s.cluster_id = get_counter(&counters, CLUSTER_ID)?;
+            if s.cluster_id == 0 {
+                s.cluster_id = rand::random::<u64>().max(1);
+                counters.insert(CLUSTER_ID, s.cluster_id).map_err(db_err)?;
             }
             if inodes.get(ROOT_ID).map_err(db_err)?.is_none() {
                 let root = pb::InodeRecord { id: ROOT_ID, is_dir: true, ..Default::default() };

@@ -266,8 +266,7 @@ impl Inner {
             let dropped = self.store.adopt_cluster(resp.cluster_id)?;
             if resp.worker_id == 0 {
                 tracing::warn!(dropped, cluster = resp.cluster_id, "dropped the blocks of another cluster");
-                self.store.drain_changes();
-                continue;
+                continue; // the next full report covers the removals
             }
             self.id.store(resp.worker_id, Relaxed);
             let _ = std::fs::write(self.cfg.data_dir.join("worker_id"), resp.worker_id.to_string());
