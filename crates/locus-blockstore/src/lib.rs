@@ -11,6 +11,12 @@
 //! check (and once after every restart); a bad copy is dropped, counted, and reported
 //! as a miss, so it is never served.
 //!
+//! The MEM tier can keep the files of dropped blocks for a while (the file pool,
+//! [`BlockStore::with_file_pool`]) and write new blocks into them: the tmpfs pages are
+//! already there, so a fill or a write copies bytes and allocates nothing (no page
+//! allocation and zeroing, and on a VM that returns freed memory to its host, no host
+//! fault either). Pooled files count against the tier's quota as free space held.
+//!
 //! Each tier records the cluster (master namespace) its blocks belong to; joining another
 //! cluster drops them ([`BlockStore::adopt_cluster`]), since block ids are only unique
 //! within one namespace.
@@ -20,6 +26,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use locus_common::config::{TierAlias, TierConfig};
 use locus_common::{Error, ErrorKind, Result};
@@ -50,6 +57,25 @@ struct Tier {
     quota: u64,
     used: u64,
     reserved: u64,
+    /// Files of dropped blocks kept for new blocks to be written into (MEM tier with a
+    /// file pool only), newest last: path, length, since when.
+    pool: Vec<(PathBuf, u64, Instant)>,
+    pooled: u64,
+    /// Whether dropped blocks' files go to the pool.
+    recycle: bool,
+}
+
+impl Tier {
+    /// Pooled files to release so that blocks, reservations and the pool fit the quota.
+    fn fit_pool(&mut self) -> Vec<(PathBuf, u64)> {
+        let mut gone = Vec::new();
+        while self.used + self.reserved + self.pooled > self.quota && !self.pool.is_empty() {
+            let (p, len, _) = self.pool.remove(0);
+            self.pooled -= len;
+            gone.push((p, len));
+        }
+        gone
+    }
 }
 
 #[derive(Debug)]
@@ -86,6 +112,8 @@ struct Inner {
     state: Mutex<State>,
     high: f64,
     low: f64,
+    /// How long the MEM tier keeps a dropped block's file for reuse; zero: not at all.
+    pool_ttl: Duration,
 }
 
 /// The block store. Cheap to clone.
@@ -114,6 +142,8 @@ pub struct TempBlock {
     pub path: PathBuf,
     reserved: u64,
     tier: usize,
+    /// The length of the pooled file this block is written into, if it reuses one.
+    recycled: Option<u64>,
     done: bool,
 }
 
@@ -177,6 +207,18 @@ fn move_file(from: &Path, to: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Remove released pool files (outside the state lock: freeing a block's pages takes
+/// milliseconds). Returns their bytes.
+fn release(files: Vec<(PathBuf, u64)>) -> u64 {
+    files
+        .into_iter()
+        .map(|(p, len)| {
+            let _ = std::fs::remove_file(p);
+            len
+        })
+        .sum()
+}
+
 impl BlockStore {
     /// Open the tiers, creating their directories and finding the blocks already there.
     pub fn open(tiers: &[TierConfig], high_watermark: f64, low_watermark: f64) -> Result<BlockStore> {
@@ -234,9 +276,59 @@ impl BlockStore {
                     },
                 );
             }
-            state.tiers.push(Tier { alias: t.alias, dir: t.dir.clone(), quota: t.quota.as_u64(), used, reserved: 0 });
+            state.tiers.push(Tier {
+                alias: t.alias,
+                dir: t.dir.clone(),
+                quota: t.quota.as_u64(),
+                used,
+                reserved: 0,
+                pool: Vec::new(),
+                pooled: 0,
+                recycle: false,
+            });
         }
-        Ok(BlockStore { inner: Arc::new(Inner { state: Mutex::new(state), high: high_watermark, low: low_watermark }) })
+        Ok(BlockStore {
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                high: high_watermark,
+                low: low_watermark,
+                pool_ttl: Duration::ZERO,
+            }),
+        })
+    }
+
+    /// Keep the files of blocks dropped from the MEM tier for up to `ttl`, and write new
+    /// blocks into them (zero: never). Call right after [`BlockStore::open`].
+    pub fn with_file_pool(mut self, ttl: Duration) -> BlockStore {
+        let inner = Arc::get_mut(&mut self.inner).expect("with_file_pool on a store not yet shared");
+        inner.pool_ttl = ttl;
+        for t in &mut inner.state.get_mut().tiers {
+            t.recycle = !ttl.is_zero() && t.alias == TierAlias::MEM;
+        }
+        self
+    }
+
+    /// Release pooled files older than the pool's time to live (the worker calls this
+    /// with each heartbeat). Returns the bytes released.
+    pub fn trim_file_pool(&self) -> u64 {
+        let ttl = self.inner.pool_ttl;
+        let mut gone = Vec::new();
+        {
+            let mut s = self.inner.state.lock();
+            for t in &mut s.tiers {
+                while t.pool.first().is_some_and(|f| f.2.elapsed() >= ttl) {
+                    let (p, len, _) = t.pool.remove(0);
+                    t.pooled -= len;
+                    gone.push((p, len));
+                }
+            }
+        }
+        release(gone)
+    }
+
+    /// Bytes held in pooled files, over all tiers.
+    pub fn pooled(&self) -> u64 {
+        self.inner.state.lock().tiers.iter().map(|t| t.pooled).sum()
     }
 
     /// Every block held, with its tier and length (the full block report).
@@ -422,13 +514,30 @@ impl BlockStore {
                     s.tiers[tier].reserved += len;
                     let nonce = s.tick;
                     s.tick += 1;
-                    let path = s.tiers[tier].dir.join("tmp").join(format!("{block_id}-{nonce}"));
+                    let t = &mut s.tiers[tier];
+                    let path = t.dir.join("tmp").join(format!("{block_id}-{nonce}"));
+                    // Write into a pooled file when there is one: the newest, its pages the
+                    // most recently used.
+                    let mut recycled = None;
+                    if let Some((p, flen, _)) = t.pool.pop() {
+                        t.pooled -= flen;
+                        match std::fs::rename(&p, &path) {
+                            Ok(()) => recycled = Some(flen),
+                            Err(_) => {
+                                let _ = std::fs::remove_file(&p);
+                            }
+                        }
+                    }
+                    let gone = t.fit_pool();
+                    drop(s);
+                    release(gone);
                     return Ok(TempBlock {
                         inner: self.inner.clone(),
                         block_id,
                         path,
                         reserved: len,
                         tier,
+                        recycled,
                         done: false,
                     });
                 }
@@ -453,11 +562,23 @@ impl BlockStore {
         Ok(true)
     }
 
+    /// Drop a block's copy. Its file goes to the tier's pool when the tier keeps one and
+    /// no lease holds the block (a leased file may still be read: it is removed, so the
+    /// reader keeps the old bytes and nobody writes over them).
     fn delete_block(s: &mut State, block_id: u64) {
         if let Some(m) = s.blocks.remove(&block_id) {
+            let nonce = s.tick;
+            s.tick += 1;
             let t = &mut s.tiers[m.tier];
             t.used -= m.len;
-            let _ = std::fs::remove_file(block_path(&t.dir, block_id));
+            let file = block_path(&t.dir, block_id);
+            let pooled = t.dir.join("tmp").join(format!("pool-{nonce}"));
+            if t.recycle && m.leases == 0 && std::fs::rename(&file, &pooled).is_ok() {
+                t.pool.push((pooled, m.len, Instant::now()));
+                t.pooled += m.len;
+            } else {
+                let _ = std::fs::remove_file(file);
+            }
             let _ = std::fs::remove_file(crc_path(&t.dir, block_id));
             s.changes.push(Change::Removed { block_id });
         }
@@ -475,6 +596,7 @@ impl BlockStore {
         }
         s.tiers[from].used -= len;
         s.tiers[to].used += len;
+        release(s.tiers[to].fit_pool());
         s.blocks.get_mut(&block_id).unwrap().tier = to;
         let alias = s.tiers[to].alias;
         s.changes.push(Change::Stored { block_id, tier: alias, len });
@@ -538,9 +660,37 @@ impl BlockStore {
 }
 
 impl TempBlock {
+    /// Open the block's file for writing from its start. A pooled file is written over:
+    /// [`TempBlock::commit`] cuts whatever lies past the block's end.
+    pub fn open(&self) -> Result<std::fs::File> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .map_err(|e| Error::io(format!("open the file of block {}", self.block_id), e))
+    }
+
     /// Publish the block. `len` is its final length (at most the reservation); `crc` its
     /// crc32c, kept beside it and checked when it is read from a disk tier.
-    pub fn commit(mut self, len: u64, crc: Option<u32>) -> Result<()> {
+    pub fn commit(self, len: u64, crc: Option<u32>) -> Result<()> {
+        self.publish(len, crc, false).map(drop)
+    }
+
+    /// [`TempBlock::commit`], and lease the block in the same step (so it cannot be
+    /// evicted before the lease): for readers that followed the block's file as it grew.
+    pub fn commit_leased(self, len: u64, crc: Option<u32>) -> Result<Lease> {
+        self.publish(len, crc, true).map(|l| l.expect("a lease was asked for"))
+    }
+
+    fn publish(mut self, len: u64, crc: Option<u32>, leased: bool) -> Result<Option<Lease>> {
+        if self.recycled.is_some_and(|flen| flen > len) {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&self.path)
+                .and_then(|f| f.set_len(len))
+                .map_err(|e| Error::io(format!("cut the file of block {}", self.block_id), e))?;
+        }
         let inner = self.inner.clone();
         let mut s = inner.state.lock();
         self.done = true;
@@ -551,34 +701,47 @@ impl TempBlock {
             return Err(Error::internal(format!("block {} grew past its reservation", self.block_id)));
         }
         let dst = block_path(&t.dir, self.block_id);
-        if s.blocks.contains_key(&self.block_id) {
-            let _ = std::fs::remove_file(&self.path);
-            return Ok(()); // a concurrent writer won; same bytes
+        if !s.blocks.contains_key(&self.block_id) {
+            if let Some(crc) = crc {
+                std::fs::write(crc_path(&s.tiers[self.tier].dir, self.block_id), crc.to_be_bytes())
+                    .map_err(|e| Error::io(format!("write checksum of block {}", self.block_id), e))?;
+            }
+            std::fs::rename(&self.path, &dst).map_err(|e| Error::io(format!("commit block {}", self.block_id), e))?;
+            s.tiers[self.tier].used += len;
+            s.tick += 1;
+            let tick = s.tick;
+            s.blocks.insert(
+                self.block_id,
+                Meta {
+                    tier: self.tier,
+                    len,
+                    last_access: tick,
+                    leases: 0,
+                    remove_when_free: false,
+                    crc,
+                    verified: None,
+                    generation: tick,
+                },
+            );
+            let alias = s.tiers[self.tier].alias;
+            s.changes.push(Change::Stored { block_id: self.block_id, tier: alias, len });
+        } else {
+            let _ = std::fs::remove_file(&self.path); // a concurrent writer won; same bytes
         }
-        if let Some(crc) = crc {
-            std::fs::write(crc_path(&s.tiers[self.tier].dir, self.block_id), crc.to_be_bytes())
-                .map_err(|e| Error::io(format!("write checksum of block {}", self.block_id), e))?;
+        if !leased {
+            return Ok(None);
         }
-        std::fs::rename(&self.path, &dst).map_err(|e| Error::io(format!("commit block {}", self.block_id), e))?;
-        s.tiers[self.tier].used += len;
-        s.tick += 1;
-        let tick = s.tick;
-        s.blocks.insert(
-            self.block_id,
-            Meta {
-                tier: self.tier,
-                len,
-                last_access: tick,
-                leases: 0,
-                remove_when_free: false,
-                crc,
-                verified: None,
-                generation: tick,
-            },
-        );
-        let alias = s.tiers[self.tier].alias;
-        s.changes.push(Change::Stored { block_id: self.block_id, tier: alias, len });
-        Ok(())
+        let m = s.blocks.get_mut(&self.block_id).expect("just published");
+        m.leases += 1;
+        let (tier, len, generation) = (m.tier, m.len, m.generation);
+        Ok(Some(Lease {
+            inner: inner.clone(),
+            generation,
+            block_id: self.block_id,
+            path: block_path(&s.tiers[tier].dir, self.block_id),
+            len,
+            tier: s.tiers[tier].alias,
+        }))
     }
 }
 
@@ -647,6 +810,93 @@ mod tests {
         // Tiers that disagree name no cluster.
         std::fs::write(sd.path().join(CLUSTER_FILE), "9").unwrap();
         assert_eq!(s.cluster_id(), u64::MAX);
+    }
+
+    fn ino(p: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).unwrap().ino()
+    }
+
+    #[test]
+    fn the_mem_tier_writes_new_blocks_into_the_files_of_dropped_ones() {
+        let (m, sd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let tiers = [tier(TierAlias::MEM, m.path(), 1000), tier(TierAlias::SSD, sd.path(), 1000)];
+        let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap().with_file_pool(Duration::from_secs(3600));
+        put(&s, 1, 300).unwrap();
+        let old = ino(&block_path(m.path(), 1));
+        assert!(s.remove(1).unwrap());
+        assert!(!block_path(m.path(), 1).exists());
+        assert_eq!((s.pooled(), s.usage()[0].used), (300, 0), "the file is kept, as free space");
+        // The next block is written into it, from its start; the rest is cut at commit.
+        let t = s.create(2, 300).unwrap();
+        assert_eq!(ino(&t.path), old);
+        assert_eq!(s.pooled(), 0);
+        let mut f = t.open().unwrap();
+        std::io::Write::write_all(&mut f, b"fresh").unwrap();
+        t.commit(5, Some(crc32c::crc32c(b"fresh"))).unwrap();
+        assert_eq!(std::fs::read(block_path(m.path(), 2)).unwrap(), b"fresh");
+        assert_eq!(ino(&block_path(m.path(), 2)), old);
+        // A leased block's file is never reused: a reader may still read it.
+        let lease = s.lease(2, false).unwrap().unwrap();
+        let held = std::fs::File::open(&lease.path).unwrap();
+        assert_eq!(s.adopt_cluster(1).unwrap(), 0);
+        std::fs::write(m.path().join(CLUSTER_FILE), "9").unwrap();
+        assert_eq!(s.adopt_cluster(1).unwrap(), 1, "another cluster's block goes, leased or not");
+        assert_eq!(s.pooled(), 0, "removed, not pooled");
+        drop(lease);
+        put(&s, 3, 300).unwrap();
+        assert_ne!(ino(&block_path(m.path(), 3)), old);
+        let mut seen = Vec::new();
+        std::io::Read::read_to_end(&mut { held }, &mut seen).unwrap();
+        assert_eq!(seen, b"fresh", "the reader's open file kept its bytes");
+        // A block committed with a lease (readers followed its file as it grew) goes to
+        // the pool only when that lease ends.
+        let t = s.create(7, 300).unwrap();
+        std::fs::write(&t.path, [1u8; 300]).unwrap();
+        let lease = t.commit_leased(300, None).unwrap();
+        assert!(s.remove(7).unwrap());
+        assert_eq!(s.pooled(), 0);
+        drop(lease);
+        assert_eq!(s.pooled(), 300);
+        // Evicted blocks feed the pool and the next block takes one; blocks, reservations
+        // and pooled files together never pass the quota.
+        for id in 4..=6 {
+            put(&s, id, 300).unwrap();
+        }
+        let u = &s.usage()[0];
+        assert!(u.used + s.pooled() <= 1000, "used {} + pooled {}", u.used, s.pooled());
+        // Only the MEM tier pools; and the pool empties after its time to live.
+        let s2 = BlockStore::open(&tiers, 0.9, 0.5).unwrap().with_file_pool(Duration::ZERO);
+        assert_eq!(s2.pooled(), 0, "a reopened store starts with no pool (tmp/ is cleared)");
+        drop(s2);
+        assert!(
+            std::fs::read_dir(m.path().join("tmp")).unwrap().all(|e| !e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("pool-"))
+        );
+    }
+
+    #[test]
+    fn pooled_files_go_after_their_time_to_live_and_never_on_disk_tiers() {
+        let (m, sd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let tiers = [tier(TierAlias::MEM, m.path(), 1000), tier(TierAlias::SSD, sd.path(), 1000)];
+        let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap().with_file_pool(Duration::from_millis(50));
+        put(&s, 1, 200).unwrap();
+        s.remove(1).unwrap();
+        assert_eq!(s.pooled(), 200);
+        assert_eq!(s.trim_file_pool(), 0, "not yet");
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(s.trim_file_pool(), 200);
+        assert_eq!(s.pooled(), 0);
+        assert_eq!(std::fs::read_dir(m.path().join("tmp")).unwrap().count(), 0);
+        // A block on the SSD tier is removed outright.
+        put(&s, 3, 850).unwrap();
+        put(&s, 4, 850).unwrap(); // demotes 3 to the SSD tier
+        assert_eq!(s.report().iter().find(|b| b.0 == 3).unwrap().1, TierAlias::SSD);
+        s.remove(3).unwrap();
+        assert_eq!(s.pooled(), 0);
     }
 
     #[test]

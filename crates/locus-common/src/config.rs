@@ -169,6 +169,14 @@ pub struct WorkerConfig {
     pub heartbeat_interval: Duration,
     /// Size of data-path chunks. Default 4 MiB.
     pub chunk_size: ByteSize,
+    /// How long the MEM tier keeps the file of a dropped block (evicted, freed, stale) to
+    /// write a new block into. Its tmpfs pages are still allocated, so the next fill or
+    /// write only copies bytes: no page allocation and zeroing, and on a VM that hands
+    /// freed memory back to its host, no host fault. Pooled files count against the
+    /// tier's quota (they go first when blocks need the room). `0s` turns the pool off.
+    /// Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub file_pool_ttl: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -183,6 +191,7 @@ impl Default for WorkerConfig {
             low_watermark: 0.85,
             heartbeat_interval: Duration::from_secs(1),
             chunk_size: ByteSize::mib(4),
+            file_pool_ttl: Duration::from_secs(30),
         }
     }
 }
@@ -507,6 +516,7 @@ high_watermark = 0.9
 low_watermark = 0.5
 heartbeat_interval = "2s"
 chunk_size = "1 MiB"
+file_pool_ttl = "11s"
 [[worker.tiers]]
 alias = "MEM"
 dir = "/dev/shm/x"
@@ -553,6 +563,7 @@ staged_persist_wait = "43s"
             assert_eq!(c.worker.tiers.len(), 2);
             assert_eq!(c.worker.tiers[1].alias, TierAlias::SSD);
             assert_eq!(c.worker.uds_path.as_deref(), Some(Path::new("/w/s.sock")));
+            assert_eq!(c.worker.file_pool_ttl, Duration::from_secs(11));
             assert_eq!(c.client.locality, Locality::Remote);
             assert!(!c.client.short_circuit);
             assert_eq!(c.gateway.domains, vec!["s3.example".to_string()]);

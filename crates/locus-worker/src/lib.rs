@@ -68,6 +68,10 @@ struct FillState {
     filled: u64,
     /// Set when the fill ends: whether the block was cached.
     done: Option<bool>,
+    /// A lease on the cached block, held for the readers that follow the fill's file
+    /// (they read it without a lease of their own) until the last of them is done: the
+    /// block is neither evicted nor its file reused under them.
+    lease: Option<Arc<Lease>>,
 }
 
 /// Builds a [`Worker`].
@@ -94,7 +98,8 @@ impl WorkerBuilder {
         if cfg.tiers.is_empty() {
             cfg.tiers.push(default_mem_tier(&cfg.data_dir));
         }
-        let store = BlockStore::open(&cfg.tiers, cfg.high_watermark, cfg.low_watermark)?;
+        let store =
+            BlockStore::open(&cfg.tiers, cfg.high_watermark, cfg.low_watermark)?.with_file_pool(cfg.file_pool_ttl);
         let uds_path = match &cfg.uds_path {
             Some(p) if p.as_os_str().is_empty() => None,
             Some(p) => Some(p.clone()),
@@ -281,6 +286,7 @@ impl Inner {
             self.pin_epoch.store(0, Relaxed);
         }
         self.commit_changes().await?;
+        self.store.trim_file_pool();
         let c = &self.counters;
         let req = pb::HeartbeatRequest {
             worker_id: self.id.load(Relaxed),
@@ -589,7 +595,7 @@ impl Inner {
     ) -> Result<()> {
         let ufs = self.checked_ufs(r).await?;
         let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
-        let mut file = std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
+        let mut file = temp.open()?;
         progress.send_modify(|s| s.path = Some(temp.path.clone()));
         let mut pos = 0u64;
         let mut crc = 0u32;
@@ -613,7 +619,8 @@ impl Inner {
             ));
         }
         locus_common::fail::fail_point!("worker.fill.before_commit", |_| Err(Error::internal("failpoint")));
-        temp.commit(pos, Some(crc))?;
+        let lease = temp.commit_leased(pos, Some(crc))?;
+        progress.send_modify(|s| s.lease = Some(Arc::new(lease)));
         Ok(())
     }
 
@@ -894,7 +901,7 @@ impl Inner {
         if !self.store.contains(r.block_id) {
             let mut src = self.open_block(r.block_id, r.length, &r.sources).await?;
             let temp = self.store.create(r.block_id, r.length)?;
-            let mut f = std::fs::File::create(&temp.path).map_err(|e| Error::io("create block file", e))?;
+            let mut f = temp.open()?;
             let (mut n, mut crc) = (0u64, 0u32);
             while let Some(chunk) = src.next().await? {
                 std::io::Write::write_all(&mut f, &chunk).map_err(|e| Error::io("write block file", e))?;
@@ -932,7 +939,7 @@ impl BlockWriter {
         while !data.is_empty() {
             if self.cur.is_none() {
                 let t = self.store.create(locus_common::block_id(self.version, self.index), self.block_size)?;
-                let f = std::fs::File::create(&t.path).map_err(|e| Error::io("create block file", e))?;
+                let f = t.open()?;
                 self.cur = Some((t, f, 0));
             }
             let (_, f, n) = self.cur.as_mut().unwrap();
