@@ -140,6 +140,8 @@ pub struct TempBlock {
     inner: Arc<Inner>,
     pub block_id: u64,
     pub path: PathBuf,
+    /// Where the file goes when the block is committed.
+    pub final_path: PathBuf,
     reserved: u64,
     tier: usize,
     /// The length of the pooled file this block is written into, if it reuses one.
@@ -528,6 +530,7 @@ impl BlockStore {
                             }
                         }
                     }
+                    let final_path = block_path(&t.dir, block_id);
                     let gone = t.fit_pool();
                     drop(s);
                     release(gone);
@@ -535,6 +538,7 @@ impl BlockStore {
                         inner: self.inner.clone(),
                         block_id,
                         path,
+                        final_path,
                         reserved: len,
                         tier,
                         recycled,

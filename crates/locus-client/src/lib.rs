@@ -74,12 +74,24 @@ type DataConn = BufReader<BufWriter<TcpStream>>;
 /// against 0.97-1.01x): the hand-offs and the cross-core cache traffic cost more than the
 /// overlap gains.
 async fn copy_leased<W: AsyncWrite + Unpin>(path: &str, off: u64, len: u64, out: &mut W, done: &mut u64) -> Result<()> {
-    use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?;
-    let mut buf = vec![0u8; SHORT_CIRCUIT_BUF];
+    copy_file(&file, path, off, len, out, done, &mut vec![0u8; SHORT_CIRCUIT_BUF]).await
+}
+
+/// [`copy_leased`] of an open block file, through `buf`.
+async fn copy_file<W: AsyncWrite + Unpin>(
+    file: &std::fs::File,
+    path: &str,
+    off: u64,
+    len: u64,
+    out: &mut W,
+    done: &mut u64,
+    buf: &mut [u8],
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
     let (mut pos, end) = (off, off + len);
     while pos < end {
-        let n = SHORT_CIRCUIT_BUF.min((end - pos) as usize);
+        let n = buf.len().min((end - pos) as usize);
         file.read_exact_at(&mut buf[..n], pos).map_err(|e| Error::io(format!("read {path}"), e))?;
         out.write_all(&buf[..n]).await.map_err(output_err)?;
         pos += n as u64;
@@ -463,6 +475,19 @@ impl Client {
                 load_only: false,
                 fingerprint: fi.fingerprint.clone(),
             };
+            if local && self.cfg.short_circuit {
+                match self.follow_read(&w, req.clone(), out, &mut done).await {
+                    Ok(()) => return Ok(()),
+                    Err(e)
+                        if e.is_retryable()
+                            || matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ResourceExhausted) =>
+                    {
+                        tracing::debug!(worker = w.worker_id, error = %e, done, "read through the worker's socket failed; using the data path");
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let req = pb::ReadBlockRequest { offset: off + done, length: len - done, ..req };
             match self.remote_read(&w.data_address, req, out, &mut done).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_retryable() => {
@@ -505,6 +530,47 @@ impl Client {
         }
         copy_leased(&r.path, off, len, out, done).await?;
         drop(s); // releases the lease
+        Ok(())
+    }
+
+    /// A read through the co-located worker's Unix socket: the worker leases the block,
+    /// or fills it from the UFS, and this client reads the block's file itself, as it
+    /// grows, while the worker tells how far it has (no bytes through a socket).
+    async fn follow_read<W: AsyncWrite + Unpin>(
+        &self,
+        w: &pb::WorkerAddress,
+        req: pb::ReadBlockRequest,
+        out: &mut W,
+        done: &mut u64,
+    ) -> Result<()> {
+        let mut s = UnixStream::connect(&w.uds_path)
+            .await
+            .map_err(|e| Error::unavailable(format!("connect worker socket {}: {e}", w.uds_path)))?;
+        let (mut pos, end) = (req.offset, req.offset + req.length);
+        write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await?;
+        let mut file = None;
+        let mut buf = vec![0u8; SHORT_CIRCUIT_BUF];
+        while pos < end {
+            let r: pb::DataResponse =
+                read_frame(&mut s).await?.ok_or_else(|| Error::unavailable("worker closed the socket"))?;
+            if let Some(e) = r.error {
+                return Err(from_error_info(e));
+            }
+            if file.is_none() {
+                // The fill's file, or the block's once committed (the worker holds it).
+                let f = std::fs::File::open(&r.path)
+                    .or_else(|_| std::fs::File::open(&r.block_path))
+                    .map_err(|e| Error::unavailable(format!("open block file {}: {e}", r.block_path)))?;
+                file = Some((f, r.block_path));
+            }
+            let (f, path) = file.as_ref().unwrap();
+            let upto = r.filled.min(end);
+            if upto > pos {
+                copy_file(f, path, pos, upto - pos, out, done, &mut buf).await?;
+                pos = upto;
+            }
+        }
+        drop(s); // lets the block go
         Ok(())
     }
 

@@ -24,7 +24,7 @@ use locus_proto::{from_status, read_frame, to_error_info, write_frame};
 use locus_ufs::Ufs;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
@@ -65,6 +65,8 @@ struct Inner {
 struct FillState {
     /// The block's temporary file, once created (its bytes `..filled` are final).
     path: Option<PathBuf>,
+    /// Where that file goes when the block is committed.
+    final_path: Option<PathBuf>,
     filled: u64,
     /// Set when the fill ends: whether the block was cached.
     done: Option<bool>,
@@ -72,6 +74,22 @@ struct FillState {
     /// (they read it without a lease of their own) until the last of them is done: the
     /// block is neither evicted nor its file reused under them.
     lease: Option<Arc<Lease>>,
+}
+
+/// A block fill a reader joined ([`Inner::fill_or_join`]): its progress, and when this
+/// reader started it, the task running it.
+enum Fill {
+    Leader(watch::Receiver<FillState>, tokio::task::JoinHandle<Result<()>>),
+    Waiter(watch::Receiver<FillState>),
+}
+
+/// What keeps a block in place for a co-located reader between its requests (held for
+/// its `Drop`).
+#[allow(dead_code)]
+enum Held {
+    Lease(Lease),
+    /// A fill the reader followed: its receiver keeps the lease the fill took at commit.
+    Fill(watch::Receiver<FillState>),
 }
 
 /// Builds a [`Worker`].
@@ -424,63 +442,162 @@ impl Inner {
             if read_type == ReadType::NO_CACHE {
                 return self.send_from_ufs(sock, &r, hdr).await;
             }
-            // Become the filler of this block, or wait for the one in progress.
-            let (waiter, leader) = {
-                let mut inflight = self.inflight.lock();
-                match inflight.get(&r.block_id) {
-                    Some(rx) => (Some(rx.clone()), None),
-                    None => {
-                        let (tx, rx) = watch::channel(FillState::default());
-                        inflight.insert(r.block_id, rx);
-                        (None, Some(tx))
-                    }
+            let fill = match self.fill_or_join(&r) {
+                Ok(f) => f,
+                // A full cache still serves the read, uncached.
+                Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
+                    tracing::warn!(block = r.block_id, error = %e, "cannot cache block; serving it uncached");
+                    return self.send_from_ufs(sock, &r, hdr).await;
                 }
+                Err(e) => return Err(e),
             };
-            if let Some(tx) = leader {
-                // Reserve the space first: a full cache still serves the read, uncached.
-                let temp = match self.store.create(r.block_id, r.block_length) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        self.inflight.lock().remove(&r.block_id);
-                        tx.send_modify(|s| s.done = Some(false));
-                        if e.kind() == ErrorKind::ResourceExhausted && !r.load_only {
-                            tracing::warn!(block = r.block_id, error = %e, "cannot cache block; serving it uncached");
-                            return self.send_from_ufs(sock, &r, hdr).await;
-                        }
-                        return Err(e);
+            match fill {
+                Fill::Leader(mut rx, task) => {
+                    let joined = !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await?;
+                    let res = task.await.unwrap_or_else(|e| Err(Error::internal(format!("block fill task: {e}"))));
+                    if joined {
+                        // The reader has its bytes, whatever became of the rest of the block.
+                        return Ok(());
                     }
+                    res?;
+                    if r.load_only {
+                        return write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await;
+                    }
+                    // cached meanwhile (the fill ended before this reader joined)
+                }
+                Fill::Waiter(mut rx) => {
+                    if !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await? {
+                        return Ok(());
+                    }
+                    let _ = rx.wait_for(|v| v.done.is_some()).await;
+                }
+            }
+        }
+    }
+
+    /// Become the filler of a missing block (the fill runs on a task of its own, so no
+    /// reader, this one included, can hold it back: every reader follows the block file
+    /// as it grows), or join the fill in progress. Fails when the block cannot be cached
+    /// (`ResourceExhausted`: no room).
+    fn fill_or_join(self: &Arc<Self>, r: &pb::ReadBlockRequest) -> Result<Fill> {
+        let tx = {
+            let mut inflight = self.inflight.lock();
+            if let Some(rx) = inflight.get(&r.block_id) {
+                return Ok(Fill::Waiter(rx.clone()));
+            }
+            let (tx, rx) = watch::channel(FillState::default());
+            inflight.insert(r.block_id, rx);
+            tx
+        };
+        // Reserve the space first.
+        let temp = match self.store.create(r.block_id, r.block_length) {
+            Ok(t) => t,
+            Err(e) => {
+                self.inflight.lock().remove(&r.block_id);
+                tx.send_modify(|s| s.done = Some(false));
+                return Err(e);
+            }
+        };
+        let rx = tx.subscribe();
+        let (me, req) = (self.clone(), r.clone());
+        let task = tokio::spawn(async move {
+            let res = me.fill(&req, temp, &tx).await;
+            me.inflight.lock().remove(&req.block_id);
+            tx.send_modify(|s| s.done = Some(res.is_ok()));
+            // The master learns of the block before any reader is told it is
+            // cached, so `load` (or a read) followed by `stat` shows it.
+            let _ = me.commit_changes().await;
+            res
+        });
+        Ok(Fill::Leader(rx, task))
+    }
+
+    /// A co-located client's read, over the Unix socket: no bytes go through the socket.
+    /// A cached block is leased, as for a short-circuit read; a miss joins or starts the
+    /// block's fill, and the reader gets the fill's file and frames telling how far it
+    /// has grown, and reads the file itself (one copy less than the data path, and no
+    /// socket). Returns what keeps the block in place until the reader's next request
+    /// or until it hangs up.
+    async fn follow_read(self: &Arc<Self>, sock: &mut UnixStream, r: pb::ReadBlockRequest) -> Result<Held> {
+        let end = r.offset.checked_add(r.length).filter(|e| *e <= r.block_length && r.block_length <= MAX_BLOCK);
+        let Some(end) = end else {
+            return Err(Error::invalid(format!(
+                "bad read range {}+{} of a block of {} bytes",
+                r.offset, r.length, r.block_length
+            )));
+        };
+        let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
+        let mut first = true;
+        loop {
+            if let Some(lease) = self.store.lease(r.block_id, read_type == ReadType::CACHE_PROMOTE)? {
+                if lease.len < end {
+                    return Err(Error::new(
+                        ErrorKind::Corrupt,
+                        format!("cached block {} is shorter than requested", r.block_id),
+                    ));
+                }
+                if first {
+                    self.counters.cache_hits.fetch_add(1, Relaxed);
+                }
+                self.counters.short_circuit.fetch_add(r.length, Relaxed);
+                let path = lease.path.display().to_string();
+                let resp = pb::DataResponse {
+                    filled: lease.len,
+                    block_path: path.clone(),
+                    path,
+                    length: lease.len,
+                    cached: true,
+                    ..Default::default()
                 };
-                // The fill runs on its own, so no reader (this one included) can hold it
-                // back: every reader streams from the block file as it grows.
-                let mut rx = tx.subscribe();
-                let (me, req) = (self.clone(), r.clone());
-                let fill = tokio::spawn(async move {
-                    let res = me.fill(&req, temp, &tx).await;
-                    me.inflight.lock().remove(&req.block_id);
-                    tx.send_modify(|s| s.done = Some(res.is_ok()));
-                    // The master learns of the block before any reader is told it is
-                    // cached, so `load` (or a read) followed by `stat` shows it.
-                    let _ = me.commit_changes().await;
-                    res
-                });
-                let joined = !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await?;
-                let res = fill.await.unwrap_or_else(|e| Err(Error::internal(format!("block fill task: {e}"))));
-                if joined {
-                    // The reader has its bytes, whatever became of the rest of the block.
-                    return Ok(());
-                }
-                res?;
-                if r.load_only {
-                    return write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await;
-                }
-                continue; // cached meanwhile (the fill ended before this reader joined)
+                write_frame(sock, &resp).await?;
+                return Ok(Held::Lease(lease));
             }
-            if let Some(mut rx) = waiter {
-                if !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await? {
-                    return Ok(());
-                }
-                let _ = rx.wait_for(|v| v.done.is_some()).await;
+            if first {
+                self.counters.cache_misses.fetch_add(1, Relaxed);
+                first = false;
             }
+            if read_type == ReadType::NO_CACHE || r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT {
+                // Bytes that are not to be cached, or only other workers have: the data path.
+                return Err(Error::not_found(format!("block {} is not cached here", r.block_id)));
+            }
+            let mut rx = match self.fill_or_join(&r)? {
+                Fill::Leader(rx, _) | Fill::Waiter(rx) => rx,
+            };
+            let st = match rx.wait_for(|s| s.path.is_some() || s.done.is_some()).await {
+                Ok(s) => s.clone(),
+                Err(_) => FillState { done: Some(false), ..Default::default() },
+            };
+            let (Some(path), Some(block_path)) = (st.path, st.final_path) else {
+                if st.done == Some(true) {
+                    continue; // cached before it had a file to follow: lease it
+                }
+                return Err(Error::unavailable(format!("the fill of block {} failed", r.block_id)));
+            };
+            let head = pb::DataResponse {
+                path: path.display().to_string(),
+                block_path: block_path.display().to_string(),
+                length: r.block_length,
+                filled: st.filled,
+                ..Default::default()
+            };
+            write_frame(sock, &head).await?;
+            let mut told = st.filled;
+            while told < end {
+                let got = rx.wait_for(|s| s.filled > told || s.done.is_some()).await.map(|s| (s.filled, s.done));
+                // A leader gone without a verdict failed.
+                let (filled, done) = got.unwrap_or_else(|_| (rx.borrow().filled, Some(false)));
+                if filled <= told {
+                    return Err(Error::unavailable(match done {
+                        Some(true) => format!("block {} is shorter than the read", r.block_id),
+                        _ => format!("the fill of block {} failed", r.block_id),
+                    }));
+                }
+                write_frame(sock, &pb::DataResponse { filled, ..Default::default() }).await?;
+                told = filled;
+            }
+            self.counters.short_circuit.fetch_add(r.length, Relaxed);
+            // The fill's lease (taken at its commit) lives as long as this receiver.
+            return Ok(Held::Fill(rx));
         }
     }
 
@@ -596,7 +713,10 @@ impl Inner {
         let ufs = self.checked_ufs(r).await?;
         let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
         let mut file = temp.open()?;
-        progress.send_modify(|s| s.path = Some(temp.path.clone()));
+        progress.send_modify(|s| {
+            s.path = Some(temp.path.clone());
+            s.final_path = Some(temp.final_path.clone());
+        });
         let mut pos = 0u64;
         let mut crc = 0u32;
         while let Some(b) = stream.next().await {
@@ -1170,60 +1290,57 @@ async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut stop: watch::R
     }
 }
 
-async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut tokio::net::UnixStream) {
-    {
-        {
-            // The lease lives as long as the client keeps it: until its next request or
-            // until it closes the connection (which also covers a client crash).
-            let mut held: Option<Lease> = None;
-            loop {
-                let req: pb::DataRequest = match read_frame(sock).await {
-                    Ok(Some(r)) => r,
-                    Ok(None) => return,
-                    Err(e) => {
-                        let _ = write_frame(
-                            sock,
-                            &pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() },
-                        )
-                        .await;
-                        return;
-                    }
-                };
-                drop(held.take());
-                let resp = match req.req {
-                    Some(pb::data_request::Req::Lease(l)) => match inner.store.lease(l.block_id, l.promote) {
-                        Ok(Some(lease)) => {
-                            inner.counters.cache_hits.fetch_add(1, Relaxed);
-                            inner.counters.short_circuit.fetch_add(l.length.min(lease.len), Relaxed);
-                            let r = pb::DataResponse {
-                                path: lease.path.display().to_string(),
-                                length: lease.len,
-                                ..Default::default()
-                            };
-                            held = Some(lease);
-                            r
-                        }
-                        Ok(None) => pb::DataResponse {
-                            error: Some(to_error_info(&Error::not_found(format!(
-                                "block {} is not cached here",
-                                l.block_id
-                            )))),
-                            ..Default::default()
-                        },
-                        Err(e) => pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() },
-                    },
-                    Some(pb::data_request::Req::Hello(_)) => {
-                        pb::DataResponse { worker_id: inner.id.load(Relaxed), ..Default::default() }
-                    }
-                    _ => pb::DataResponse {
-                        error: Some(to_error_info(&Error::invalid("only leases and hello on the Unix socket"))),
-                        ..Default::default()
-                    },
-                };
-                if write_frame(sock, &resp).await.is_err() {
-                    return;
-                }
+async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
+    // What a reply hands out lives as long as the client keeps it: until its next
+    // request or until it closes the connection (which also covers a client crash).
+    let mut held: Option<Held> = None;
+    loop {
+        let req: pb::DataRequest = match read_frame(sock).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                let _ =
+                    write_frame(sock, &pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() }).await;
+                return;
             }
+        };
+        drop(held.take());
+        let resp = match req.req {
+            Some(pb::data_request::Req::Read(r)) => match inner.follow_read(sock, r).await {
+                Ok(h) => {
+                    held = Some(h);
+                    continue;
+                }
+                Err(e) => pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() },
+            },
+            Some(pb::data_request::Req::Lease(l)) => match inner.store.lease(l.block_id, l.promote) {
+                Ok(Some(lease)) => {
+                    inner.counters.cache_hits.fetch_add(1, Relaxed);
+                    inner.counters.short_circuit.fetch_add(l.length.min(lease.len), Relaxed);
+                    let r = pb::DataResponse {
+                        path: lease.path.display().to_string(),
+                        length: lease.len,
+                        ..Default::default()
+                    };
+                    held = Some(Held::Lease(lease));
+                    r
+                }
+                Ok(None) => pb::DataResponse {
+                    error: Some(to_error_info(&Error::not_found(format!("block {} is not cached here", l.block_id)))),
+                    ..Default::default()
+                },
+                Err(e) => pb::DataResponse { error: Some(to_error_info(&e)), ..Default::default() },
+            },
+            Some(pb::data_request::Req::Hello(_)) => {
+                pb::DataResponse { worker_id: inner.id.load(Relaxed), ..Default::default() }
+            }
+            _ => pb::DataResponse {
+                error: Some(to_error_info(&Error::invalid("only reads, leases and hello on the Unix socket"))),
+                ..Default::default()
+            },
+        };
+        if write_frame(sock, &resp).await.is_err() {
+            return;
         }
     }
 }
