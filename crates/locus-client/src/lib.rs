@@ -79,6 +79,7 @@ async fn copy_leased<W: AsyncWrite + Unpin>(path: &str, off: u64, len: u64, out:
 }
 
 /// [`copy_leased`] of an open block file, through `buf`.
+#[allow(clippy::too_many_arguments)]
 async fn copy_file<W: AsyncWrite + Unpin>(
     file: &std::fs::File,
     path: &str,
