@@ -83,6 +83,21 @@ enum Fill {
     Waiter(watch::Receiver<FillState>),
 }
 
+/// Wait until a fill has more than `pos` bytes of its block: how many it has then, or
+/// why it never will.
+async fn fill_past(rx: &mut watch::Receiver<FillState>, block_id: u64, pos: u64) -> Result<u64> {
+    let got = rx.wait_for(|s| s.filled > pos || s.done.is_some()).await.map(|s| (s.filled, s.done));
+    // A leader gone without a verdict failed.
+    let (filled, done) = got.unwrap_or_else(|_| (rx.borrow().filled, Some(false)));
+    if filled <= pos {
+        return Err(Error::unavailable(match done {
+            Some(true) => format!("block {block_id} is shorter than the read"),
+            _ => format!("the fill of block {block_id} failed"),
+        }));
+    }
+    Ok(filled)
+}
+
 /// What keeps a block in place for a co-located reader between its requests (held for
 /// its `Drop`).
 #[allow(dead_code)]
@@ -583,15 +598,7 @@ impl Inner {
             write_frame(sock, &head).await?;
             let mut told = st.filled;
             while told < end {
-                let got = rx.wait_for(|s| s.filled > told || s.done.is_some()).await.map(|s| (s.filled, s.done));
-                // A leader gone without a verdict failed.
-                let (filled, done) = got.unwrap_or_else(|_| (rx.borrow().filled, Some(false)));
-                if filled <= told {
-                    return Err(Error::unavailable(match done {
-                        Some(true) => format!("block {} is shorter than the read", r.block_id),
-                        _ => format!("the fill of block {} failed", r.block_id),
-                    }));
-                }
+                let filled = fill_past(&mut rx, r.block_id, told).await?;
                 write_frame(sock, &pb::DataResponse { filled, ..Default::default() }).await?;
                 told = filled;
             }
@@ -622,15 +629,7 @@ impl Inner {
         *hdr = true;
         let (mut pos, end) = (r.offset, r.offset + r.length);
         while pos < end {
-            let got = rx.wait_for(|s| s.filled > pos || s.done.is_some()).await.map(|s| (s.filled, s.done));
-            // A leader gone without a verdict failed.
-            let (filled, done) = got.unwrap_or_else(|_| (rx.borrow().filled, Some(false)));
-            if filled <= pos {
-                return Err(Error::unavailable(match done {
-                    Some(true) => format!("block {} is shorter than the read", r.block_id),
-                    _ => format!("the fill of block {} failed", r.block_id),
-                }));
-            }
+            let filled = fill_past(rx, r.block_id, pos).await?;
             let n = sendfile(sock, &file, pos, filled.min(end) - pos).await.map_err(|e| Error::io("send block", e))?;
             pos += n;
             self.count_served(r.client_local, n);
