@@ -591,7 +591,15 @@ impl Client {
             return Err(from_error_info(e));
         }
         let mut left = r.length;
+        let mut cur = 1u64;
         while left > 0 {
+            if c.buffer().is_empty() {
+                let want = locus_proto::RECV_LOWAT.min(left);
+                if want != cur {
+                    locus_proto::set_recv_lowat(c.get_ref().get_ref(), want);
+                    cur = want;
+                }
+            }
             let buf = c.fill_buf().await.map_err(|e| Error::io("read block data", e))?;
             if buf.is_empty() {
                 return Err(Error::unavailable(format!("worker {addr} closed the stream with {left} bytes to go")));
@@ -601,6 +609,9 @@ impl Client {
             c.consume(n);
             left -= n as u64;
             *done += n as u64;
+        }
+        if cur != 1 {
+            locus_proto::set_recv_lowat(c.get_ref().get_ref(), 1);
         }
         self.put_conn(addr, c);
         Ok(())

@@ -109,6 +109,33 @@ pub async fn write_frame<W: AsyncWrite + Unpin, M: Message>(w: &mut W, m: &M) ->
     w.write_all(&buf).await.map_err(|e| Error::io("write frame", e))
 }
 
+/// While a block's bytes (or a write's chunk) stream in over the data path, the socket
+/// wakes its reader only once this much has arrived (SO_RCVLOWAT; lowered to what is left near the
+/// end of the block, and back to 1 for the next answer). Woken for every 64 KiB segment
+/// of loopback TCP, a reader that keeps up with the worker sleeps and is woken 13-33
+/// thousand times per GiB, and on a VM each wake-up of an idle vCPU is dear: forced-remote
+/// reads of a cached GiB took 0.22-0.60 s, bimodal, with the worker's CPU time rising with
+/// the wake-ups it sent. At 512 KiB: 0.14-0.25 s, about 3 thousand wake-ups, and half the
+/// client's CPU time (`locus fs wc --remote` against `local start`, this 2-core VM).
+pub const RECV_LOWAT: u64 = 512 << 10;
+
+/// Set a data-path socket's SO_RCVLOWAT (best effort: a socket that refuses it wakes its
+/// reader as before).
+pub fn set_recv_lowat(s: &tokio::net::TcpStream, n: u64) {
+    use std::os::fd::AsRawFd;
+    let v = n.min(i32::MAX as u64) as libc::c_int;
+    // SAFETY: a valid socket and an int option.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            &v as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 /// Read one length-prefixed message. `Ok(None)` on a clean end of stream before a frame.
 pub async fn read_frame<R: AsyncRead + Unpin, M: Message + Default>(r: &mut R) -> locus_common::Result<Option<M>> {
     let mut lenb = [0u8; 4];

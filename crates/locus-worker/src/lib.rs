@@ -806,9 +806,29 @@ impl Inner {
                 if len > 64 << 20 {
                     return Err(Error::invalid("write chunk larger than 64 MiB"));
                 }
-                let mut buf = vec![0u8; len];
-                sock.read_exact(&mut buf).await.map_err(|e| Error::io("read write chunk", e))?;
-                let mut buf = Bytes::from(buf);
+                // Read into unzeroed memory, woken per RECV_LOWAT rather than per segment.
+                // (Never more than the chunk's unread rest: the writer may be waiting.)
+                let mut buf = bytes::BytesMut::with_capacity(len);
+                let mut lowat = 1;
+                while buf.len() < len {
+                    let want = (len - buf.len()) as u64;
+                    if locus_proto::RECV_LOWAT.min(want) != lowat {
+                        lowat = locus_proto::RECV_LOWAT.min(want);
+                        locus_proto::set_recv_lowat(sock, lowat);
+                    }
+                    let n = (&mut *sock)
+                        .take(want)
+                        .read_buf(&mut buf)
+                        .await
+                        .map_err(|e| Error::io("read write chunk", e))?;
+                    if n == 0 {
+                        return Err(Error::io("read write chunk", std::io::ErrorKind::UnexpectedEof.into()));
+                    }
+                }
+                if lowat != 1 {
+                    locus_proto::set_recv_lowat(sock, 1);
+                }
+                let mut buf = buf.freeze();
                 let before = total;
                 total += len as u64;
                 if let Some((tx, _)) = &down {
