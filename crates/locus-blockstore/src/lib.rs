@@ -48,6 +48,8 @@ pub struct TierUsage {
     pub capacity: u64,
     pub used: u64,
     pub blocks: u64,
+    /// Free space held in pooled block files (their pages kept for the next blocks).
+    pub pooled: u64,
 }
 
 #[derive(Debug)]
@@ -388,6 +390,7 @@ impl BlockStore {
                 capacity: t.quota,
                 used: t.used,
                 blocks: s.blocks.values().filter(|m| m.tier == i).count() as u64,
+                pooled: t.pooled,
             })
             .collect()
     }

@@ -78,6 +78,7 @@ struct Metrics {
     workers_live: IntGauge,
     tier_capacity: IntGaugeVec,
     tier_used: IntGaugeVec,
+    tier_pooled: IntGaugeVec,
     hit_ratio: Gauge,
     files_loaded: IntCounter,
     corrupt_blocks: IntCounter,
@@ -110,6 +111,12 @@ impl Metrics {
         registry.register(Box::new(workers_live.clone())).unwrap();
         registry.register(Box::new(tier_capacity.clone())).unwrap();
         registry.register(Box::new(tier_used.clone())).unwrap();
+        let tier_pooled = IntGaugeVec::new(
+            Opts::new("locus_tier_pooled_bytes", "Free cache space held in pooled block files per tier"),
+            &["tier"],
+        )
+        .unwrap();
+        registry.register(Box::new(tier_pooled.clone())).unwrap();
         registry.register(Box::new(hit_ratio.clone())).unwrap();
         registry.register(Box::new(files_loaded.clone())).unwrap();
         let corrupt_blocks = IntCounter::new(
@@ -138,6 +145,7 @@ impl Metrics {
             workers_live,
             tier_capacity,
             tier_used,
+            tier_pooled,
             hit_ratio,
             files_loaded,
             corrupt_blocks,
@@ -1622,11 +1630,16 @@ impl Master {
         m.workers_live.set(rep.workers.iter().filter(|w| w.live).count() as i64);
         let mut cap: BTreeMap<String, u64> = BTreeMap::new();
         let mut used: BTreeMap<String, u64> = BTreeMap::new();
+        let mut pooled: BTreeMap<String, u64> = BTreeMap::new();
         for w in rep.workers.iter().filter(|w| w.live) {
             for t in &w.tiers {
                 *cap.entry(t.alias.clone()).or_default() += t.capacity;
                 *used.entry(t.alias.clone()).or_default() += t.used;
+                *pooled.entry(t.alias.clone()).or_default() += t.pooled;
             }
+        }
+        for (t, v) in pooled {
+            m.tier_pooled.with_label_values(&[t.as_str()]).set(v as i64);
         }
         for (t, v) in cap {
             m.tier_capacity.with_label_values(&[t.as_str()]).set(v as i64);

@@ -192,7 +192,7 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
             json!({
                 "id": a.worker_id, "host": a.host, "data_address": a.data_address, "live": w.live,
                 "last_heartbeat_ms_ago": w.last_heartbeat_ms_ago,
-                "tiers": w.tiers.iter().map(|t| json!({"alias": t.alias, "capacity": t.capacity, "used": t.used, "blocks": t.blocks})).collect::<Vec<_>>(),
+                "tiers": w.tiers.iter().map(|t| json!({"alias": t.alias, "capacity": t.capacity, "used": t.used, "blocks": t.blocks, "pooled": t.pooled})).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -268,6 +268,7 @@ impl Inner {
                 capacity: u.capacity,
                 used: u.used,
                 blocks: u.blocks,
+                pooled: u.pooled,
             })
             .collect()
     }

@@ -664,11 +664,13 @@ fn print_report(j: &serde_json::Value) {
             .into_iter()
             .flatten()
             .map(|t| {
+                let pooled = t["pooled"].as_u64().unwrap_or(0);
                 format!(
-                    "{} {}/{}",
+                    "{} {}/{}{}",
                     t["alias"].as_str().unwrap_or(""),
                     human(t["used"].as_u64().unwrap_or(0)),
-                    human(t["capacity"].as_u64().unwrap_or(0))
+                    human(t["capacity"].as_u64().unwrap_or(0)),
+                    if pooled > 0 { format!(" (+{} pooled)", human(pooled)) } else { String::new() }
                 )
             })
             .collect();

@@ -160,6 +160,25 @@ async fn read_through_cache_counts_every_byte_by_source() {
     // The Prometheus text carries the same counts.
     let m = locus_master::render_metrics(c.master());
     assert!(m.contains(&format!("locus_bytes_read_total{{source=\"short_circuit\"}} {}", t2.short_circuit)), "{m}");
+
+    // Freed blocks' files stay in the MEM tier's pool (reported as pooled, not used), and
+    // another file's blocks are written over them: its bytes, and only its bytes, come back
+    // (its last block is shorter than the file it reuses).
+    local.free("/f.bin", false).await.unwrap();
+    let pooled = |r: &pb::Report| r.workers.iter().flat_map(|w| &w.tiers).map(|t| t.pooled).sum::<u64>();
+    let mut r = local.report().await.unwrap();
+    for _ in 0..100 {
+        if pooled(&r) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        r = local.report().await.unwrap();
+    }
+    assert!(pooled(&r) >= 3 * BLOCK, "{:?}", r.workers);
+    let other = random(2 * BLOCK as usize + 777);
+    std::fs::write(ufs_dir(&c).join("g.bin"), &other).unwrap();
+    assert_eq!(sha(&read_all(&local, "/g.bin").await), sha(&other));
+    assert_eq!(sha(&read_all(&local, "/g.bin").await), sha(&other), "and from the cache");
     c.shutdown().await;
 }
 
