@@ -72,11 +72,16 @@ impl Tier {
     fn fit_pool(&mut self) -> Vec<(PathBuf, u64)> {
         let mut gone = Vec::new();
         while self.used + self.reserved + self.pooled > self.quota && !self.pool.is_empty() {
-            let (p, len, _) = self.pool.remove(0);
-            self.pooled -= len;
-            gone.push((p, len));
+            gone.push(self.pop_oldest());
         }
         gone
+    }
+
+    /// Take the oldest pooled file out of the pool (the caller releases it).
+    fn pop_oldest(&mut self) -> (PathBuf, u64) {
+        let (p, len, _) = self.pool.remove(0);
+        self.pooled -= len;
+        (p, len)
     }
 }
 
@@ -321,18 +326,11 @@ impl BlockStore {
             let mut s = self.inner.state.lock();
             for t in &mut s.tiers {
                 while t.pool.first().is_some_and(|f| f.2.elapsed() >= ttl) {
-                    let (p, len, _) = t.pool.remove(0);
-                    t.pooled -= len;
-                    gone.push((p, len));
+                    gone.push(t.pop_oldest());
                 }
             }
         }
         release(gone)
-    }
-
-    /// Bytes held in pooled files, over all tiers.
-    pub fn pooled(&self) -> u64 {
-        self.inner.state.lock().tiers.iter().map(|t| t.pooled).sum()
     }
 
     /// Every block held, with its tier and length (the full block report).
@@ -819,6 +817,10 @@ mod tests {
         assert_eq!(s.cluster_id(), u64::MAX);
     }
 
+    fn pooled(s: &BlockStore) -> u64 {
+        s.usage().iter().map(|u| u.pooled).sum()
+    }
+
     fn ino(p: &Path) -> u64 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(p).unwrap().ino()
@@ -833,11 +835,11 @@ mod tests {
         let old = ino(&block_path(m.path(), 1));
         assert!(s.remove(1).unwrap());
         assert!(!block_path(m.path(), 1).exists());
-        assert_eq!((s.pooled(), s.usage()[0].used), (300, 0), "the file is kept, as free space");
+        assert_eq!((pooled(&s), s.usage()[0].used), (300, 0), "the file is kept, as free space");
         // The next block is written into it, from its start; the rest is cut at commit.
         let t = s.create(2, 300).unwrap();
         assert_eq!(ino(&t.path), old);
-        assert_eq!(s.pooled(), 0);
+        assert_eq!(pooled(&s), 0);
         let mut f = t.open().unwrap();
         std::io::Write::write_all(&mut f, b"fresh").unwrap();
         t.commit(5, Some(crc32c::crc32c(b"fresh"))).unwrap();
@@ -849,7 +851,7 @@ mod tests {
         assert_eq!(s.adopt_cluster(1).unwrap(), 0);
         std::fs::write(m.path().join(CLUSTER_FILE), "9").unwrap();
         assert_eq!(s.adopt_cluster(1).unwrap(), 1, "another cluster's block goes, leased or not");
-        assert_eq!(s.pooled(), 0, "removed, not pooled");
+        assert_eq!(pooled(&s), 0, "removed, not pooled");
         drop(lease);
         put(&s, 3, 300).unwrap();
         assert_ne!(ino(&block_path(m.path(), 3)), old);
@@ -862,19 +864,19 @@ mod tests {
         std::fs::write(&t.path, [1u8; 300]).unwrap();
         let lease = t.commit_leased(300, None).unwrap();
         assert!(s.remove(7).unwrap());
-        assert_eq!(s.pooled(), 0);
+        assert_eq!(pooled(&s), 0);
         drop(lease);
-        assert_eq!(s.pooled(), 300);
+        assert_eq!(pooled(&s), 300);
         // Evicted blocks feed the pool and the next block takes one; blocks, reservations
         // and pooled files together never pass the quota.
         for id in 4..=6 {
             put(&s, id, 300).unwrap();
         }
         let u = &s.usage()[0];
-        assert!(u.used + s.pooled() <= 1000, "used {} + pooled {}", u.used, s.pooled());
+        assert!(u.used + pooled(&s) <= 1000, "used {} + pooled {}", u.used, pooled(&s));
         // Only the MEM tier pools; and the pool empties after its time to live.
         let s2 = BlockStore::open(&tiers, 0.9, 0.5).unwrap().with_file_pool(Duration::ZERO);
-        assert_eq!(s2.pooled(), 0, "a reopened store starts with no pool (tmp/ is cleared)");
+        assert_eq!(pooled(&s2), 0, "a reopened store starts with no pool (tmp/ is cleared)");
         drop(s2);
         assert!(
             std::fs::read_dir(m.path().join("tmp")).unwrap().all(|e| !e
@@ -892,18 +894,18 @@ mod tests {
         let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap().with_file_pool(Duration::from_millis(50));
         put(&s, 1, 200).unwrap();
         s.remove(1).unwrap();
-        assert_eq!(s.pooled(), 200);
+        assert_eq!(pooled(&s), 200);
         assert_eq!(s.trim_file_pool(), 0, "not yet");
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(s.trim_file_pool(), 200);
-        assert_eq!(s.pooled(), 0);
+        assert_eq!(pooled(&s), 0);
         assert_eq!(std::fs::read_dir(m.path().join("tmp")).unwrap().count(), 0);
         // A block on the SSD tier is removed outright.
         put(&s, 3, 850).unwrap();
         put(&s, 4, 850).unwrap(); // demotes 3 to the SSD tier
         assert_eq!(s.report().iter().find(|b| b.0 == 3).unwrap().1, TierAlias::SSD);
         s.remove(3).unwrap();
-        assert_eq!(s.pooled(), 0);
+        assert_eq!(pooled(&s), 0);
     }
 
     #[test]

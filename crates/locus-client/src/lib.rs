@@ -594,11 +594,7 @@ impl Client {
         let mut cur = 1u64;
         while left > 0 {
             if c.buffer().is_empty() {
-                let want = locus_proto::RECV_LOWAT.min(left);
-                if want != cur {
-                    locus_proto::set_recv_lowat(c.get_ref().get_ref(), want);
-                    cur = want;
-                }
+                locus_proto::expect_bytes(c.get_ref().get_ref(), &mut cur, left);
             }
             let buf = c.fill_buf().await.map_err(|e| Error::io("read block data", e))?;
             if buf.is_empty() {
@@ -610,9 +606,7 @@ impl Client {
             left -= n as u64;
             *done += n as u64;
         }
-        if cur != 1 {
-            locus_proto::set_recv_lowat(c.get_ref().get_ref(), 1);
-        }
+        locus_proto::expect_bytes(c.get_ref().get_ref(), &mut cur, 0);
         self.put_conn(addr, c);
         Ok(())
     }

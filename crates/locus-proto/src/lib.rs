@@ -110,8 +110,9 @@ pub async fn write_frame<W: AsyncWrite + Unpin, M: Message>(w: &mut W, m: &M) ->
 }
 
 /// While a block's bytes (or a write's chunk) stream in over the data path, the socket
-/// wakes its reader only once this much has arrived (SO_RCVLOWAT; lowered to what is left near the
-/// end of the block, and back to 1 for the next answer). Woken for every 64 KiB segment
+/// wakes its reader only once this much has arrived (SO_RCVLOWAT, [`expect_bytes`];
+/// lowered to what is left near the end, and back to 1 for the next answer). Woken for
+/// every 64 KiB segment
 /// of loopback TCP, a reader that keeps up with the worker sleeps and is woken 13-33
 /// thousand times per GiB, and on a VM each wake-up of an idle vCPU is dear: forced-remote
 /// reads of a cached GiB took 0.22-0.60 s, bimodal, with the worker's CPU time rising with
@@ -119,11 +120,19 @@ pub async fn write_frame<W: AsyncWrite + Unpin, M: Message>(w: &mut W, m: &M) ->
 /// client's CPU time (`locus fs wc --remote` against `local start`, this 2-core VM).
 pub const RECV_LOWAT: u64 = 512 << 10;
 
-/// Set a data-path socket's SO_RCVLOWAT (best effort: a socket that refuses it wakes its
-/// reader as before).
-pub fn set_recv_lowat(s: &tokio::net::TcpStream, n: u64) {
+/// Tell a data-path socket that `left` more bytes of the stream it reads are due (0: the
+/// stream is done): its SO_RCVLOWAT becomes `RECV_LOWAT`, or `left` when less is due (a
+/// reader must never wait for bytes that will not come), or 1 once done. `cur` is the
+/// socket's current value (1 for a fresh socket); nothing is set when it stays.
+/// Best effort: a socket that refuses it wakes its reader as before.
+pub fn expect_bytes(s: &tokio::net::TcpStream, cur: &mut u64, left: u64) {
     use std::os::fd::AsRawFd;
-    let v = n.min(i32::MAX as u64) as libc::c_int;
+    let want = RECV_LOWAT.min(left).max(1);
+    if want == *cur {
+        return;
+    }
+    *cur = want;
+    let v = want as libc::c_int;
     // SAFETY: a valid socket and an int option.
     unsafe {
         libc::setsockopt(

@@ -83,6 +83,17 @@ enum Fill {
     Waiter(watch::Receiver<FillState>),
 }
 
+/// Where a block read ends in its block, or why the request is bad.
+fn read_end(r: &pb::ReadBlockRequest) -> Result<u64> {
+    match r.offset.checked_add(r.length) {
+        Some(end) if r.block_length > 0 && r.block_length <= MAX_BLOCK && end <= r.block_length => Ok(end),
+        _ => Err(Error::invalid(format!(
+            "bad read range {}+{} of a block of {} bytes",
+            r.offset, r.length, r.block_length
+        ))),
+    }
+}
+
 /// Wait until a fill has more than `pos` bytes of its block: how many it has then, or
 /// why it never will.
 async fn fill_past(rx: &mut watch::Receiver<FillState>, block_id: u64, pos: u64) -> Result<u64> {
@@ -425,15 +436,7 @@ impl Inner {
         r: pb::ReadBlockRequest,
         hdr: &mut bool,
     ) -> Result<()> {
-        if r.block_length == 0
-            || r.block_length > MAX_BLOCK
-            || r.offset.checked_add(r.length).is_none_or(|e| e > r.block_length)
-        {
-            return Err(Error::invalid(format!(
-                "bad read range {}+{} of a block of {} bytes",
-                r.offset, r.length, r.block_length
-            )));
-        }
+        read_end(&r)?;
         let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
         let promote = read_type == ReadType::CACHE_PROMOTE;
         let mut first = true;
@@ -535,13 +538,7 @@ impl Inner {
     /// socket). Returns what keeps the block in place until the reader's next request
     /// or until it hangs up.
     async fn follow_read(self: &Arc<Self>, sock: &mut UnixStream, r: pb::ReadBlockRequest) -> Result<Held> {
-        let end = r.offset.checked_add(r.length).filter(|e| *e <= r.block_length && r.block_length <= MAX_BLOCK);
-        let Some(end) = end else {
-            return Err(Error::invalid(format!(
-                "bad read range {}+{} of a block of {} bytes",
-                r.offset, r.length, r.block_length
-            )));
-        };
+        let end = read_end(&r)?;
         let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
         let mut first = true;
         loop {
@@ -813,10 +810,7 @@ impl Inner {
                 let mut lowat = 1;
                 while buf.len() < len {
                     let want = (len - buf.len()) as u64;
-                    if locus_proto::RECV_LOWAT.min(want) != lowat {
-                        lowat = locus_proto::RECV_LOWAT.min(want);
-                        locus_proto::set_recv_lowat(sock, lowat);
-                    }
+                    locus_proto::expect_bytes(sock, &mut lowat, want);
                     let n = (&mut *sock)
                         .take(want)
                         .read_buf(&mut buf)
@@ -826,9 +820,7 @@ impl Inner {
                         return Err(Error::io("read write chunk", std::io::ErrorKind::UnexpectedEof.into()));
                     }
                 }
-                if lowat != 1 {
-                    locus_proto::set_recv_lowat(sock, 1);
-                }
+                locus_proto::expect_bytes(sock, &mut lowat, 0);
                 let mut buf = buf.freeze();
                 let before = total;
                 total += len as u64;
