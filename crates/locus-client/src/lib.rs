@@ -34,6 +34,9 @@ const WRITE_CHUNK: usize = 4 << 20;
 pub struct ReadOptions {
     /// Overrides the client's default read type.
     pub read_type: Option<ReadType>,
+    /// Overrides `client.read_ahead_blocks` for this read (a reader that fetches its own
+    /// read-ahead with [`Client::load_block`] sets 0).
+    pub read_ahead_blocks: Option<usize>,
 }
 
 /// Per-write options.
@@ -366,13 +369,14 @@ impl Client {
             FuturesUnordered::new();
         let mut scheduled: HashSet<usize> = HashSet::new();
         let mut loaded: HashMap<usize, Option<u64>> = HashMap::new();
+        let read_ahead = opts.read_ahead_blocks.unwrap_or(self.cfg.read_ahead_blocks);
         while pos < end {
             let k = fi
                 .blocks
                 .iter()
                 .position(|b| b.offset <= pos && pos < b.offset + b.length)
                 .ok_or_else(|| Error::internal(format!("no block covers offset {pos} of {}", fi.path)))?;
-            for j in k + 1..=k + self.cfg.read_ahead_blocks {
+            for j in k + 1..=k + read_ahead {
                 match fi.blocks.get(j) {
                     Some(nb) if caching && nb.locations.is_empty() && nb.offset < end && scheduled.insert(j) => {
                         loads.push(Box::pin(async move { (j, self.load_block(fi, nb).await.ok()) }));
@@ -624,7 +628,9 @@ impl Client {
     }
 
     /// Have a worker cache one block (no bytes come back). Returns the worker's id.
-    async fn load_block(&self, fi: &pb::FileInfo, b: &pb::BlockInfo) -> Result<u64> {
+    /// Have a worker fill block `b` of `fi` from the UFS into its cache (a no-op where it is
+    /// cached). Returns the worker that holds it.
+    pub async fn load_block(&self, fi: &pb::FileInfo, b: &pb::BlockInfo) -> Result<u64> {
         let mut failed = HashSet::new();
         loop {
             let w = self.pick_worker(b.block_id, &failed).await?;

@@ -555,7 +555,15 @@ impl LocusS3 {
             return Err(Error::invalid(format!("{path} is too large")));
         }
         let mut out = Vec::new();
-        self.client.read_to(&fi, 0, fi.length, ReadOptions { read_type: Some(ReadType::NO_CACHE) }, &mut out).await?;
+        self.client
+            .read_to(
+                &fi,
+                0,
+                fi.length,
+                ReadOptions { read_type: Some(ReadType::NO_CACHE), ..Default::default() },
+                &mut out,
+            )
+            .await?;
         Ok(out)
     }
 
@@ -873,7 +881,11 @@ impl S3 for LocusS3 {
             metadata: (!meta.user.is_empty()).then_some(meta.user),
             tag_count,
             storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
-            body: Some(if n == 0 { empty_body() } else { self.stream(fi, start, n, ReadOptions { read_type }) }),
+            body: Some(if n == 0 {
+                empty_body()
+            } else {
+                self.stream(fi, start, n, ReadOptions { read_type, ..Default::default() })
+            }),
             ..Default::default()
         };
         ok(out)
@@ -1196,7 +1208,12 @@ impl S3 for LocusS3 {
         let body = futures::stream::iter(parts_with_blocks)
             .map(move |fi| {
                 let len = fi.length;
-                client.read_stream(fi, 0, len, ReadOptions { read_type: Some(ReadType::NO_CACHE) })
+                client.read_stream(
+                    fi,
+                    0,
+                    len,
+                    ReadOptions { read_type: Some(ReadType::NO_CACHE), ..Default::default() },
+                )
             })
             .flatten();
         let opts = PutOptions {

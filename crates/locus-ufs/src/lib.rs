@@ -283,13 +283,44 @@ impl Ufs {
         }
     }
 
-    /// Rename a file; stores without rename (S3) copy then delete.
+    /// Rename a file or a directory. Stores without rename (S3) copy then delete: a
+    /// directory object by object (its markers too), then the old prefix as a whole.
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         if self.op.info().capability().rename {
             return self.op.rename(from, to).await.map_err(|e| ufs_err(format!("mv {from} {to}"), e));
         }
-        self.op.copy(from, to).await.map_err(|e| ufs_err(format!("copy {from} {to}"), e))?;
-        self.op.delete(from).await.map_err(|e| ufs_err(format!("rm {from}"), e))
+        match self.op.stat(from).await {
+            Ok(m) if m.mode() == EntryMode::FILE => {
+                self.op.copy(from, to).await.map_err(|e| ufs_err(format!("copy {from} {to}"), e))?;
+                return self.op.delete(from).await.map_err(|e| ufs_err(format!("rm {from}"), e));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
+            Err(e) => return Err(ufs_err(format!("stat {from}"), e)),
+        }
+        let (src, dst) = (Self::dir_path(from), Self::dir_path(to));
+        let mut objects =
+            self.op.lister_with(&src).recursive(true).await.map_err(|e| ufs_err(format!("list {src}"), e))?;
+        let mut found = false;
+        while let Some(entry) = objects.try_next().await.map_err(|e| ufs_err(format!("list {src}"), e))? {
+            let path = entry.path().trim_start_matches('/');
+            let Some(rel) = path.strip_prefix(src.trim_start_matches('/')) else { continue };
+            found = true;
+            if rel.is_empty() {
+                continue; // the directory's own marker: replaced by the new one below
+            }
+            let target = format!("{dst}{rel}");
+            if path.ends_with('/') {
+                self.op.create_dir(&target).await.map_err(|e| ufs_err(format!("mkdir {target}"), e))?;
+            } else {
+                self.op.copy(path, &target).await.map_err(|e| ufs_err(format!("copy {path} {target}"), e))?;
+            }
+        }
+        if !found {
+            return Err(Error::not_found(format!("mv {from} {to}: {from} does not exist")));
+        }
+        self.op.create_dir(&dst).await.map_err(|e| ufs_err(format!("mkdir {dst}"), e))?;
+        self.delete(from, true).await
     }
 }
 

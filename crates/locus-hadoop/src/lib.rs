@@ -1,0 +1,467 @@
+//! The Hadoop `FileSystem` connector for `locus://` paths: the JNI library under the Java
+//! classes in `java/` (`io.locus.hadoop.LocusFileSystem`). Spark, Hive or any Hadoop
+//! client loads it with `fs.locus.impl=io.locus.hadoop.LocusFileSystem` and reads blocks
+//! the way the native client does: short-circuit from a co-located worker's block files
+//! (one copy, into the stream's direct buffer), over the data path otherwise, filling
+//! the cache from the UFS on a miss. Writes go through the client's write pipeline
+//! (write types, durable replicas), so a file written here is acknowledged and
+//! persisted like one written with `locus fs put`.
+//!
+//! Every Java call runs a future of [`locus_client::Client`] on this library's Tokio
+//! runtime; a Locus error becomes a Java exception in one place ([`throw`]). Depends on
+//! `locus-client` (and its `locus-common` and `locus-proto` types) only: never on the
+//! master, worker, block store or UFS crates.
+
+use std::collections::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use jni::JNIEnv;
+use jni::objects::{JByteArray, JByteBuffer, JClass, JObject, JString};
+use jni::sys::{jboolean, jint, jlong, jlongArray, jobjectArray};
+use locus_client::{Client, PutOptions, ReadOptions};
+use locus_common::config::Config;
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+/// A connection: the client and the runtime its futures run on. One per Hadoop
+/// `FileSystem` instance; streams hold their own reference, so closing the file system
+/// never pulls the runtime from under an open stream.
+struct Ctx {
+    rt: tokio::runtime::Runtime,
+    client: Arc<Client>,
+    read_ahead: usize,
+}
+
+impl Ctx {
+    fn connect(master: &str, config_file: &str) -> Result<Ctx> {
+        let file = (!config_file.is_empty()).then(|| std::path::Path::new(config_file));
+        let flags = if master.is_empty() {
+            figment::Figment::new()
+        } else {
+            figment::Figment::from(figment::providers::Serialized::default("master_address", master))
+        };
+        let cfg = Config::load(file, flags)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("locus-hadoop")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start the connector's runtime", e))?;
+        let client = {
+            let _g = rt.enter();
+            Arc::new(Client::new(&cfg.master_address, cfg.client.clone())?)
+        };
+        Ok(Ctx { rt, client, read_ahead: cfg.client.read_ahead_blocks })
+    }
+}
+
+/// An open file: its blocks as of `open`, and the blocks whose fill this reader started.
+struct Reader {
+    ctx: Arc<Ctx>,
+    fi: Arc<pb::FileInfo>,
+    fetched: Mutex<HashSet<usize>>,
+}
+
+impl Reader {
+    /// Copies up to `buf.len()` bytes at `pos` into `buf`; 0 at the end of the file.
+    fn read(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        let fi = &self.fi;
+        if pos >= fi.length || buf.is_empty() {
+            return Ok(0);
+        }
+        let k = fi.blocks.iter().position(|b| b.offset <= pos && pos < b.offset + b.length);
+        let Some(k) = k else { return Err(Error::internal(format!("no block covers offset {pos} of {}", fi.path))) };
+        // Read-ahead, started once per block by this reader and left running when the read
+        // returns (a fill belongs to the worker, not to the request that started it).
+        for j in k + 1..=k + self.ctx.read_ahead {
+            match fi.blocks.get(j) {
+                Some(b) if b.locations.is_empty() && self.fetched.lock().insert(j) => {
+                    let (client, fi) = (self.ctx.client.clone(), fi.clone());
+                    let b = b.clone();
+                    self.ctx.rt.spawn(async move {
+                        if let Err(e) = client.load_block(&fi, &b).await {
+                            tracing::debug!(error = %e, block = b.block_id, "read-ahead failed");
+                        }
+                    });
+                }
+                _ => {}
+            }
+        }
+        let len = (buf.len() as u64).min(fi.length - pos);
+        let mut out = std::io::Cursor::new(&mut buf[..len as usize]);
+        let opts = ReadOptions { read_ahead_blocks: Some(0), ..Default::default() };
+        let n = self.ctx.rt.block_on(self.ctx.client.read_to(fi, pos, len, opts, &mut out))?;
+        Ok(n as usize)
+    }
+}
+
+/// A file being written: chunks go to the put running on the runtime.
+struct Writer {
+    ctx: Arc<Ctx>,
+    tx: Option<mpsc::Sender<std::io::Result<Bytes>>>,
+    task: Option<tokio::task::JoinHandle<Result<pb::FileInfo>>>,
+}
+
+impl Writer {
+    fn create(ctx: Arc<Ctx>, path: String, overwrite: bool) -> Writer {
+        let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
+        let client = ctx.client.clone();
+        let task = ctx.rt.spawn(async move {
+            let mut input = tokio_util::io::StreamReader::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+            let opts = PutOptions { overwrite, ..Default::default() };
+            client.put_with(&path, &mut input, &opts, |_| Ok(pb::ObjectMeta::default())).await
+        });
+        Writer { ctx, tx: Some(tx), task: Some(task) }
+    }
+
+    fn write(&mut self, chunk: Bytes) -> Result<()> {
+        let sent = match &self.tx {
+            Some(tx) => tx.blocking_send(Ok(chunk)).is_ok(),
+            None => return Err(Error::new(ErrorKind::FailedPrecondition, "the stream is closed")),
+        };
+        if sent {
+            return Ok(());
+        }
+        // The put ended early: its error says why.
+        self.finish().and(Err(Error::internal("the write ended before its input")))
+    }
+
+    /// Ends the input and waits for the write to be acknowledged.
+    fn finish(&mut self) -> Result<()> {
+        self.tx = None;
+        match self.task.take() {
+            Some(t) => match self.ctx.rt.block_on(t) {
+                Ok(r) => r.map(|_| ()),
+                Err(e) => Err(Error::internal(format!("the write task failed: {e}"))),
+            },
+            None => Ok(()),
+        }
+    }
+
+    /// Abandons the write: the worker drops what it received and nothing is acknowledged.
+    fn abort(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.blocking_send(Err(std::io::Error::other("the writer aborted")));
+        }
+        if let Some(t) = self.task.take() {
+            let _ = self.ctx.rt.block_on(t);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ errors
+
+/// The one place a Locus error becomes a Java exception: `NotFound` is a
+/// `FileNotFoundException`, `AlreadyExists` a `FileAlreadyExistsException`,
+/// `PermissionDenied` an `AccessControlException`, a non-empty directory a
+/// `PathIsNotEmptyDirectoryException`, everything else an `IOException` whose message
+/// starts with the error kind.
+fn throw(env: &mut JNIEnv, e: &Error) {
+    let class = match e.kind() {
+        ErrorKind::NotFound => "java/io/FileNotFoundException",
+        ErrorKind::AlreadyExists => "org/apache/hadoop/fs/FileAlreadyExistsException",
+        ErrorKind::PermissionDenied => "org/apache/hadoop/security/AccessControlException",
+        ErrorKind::FailedPrecondition if e.message().contains("non-empty directory") => {
+            "org/apache/hadoop/fs/PathIsNotEmptyDirectoryException"
+        }
+        _ => "java/io/IOException",
+    };
+    if env.exception_check().unwrap_or(false) {
+        return; // a Java exception is pending already: keep it
+    }
+    if env.throw_new(class, e.to_string()).is_err() {
+        let _ = env.throw_new("java/io/IOException", e.to_string());
+    }
+}
+
+fn jni_err(e: jni::errors::Error) -> Error {
+    Error::internal(format!("JNI: {e}"))
+}
+
+/// Runs `f`, turning its error, or a panic, into a Java exception (and `T::default()`
+/// for the return value Java then ignores).
+fn call<'l, T: Default>(env: &mut JNIEnv<'l>, f: impl FnOnce(&mut JNIEnv<'l>) -> Result<T>) -> T {
+    match catch_unwind(AssertUnwindSafe(|| f(env))) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            throw(env, &e);
+            T::default()
+        }
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            throw(env, &Error::internal(format!("panic in the Locus connector: {msg}")));
+            T::default()
+        }
+    }
+}
+
+fn string(env: &mut JNIEnv, s: &JString) -> Result<String> {
+    if s.is_null() {
+        return Ok(String::new());
+    }
+    Ok(env.get_string(s).map_err(jni_err)?.into())
+}
+
+/// # Safety
+/// `h` must come from `connect` and not have been passed to `close`.
+unsafe fn ctx(h: jlong) -> Arc<Ctx> {
+    let p = h as *const Ctx;
+    unsafe {
+        Arc::increment_strong_count(p);
+        Arc::from_raw(p)
+    }
+}
+
+/// A file's attributes for Java: is-directory, length, modification time (ms), block size.
+fn attrs(fi: &pb::FileInfo) -> [i64; 4] {
+    [fi.is_dir as i64, fi.length as i64, fi.mtime_ms, fi.block_size as i64]
+}
+
+fn long_array(env: &mut JNIEnv, v: &[i64]) -> Result<jlongArray> {
+    let a = env.new_long_array(v.len() as i32).map_err(jni_err)?;
+    env.set_long_array_region(&a, 0, v).map_err(jni_err)?;
+    Ok(a.into_raw())
+}
+
+// ------------------------------------------------------------------ entry points
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_connect<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    master: JString<'l>,
+    config_file: JString<'l>,
+) -> jlong {
+    call(&mut env, |env| {
+        let (m, f) = (string(env, &master)?, string(env, &config_file)?);
+        Ok(Arc::into_raw(Arc::new(Ctx::connect(&m, &f)?)) as jlong)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_close<'l>(_: JNIEnv<'l>, _: JClass<'l>, h: jlong) {
+    if h != 0 {
+        // SAFETY: `h` came from connect; Java calls close once.
+        drop(unsafe { Arc::from_raw(h as *const Ctx) });
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_stat<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    h: jlong,
+    path: JString<'l>,
+) -> jlongArray {
+    call(&mut env, |env| {
+        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+        let fi = c.rt.block_on(c.client.status(&p, false))?;
+        long_array(env, &attrs(&fi))
+    })
+}
+
+/// A directory's entries: `{String[] names, long[] attributes (4 per entry, as stat)}`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_list<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    h: jlong,
+    path: JString<'l>,
+) -> jobjectArray {
+    call(&mut env, |env| {
+        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+        let mut entries = Vec::new();
+        c.rt.block_on(c.client.list_each(&p, false, |fi| entries.push((fi.name.clone(), attrs(fi)))))?;
+        let names = env.new_object_array(entries.len() as i32, "java/lang/String", JObject::null()).map_err(jni_err)?;
+        let mut flat = Vec::with_capacity(entries.len() * 4);
+        for (i, (name, a)) in entries.iter().enumerate() {
+            let s = env.new_string(name).map_err(jni_err)?;
+            env.set_object_array_element(&names, i as i32, s).map_err(jni_err)?;
+            flat.extend_from_slice(a);
+        }
+        // SAFETY: a local reference this call created.
+        let flat = unsafe { JObject::from_raw(long_array(env, &flat)?) };
+        let out = env.new_object_array(2, "java/lang/Object", JObject::null()).map_err(jni_err)?;
+        env.set_object_array_element(&out, 0, names).map_err(jni_err)?;
+        env.set_object_array_element(&out, 1, flat).map_err(jni_err)?;
+        Ok(out.into_raw())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_mkdirs<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    h: jlong,
+    path: JString<'l>,
+) {
+    call(&mut env, |env| {
+        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+        match c.rt.block_on(c.client.mkdir(&p, true)) {
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => match c.rt.block_on(c.client.status(&p, false)) {
+                Ok(fi) if fi.is_dir => Ok(()),
+                _ => Err(e),
+            },
+            r => r,
+        }
+    })
+}
+
+/// False when there is nothing at `path`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_delete<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    h: jlong,
+    path: JString<'l>,
+    recursive: jboolean,
+) -> jboolean {
+    call(&mut env, |env| {
+        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+        match c.rt.block_on(c.client.delete(&p, recursive != 0)) {
+            Ok(()) => Ok(1),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+/// False when the source is missing or the destination exists.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_rename<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    h: jlong,
+    src: JString<'l>,
+    dst: JString<'l>,
+) -> jboolean {
+    call(&mut env, |env| {
+        let (c, s, d) = (unsafe { ctx(h) }, string(env, &src)?, string(env, &dst)?);
+        match c.rt.block_on(c.client.rename(&s, &d)) {
+            Ok(()) => Ok(1),
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::AlreadyExists) => Ok(0),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_open<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    h: jlong,
+    path: JString<'l>,
+) -> jlong {
+    call(&mut env, |env| {
+        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+        let fi = c.rt.block_on(c.client.status(&p, true))?;
+        if fi.is_dir {
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{p} is a directory")));
+        }
+        let r = Reader { ctx: c, fi: Arc::new(fi), fetched: Mutex::new(HashSet::new()) };
+        Ok(Box::into_raw(Box::new(r)) as jlong)
+    })
+}
+
+/// Reads up to `len` bytes at `pos` into the direct buffer `buf`; -1 at the end of the file.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_read<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    reader: jlong,
+    pos: jlong,
+    buf: JByteBuffer<'l>,
+    len: jint,
+) -> jint {
+    call(&mut env, |env| {
+        // SAFETY: `reader` came from open and is not closed (LocusInputStream checks).
+        let r = unsafe { &*(reader as *const Reader) };
+        if pos < 0 || len < 0 {
+            return Err(Error::invalid(format!("bad read: position {pos}, length {len}")));
+        }
+        if pos as u64 >= r.fi.length {
+            return Ok(-1);
+        }
+        let addr = env.get_direct_buffer_address(&buf).map_err(jni_err)?;
+        let cap = env.get_direct_buffer_capacity(&buf).map_err(jni_err)?;
+        let n = (len as usize).min(cap);
+        // SAFETY: a direct buffer's memory, `cap` bytes, alive while Java holds `buf`
+        // (it does for the whole call).
+        let out = unsafe { std::slice::from_raw_parts_mut(addr, n) };
+        Ok(r.read(pos as u64, out)? as jint)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_closeReader<'l>(_: JNIEnv<'l>, _: JClass<'l>, reader: jlong) {
+    if reader != 0 {
+        // SAFETY: from open; Java closes a stream once.
+        drop(unsafe { Box::from_raw(reader as *mut Reader) });
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_create<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    h: jlong,
+    path: JString<'l>,
+    overwrite: jboolean,
+) -> jlong {
+    call(&mut env, |env| {
+        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+        Ok(Box::into_raw(Box::new(Writer::create(c, p, overwrite != 0))) as jlong)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_write<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    writer: jlong,
+    data: JByteArray<'l>,
+    off: jint,
+    len: jint,
+) {
+    call(&mut env, |env| {
+        // SAFETY: from create, not yet closed (LocusOutputStream checks).
+        let w = unsafe { &mut *(writer as *mut Writer) };
+        let mut v = vec![0u8; len.max(0) as usize];
+        // SAFETY: i8 and u8 have one layout; the slice is `v`'s.
+        let s = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut i8, v.len()) };
+        env.get_byte_array_region(&data, off, s).map_err(jni_err)?;
+        w.write(Bytes::from(v))
+    })
+}
+
+/// Completes the file (acknowledged per its write type) and frees the writer.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_closeWriter<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    writer: jlong,
+) {
+    call(&mut env, |_| {
+        // SAFETY: from create; Java closes a stream once.
+        let mut w = unsafe { Box::from_raw(writer as *mut Writer) };
+        w.finish()
+    })
+}
+
+/// Abandons the file and frees the writer.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_abortWriter<'l>(_: JNIEnv<'l>, _: JClass<'l>, writer: jlong) {
+    if writer != 0 {
+        // SAFETY: from create; Java closes a stream once.
+        let mut w = unsafe { Box::from_raw(writer as *mut Writer) };
+        w.abort();
+    }
+}
