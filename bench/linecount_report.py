@@ -30,6 +30,7 @@ PATHS = {
     "direct-s3a": ("Spark s3a -> MinIO (direct)", "direct", "spark"),
     "direct-boto3": ("boto3 -> MinIO (direct, native S3 client)", "direct", "native"),
     "locus-s3a": ("Spark s3a -> Locus S3 gateway", "locus", "spark"),
+    "locus-fs": ("Spark locus:// (Locus connector)", "locus", "spark"),
     "locus-native": ("Locus native client (locus fs wc)", "locus", "native"),
     "alluxio-fs": ("Spark alluxio:// (Alluxio connector)", "alluxio", "spark"),
     "alluxio-s3a": ("Spark s3a -> Alluxio S3 proxy", "alluxio", "spark"),
@@ -48,10 +49,10 @@ def default_paths(quick: bool) -> list[str]:
     return [p for p in PATHS if not (quick and p == SPARK_FLOOR)]
 
 # The direct counterpart of each Locus path.
-DIRECT_FOR = {"locus-s3a": "direct-s3a", "locus-native": "direct-boto3"}
+DIRECT_FOR = {"locus-s3a": "direct-s3a", "locus-fs": "direct-s3a", "locus-native": "direct-boto3"}
 # (what is compared, Locus path, Alluxio path).
 ALLUXIO_PAIRS = [
-    ("Spark through its connector", "locus-s3a", "alluxio-fs"),
+    ("Spark through its connector", "locus-fs", "alluxio-fs"),
     ("S3 (Spark s3a)", "locus-s3a", "alluxio-s3a"),
     ("native client", "locus-native", "alluxio-java"),
 ]

@@ -13,7 +13,8 @@ writes the results and tears everything down (also when it fails):
   * a text file per size, generated on tmpfs (that copy is the `wc -l` floor) and uploaded.
 
 Paths (bench/linecount_report.py names them): Spark s3a directly from MinIO, boto3 directly
-from MinIO, Spark s3a through the Locus gateway, the Locus native client (`locus fs wc`),
+from MinIO, Spark s3a through the Locus gateway, Spark locus:// through the Locus Hadoop
+connector (crates/locus-hadoop), the Locus native client (`locus fs wc`),
 Spark alluxio://, Spark s3a through the Alluxio S3 proxy, Alluxio's Java client, and Spark
 counting the tmpfs copy through file:// (Spark's own floor; not in --quick). For each
 path and size: caches emptied, then the first access and REPS more, both with a new
@@ -75,7 +76,7 @@ def spark_client(a):
 
     jars = driver_jars(a.extra_jar)
     extra = {"spark.driver.memory": "2g", "spark.hadoop.fs.s3a.input.stream.type": a.s3a_stream}
-    if a.extra_jar:
+    if a.url.startswith("alluxio://"):
         extra["spark.hadoop.fs.alluxio.impl"] = "alluxio.hadoop.FileSystem"
     t = time.monotonic()
     spark = spark_session(a.endpoint, a.key, a.secret, jars, app="locus-seed-linecount", extra=extra,
@@ -181,7 +182,8 @@ class Stage:
     # -- Locus
     def start_locus(self, quota: str):
         rpc, web, gw = netstage.free_port(), netstage.free_port(), netstage.free_port()
-        self.locus_env = dict(os.environ, LOCUS_MASTER=f"127.0.0.1:{rpc}")
+        self.locus_master = f"127.0.0.1:{rpc}"
+        self.locus_env = dict(os.environ, LOCUS_MASTER=self.locus_master)
         env = dict(self.locus_env, LOCUS_MASTER__WEB_ADDRESS=f"127.0.0.1:{web}",
                    LOCUS_WORKER__DATA_ADDRESS="127.0.0.1:0")
         logf = open(self.work / "locus.log", "wb")
@@ -271,6 +273,9 @@ class Stage:
             ep, k, s, url, jar = self.endpoint, "minioadmin", "minioadmin", f"s3a://{BUCKET}/{key}", ""
         elif path == "locus-s3a":
             ep, k, s, url, jar = self.gateway, "locusadmin", "locusadmin", f"s3a://{LOCUS_MOUNT[1:]}/{key}", ""
+        elif path == "locus-fs":  # the Locus connector (its library: LOCUS_HADOOP_LIB); s3a is unused
+            ep, k, s = self.endpoint, "minioadmin", "minioadmin"
+            url, jar = f"locus://{self.locus_master}{LOCUS_MOUNT}/{key}", self.a.hadoop_jar
         elif path == "spark-tmpfs":  # the tmpfs copy; s3a is unused
             ep, k, s, url, jar = self.endpoint, "minioadmin", "minioadmin", f"file://{self.copy}", ""
         elif path == "alluxio-s3a":
@@ -567,6 +572,8 @@ def main():
                     "too, and a path's Spark applications start together, then count one after the other "
                     "(each waits idle for its turn). Default: on with --quick, off otherwise")
     ap.add_argument("--locus-bin", required=True)
+    ap.add_argument("--hadoop-jar", default="", help="the Locus Hadoop connector's jar (scripts/build-hadoop-connector)")
+    ap.add_argument("--hadoop-lib", default="", help="the connector's liblocus_hadoop.so")
     ap.add_argument("--minio", default=str(tools / "bin" / "minio"))
     ap.add_argument("--alluxio-dir", default=str(tools / f"alluxio-{ALLUXIO_VERSION}"))
     ap.add_argument("--work-dir", default="", help="scratch directory (MinIO's data lives here)")
@@ -578,6 +585,11 @@ def main():
         a.spark_cds = a.quick
     if a.batch_apps is None:
         a.batch_apps = a.quick
+    paths = a.paths.split(",") if a.paths else report.default_paths(a.quick)
+    if "locus-fs" in paths:
+        if not (a.hadoop_jar and a.hadoop_lib):
+            raise SystemExit("the locus-fs path needs --hadoop-jar and --hadoop-lib (bench/run builds them)")
+        os.environ["LOCUS_HADOOP_LIB"] = a.hadoop_lib  # read by the connector in each Spark driver
     if not os.environ.get("SPARK_S3A_JARS"):
         raise SystemExit("SPARK_S3A_JARS is not set: run through bench/run, which installs the s3a jars")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

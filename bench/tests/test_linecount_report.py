@@ -22,6 +22,7 @@ def raw_doc(locus_next=0.05, locus_first=2.2, direct_first=2.25, alluxio_next=0.
         "direct-s3a": [7.0, 3.3, 3.2, 3.4],
         "direct-boto3": [direct_first, 2.25, 2.3, 2.2],
         "locus-s3a": [7.2, 0.9, 1.0, 1.1],
+        "locus-fs": [6.9, 0.85, 0.8, 0.9],
         "locus-native": [locus_first, locus_next, locus_next, locus_next],
         "alluxio-fs": [8.0, 1.2, 1.0, 1.4],
         "alluxio-s3a": [9.0, 2.0, 2.1, 1.9],
@@ -70,7 +71,11 @@ def test_ratios_pair_locus_with_direct_and_alluxio():
     assert native["next_vs_floor"] == pytest.approx(1.0)
     assert native["alluxio"]["alluxio-java"]["next"] == pytest.approx(0.05 / 0.5)
     s3a = next(r for r in rows if r["path"] == "locus-s3a" and r["mode"] == "new-app")
-    assert set(s3a["alluxio"]) == {"alluxio-fs", "alluxio-s3a"}
+    assert set(s3a["alluxio"]) == {"alluxio-s3a"}
+    conn = next(r for r in rows if r["path"] == "locus-fs" and r["mode"] == "new-app")
+    assert conn["direct"] == "direct-s3a"
+    assert set(conn["alluxio"]) == {"alluxio-fs"}
+    assert conn["alluxio"]["alluxio-fs"]["next"] == pytest.approx(0.85 / 1.2)
 
 
 def test_spark_floor_bounds_the_spark_paths():
