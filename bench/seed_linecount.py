@@ -35,7 +35,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -589,7 +588,8 @@ def main():
     if "locus-fs" in paths:
         if not (a.hadoop_jar and a.hadoop_lib):
             raise SystemExit("the locus-fs path needs --hadoop-jar and --hadoop-lib (bench/run builds them)")
-        os.environ["LOCUS_HADOOP_LIB"] = a.hadoop_lib  # read by the connector in each Spark driver
+        # Read by sparkutil in each Spark driver (the class path and the library's path).
+        os.environ["LOCUS_HADOOP_JAR"], os.environ["LOCUS_HADOOP_LIB"] = a.hadoop_jar, a.hadoop_lib
     if not os.environ.get("SPARK_S3A_JARS"):
         raise SystemExit("SPARK_S3A_JARS is not set: run through bench/run, which installs the s3a jars")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

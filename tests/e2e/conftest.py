@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -493,6 +494,19 @@ def _binaries():
         f"locus binary not found at {LOCUS_BIN} (build it with `cargo build -p locus` or set LOCUS_BIN)"
     assert MINIO_BIN.is_file() and os.access(MINIO_BIN, os.X_OK), \
         f"minio binary not found at {MINIO_BIN} (scripts/test builds it; or set MINIO_BIN)"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hadoop_connector():
+    """LOCUS_HADOOP_JAR and LOCUS_HADOOP_LIB, the Hadoop connector's jar and library, which
+    sparkutil puts into every SparkSession (the first session of the process fixes the
+    JVM's class path). scripts/test sets them; otherwise they are built here, once."""
+    if not (os.environ.get("LOCUS_HADOOP_JAR") and os.environ.get("LOCUS_HADOOP_LIB")):
+        r = subprocess.run([str(REPO / "scripts" / "build-hadoop-connector"), sys.executable],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=1800)
+        assert r.returncode == 0, f"scripts/build-hadoop-connector failed:\n{r.stderr.decode()[-3000:]}"
+        jar, lib = r.stdout.decode().split()[-2:]
+        os.environ["LOCUS_HADOOP_JAR"], os.environ["LOCUS_HADOOP_LIB"] = jar, lib
 
 
 @pytest.fixture(scope="session")

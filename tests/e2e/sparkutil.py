@@ -15,6 +15,9 @@ A SparkSession takes about 5 s to start (10 s on a loaded machine), and its firs
 about 3.5 s more, so share one per module or per test session. Only one can run per Python
 process: the jars and the s3a settings are fixed when it starts.
 
+With LOCUS_HADOOP_JAR and LOCUS_HADOOP_LIB set (scripts/build-hadoop-connector; the e2e
+conftest sets them), every session can also read and write locus:// paths.
+
 s3a in Hadoop 3.5 reads through the analytics-accelerator stream by default (GET with Range
 and If-Match); `extra={"spark.hadoop.fs.s3a.input.stream.type": "classic"}` selects the
 older stream.
@@ -109,6 +112,12 @@ def spark_session(endpoint: str, access_key: str, secret_key: str, jars: str, ap
         "fs.s3a.retry.limit": "2",
         "fs.s3a.retry.interval": "100ms",
     }
+    # The Locus Hadoop connector (locus://) when scripts/test or the e2e conftest built it:
+    # on every session's class path, since the first session fixes the JVM's class path
+    # for the rest of the process.
+    hadoop_jar, hadoop_lib = os.environ.get("LOCUS_HADOOP_JAR"), os.environ.get("LOCUS_HADOOP_LIB")
+    if hadoop_jar and hadoop_jar not in jars.split(","):
+        jars = f"{jars},{hadoop_jar}"
     b = (
         SparkSession.builder.master("local[2]")
         .appName(app)
@@ -125,6 +134,8 @@ def spark_session(endpoint: str, access_key: str, secret_key: str, jars: str, ap
     )
     for k, v in s3a.items():
         b = b.config("spark.hadoop." + k, v)
+    if hadoop_lib:
+        b = b.config("spark.hadoop.fs.locus.native.library", hadoop_lib)
     if class_archive_dir:
         b = b.config("spark.driver.extraJavaOptions", class_archive_options(class_archive_dir, jars))
     for k, v in (extra or {}).items():

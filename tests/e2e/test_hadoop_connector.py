@@ -3,35 +3,24 @@
 One `locus local start` (1 worker, 8 MiB blocks) with a real MinIO bucket mounted at /lake,
 and one SparkSession (local[2]) whose class path holds the connector's jar; the JVM loads
 liblocus_hadoop.so. scripts/test builds both with scripts/build-hadoop-connector and passes
-their paths in LOCUS_HADOOP_JAR and LOCUS_HADOOP_LIB; without them this module builds them.
+their paths in LOCUS_HADOOP_JAR and LOCUS_HADOOP_LIB (the conftest builds them otherwise);
+tests/e2e/sparkutil.py puts them into every SparkSession of the suite.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 import time
 import uuid
 
 import pytest
 
-from conftest import MiB, REPO, Cluster, put_object, s3_client, wait_until
+from conftest import MiB, Cluster, put_object, s3_client, wait_until
 
 sys.path.insert(0, os.path.dirname(__file__))
 TOOLS_DIR = os.environ.get("LOCUS_TOOLS_DIR") or os.path.expanduser("~/.cache/locus-tools")
-
-
-def _connector() -> tuple[str, str]:
-    jar, lib = os.environ.get("LOCUS_HADOOP_JAR"), os.environ.get("LOCUS_HADOOP_LIB")
-    if jar and lib:
-        return jar, lib
-    r = subprocess.run([str(REPO / "scripts" / "build-hadoop-connector"), sys.executable],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=1800)
-    assert r.returncode == 0, f"scripts/build-hadoop-connector failed:\n{r.stderr.decode()[-3000:]}"
-    jar, lib = r.stdout.decode().split()[-2:]
-    return jar, lib
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +46,10 @@ def spark(hcluster):
 
     s3a = find_jars(TOOLS_DIR)
     assert s3a, f"the s3a jars are missing from {TOOLS_DIR}/jars: run scripts/install-spark (scripts/test does)"
-    jar, lib = _connector()
-    # Spark's own s3a settings are harmless here; the class path gains the connector's jar.
-    s = spark_session("http://127.0.0.1:1", "x", "x", f"{s3a},{jar}", app="locus-hadoop-test", extra={
+    assert os.environ.get("LOCUS_HADOOP_JAR"), "the conftest builds the connector"
+    # sparkutil adds the connector's jar and library; the s3a settings are unused here.
+    s = spark_session("http://127.0.0.1:1", "x", "x", s3a, app="locus-hadoop-test", extra={
         "spark.hadoop.fs.locus.impl": "io.locus.hadoop.LocusFileSystem",
-        "spark.hadoop.fs.locus.native.library": lib,
         "spark.hadoop.fs.locus.master": hcluster.master,
     })
     try:
@@ -97,6 +85,16 @@ def test_spark_counts_lines_from_the_ufs_then_short_circuit(hcluster, spark):
     assert again["ufs"] == 0, f"the second count must not touch MinIO: {again}"
     assert again["short_circuit"] >= len(body), f"a co-located reader reads short-circuit: {again}"
     assert again["remote_worker"] == 0, again
+
+    # Locality hints: each 8 MiB block names the host of the worker caching it.
+    jvm, fs = _fs(spark)
+    st = fs.getFileStatus(jvm.org.apache.hadoop.fs.Path("/lake/text/lines.txt"))
+    locs = fs.getFileBlockLocations(st, 0, st.getLen())
+    assert [(loc.getOffset(), loc.getLength()) for loc in locs] == \
+        [(o, min(8 * MiB, len(body) - o)) for o in range(0, len(body), 8 * MiB)]
+    hosts = {w["host"] for w in hcluster.report()["workers"]}
+    assert all(list(loc.getHosts()) == sorted(hosts) for loc in locs), [list(loc.getHosts()) for loc in locs]
+    assert len(fs.getFileBlockLocations(st, 9 * MiB, 1)) == 1
 
 
 def test_spark_writes_parquet_through_the_connector(hcluster, spark):

@@ -270,7 +270,8 @@ impl Client {
 
     // ------------------------------------------------------------ workers
 
-    async fn workers(&self, refresh: bool) -> Result<Vec<pb::WorkerAddress>> {
+    /// The live workers (cached for 2 s unless `refresh`).
+    pub async fn workers(&self, refresh: bool) -> Result<Vec<pb::WorkerAddress>> {
         {
             let c = self.workers.lock();
             if !refresh && c.fetched.is_some_and(|t| t.elapsed() < WORKER_LIST_TTL) && !c.list.is_empty() {

@@ -296,6 +296,50 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_list<'l>(
     })
 }
 
+/// Where the blocks of a file overlapping `[start, start+len)` are cached, for schedulers:
+/// `{long[] (offset, length) per block, String[] hosts per block (comma-separated worker
+/// hosts; empty where no worker holds it)}`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_locus_hadoop_LocusNative_blockLocations<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    h: jlong,
+    path: JString<'l>,
+    start: jlong,
+    len: jlong,
+) -> jobjectArray {
+    call(&mut env, |env| {
+        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+        let (fi, workers) = c.rt.block_on(async {
+            let fi = c.client.status(&p, true).await?;
+            Ok::<_, Error>((fi, c.client.workers(false).await?))
+        })?;
+        let end = (start.max(0) as u64).saturating_add(len.max(0) as u64);
+        let blocks: Vec<&pb::BlockInfo> =
+            fi.blocks.iter().filter(|b| b.offset < end && b.offset + b.length > start.max(0) as u64).collect();
+        let mut spans = Vec::with_capacity(blocks.len() * 2);
+        let hosts = env.new_object_array(blocks.len() as i32, "java/lang/String", JObject::null()).map_err(jni_err)?;
+        for (i, b) in blocks.iter().enumerate() {
+            spans.extend_from_slice(&[b.offset as i64, b.length as i64]);
+            let mut hs: Vec<&str> = b
+                .locations
+                .iter()
+                .filter_map(|l| workers.iter().find(|w| w.worker_id == l.worker_id))
+                .map(|w| w.host.as_str())
+                .collect();
+            hs.dedup();
+            let js = env.new_string(hs.join(",")).map_err(jni_err)?;
+            env.set_object_array_element(&hosts, i as i32, js).map_err(jni_err)?;
+        }
+        // SAFETY: a local reference this call created.
+        let spans = unsafe { JObject::from_raw(long_array(env, &spans)?) };
+        let out = env.new_object_array(2, "java/lang/Object", JObject::null()).map_err(jni_err)?;
+        env.set_object_array_element(&out, 0, spans).map_err(jni_err)?;
+        env.set_object_array_element(&out, 1, hosts).map_err(jni_err)?;
+        Ok(out.into_raw())
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_locus_hadoop_LocusNative_mkdirs<'l>(
     mut env: JNIEnv<'l>,

@@ -4,6 +4,7 @@ import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.net.URI;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.BlockLocation;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileAlreadyExistsException;
@@ -30,8 +31,9 @@ import org.apache.hadoop.util.Progressable;
  *       read and per chunk written, 4 MiB each by default.
  * </ul>
  *
- * <p>Not supported: append, concat, permissions and owners (every file is reported as
- * the current user's, 0644/0755), hflush/hsync before close.
+ * <p>{@code getFileBlockLocations} names, per block, the hosts of the workers caching it.
+ * Not supported: append, concat, permissions and owners (every file is reported as the
+ * current user's, 0644/0755), hflush/hsync before close.
  */
 public class LocusFileSystem extends FileSystem {
   private URI uri;
@@ -95,6 +97,32 @@ public class LocusFileSystem extends FileSystem {
   @Override
   public FileStatus getFileStatus(Path f) throws IOException {
     return status(f, LocusNative.stat(ctx, locusPath(f)), 0);
+  }
+
+  /**
+   * One location per Locus block in the range, naming the hosts of the workers that cache
+   * it (a scheduler's locality hint); a block no worker holds names no host.
+   */
+  @Override
+  public BlockLocation[] getFileBlockLocations(FileStatus file, long start, long len) throws IOException {
+    if (file == null) {
+      return null;
+    }
+    if (start < 0 || len < 0) {
+      throw new IllegalArgumentException("Invalid start or len parameter");
+    }
+    if (file.isDirectory() || file.getLen() <= start) {
+      return new BlockLocation[0];
+    }
+    Object[] r = LocusNative.blockLocations(ctx, locusPath(file.getPath()), start, len);
+    long[] spans = (long[]) r[0];
+    String[] hosts = (String[]) r[1];
+    BlockLocation[] out = new BlockLocation[hosts.length];
+    for (int i = 0; i < hosts.length; i++) {
+      String[] hs = hosts[i].isEmpty() ? new String[0] : hosts[i].split(",");
+      out[i] = new BlockLocation(hs, hs, spans[2 * i], spans[2 * i + 1]);
+    }
+    return out;
   }
 
   @Override
