@@ -6,7 +6,8 @@ Four stages, each reading what the previous one wrote, through an S3 endpoint:
   3. transform    derived columns (Spark, local[2], s3a)
   4. aggregate    group-by totals (Spark)
 run side by side through Locus (the S3 gateway, ASYNC_THROUGH writes, a MinIO mount
-behind it), directly against the same MinIO, and (unless --no-floor) on a tmpfs directory
+behind it), through Locus with the Spark stages on its Hadoop connector (locus://; the
+PyArrow stages still through the gateway), directly against the same MinIO, and (unless --no-floor) on a tmpfs directory
 with no storage service at all (PyArrow's local filesystem, Spark file://): the compute
 floor, the time the stages' own CPU work takes on this machine. RUNS times each (after
 --warmup untimed runs),
@@ -102,7 +103,9 @@ def run_pyarrow_stages(endpoint, key, secret, base, size) -> dict:
     return out
 
 
-def run_spark_stages(endpoint, key, secret, base) -> dict:
+def run_spark_stages(endpoint, key, secret, base, prefix="") -> dict:
+    """The Spark stages over `prefix + base`: s3a:// (or file:// with no endpoint) unless
+    `prefix` names another file system (locus://MASTER/)."""
     from sparkutil import find_jars, spark_session
 
     tools = os.environ.get("LOCUS_TOOLS_DIR", str(Path.home() / ".cache/locus-tools"))
@@ -115,7 +118,7 @@ def run_spark_stages(endpoint, key, secret, base) -> dict:
 
     out = {}
     try:
-        s3a = ("s3a://" if endpoint else "file://") + base
+        s3a = (prefix or ("s3a://" if endpoint else "file://")) + base
         t = time.monotonic()
         df = spark.read.parquet(f"{s3a}/parquet")
         df = (df.withColumn("amount", F.col("value") * F.col("qty"))
@@ -166,22 +169,23 @@ def persist_counters(metrics_url: str) -> dict:
 
 
 def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "") -> dict:
-    before = persist_counters(metrics_url) if system["name"] == "locus" else {}
+    is_locus = system["name"].startswith("locus")
+    before = persist_counters(metrics_url) if is_locus else {}
     r = run_pyarrow_stages(system["endpoint"], system["key"], system["secret"], base, size)
     # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
-    p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base],
-                       capture_output=True, text=True)
+    p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base,
+                        system.get("spark_prefix", "")], capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"spark stages failed on {system['name']}:\n{p.stderr[-4000:]}")
     r.update(json.loads(p.stdout.strip().splitlines()[-1]))
     r["total"] = sum(r[s] for s in STAGES)
     # Untimed: let the persists land, then free the space for the next run (4 GiB or so
     # per run and system).
-    if system["name"] == "locus" and locus_bin:
+    if is_locus and locus_bin:
         t = time.monotonic()
         wait_persisted(locus_bin)
         r["persist_drain_after"] = time.monotonic() - t
-    if system["name"] == "locus" and metrics_url:
+    if is_locus and metrics_url:
         after = persist_counters(metrics_url)
         r.update({k: after[k] - before[k] for k in after})
     s3fs(system["endpoint"], system["key"], system["secret"]).delete_dir(base)
@@ -192,10 +196,59 @@ def spread(v):
     return max(v) - min(v)
 
 
+LOCUS_SYSTEMS = {"locus": "Locus", "locus-fs": "Locus, Spark on locus://"}
+
+
+def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, profile: str) -> list[str]:
+    """The report's table and goal lines: per stage, direct, each Locus system and the
+    floor (where measured), medians, spreads and ratios."""
+    locus = [n for n in LOCUS_SYSTEMS if n in med]
+    lines = [
+        f"### Pipeline benchmark: {size / (1 << 30):.2f} GiB of CSV, 4 stages, {runs} runs each "
+        f"(after {warmup} untimed warm-up run{'s' if warmup != 1 else ''} each), network profile `{profile}`",
+        "",
+        f"Machine: {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, "
+        f"kernel {platform.release()}. Direct = every stage against MinIO; Locus = every stage through the "
+        "Locus S3 gateway (ASYNC_THROUGH writes) over the same MinIO"
+        + ("; Locus, Spark on locus:// = the PyArrow stages through the gateway, the Spark stages through "
+           "Locus's Hadoop connector (ASYNC_THROUGH)" if "locus-fs" in med else "")
+        + ("; floor = every stage on a tmpfs directory, no storage service (PyArrow's local filesystem, "
+           "Spark file://)." if "floor" in med else "."),
+        "",
+    ]
+    head = "| stage | direct median (s) | direct spread |"
+    for n in locus:
+        head += f" {LOCUS_SYSTEMS[n]} median (s) | spread | direct / {LOCUS_SYSTEMS[n]} |"
+    if "floor" in med:
+        head += " floor median (s) | direct / floor |"
+    lines += [head, "|---|" + "---:|" * (head.count("|") - 2)]
+    for k in STAGES + ["total"]:
+        d = med["direct"][k]
+        row = f"| {k} | {d:.1f} | {spr['direct'][k]:.1f} |"
+        for n in locus:
+            row += f" {med[n][k]:.1f} | {spr[n][k]:.1f} | **{d / med[n][k]:.2f}×** |"
+        if "floor" in med:
+            row += f" {med['floor'][k]:.1f} | {d / med['floor'][k]:.2f}× |"
+        lines.append(row)
+    lines.append("")
+    for n in locus:
+        tl = med[n]["total"]
+        lines.append(f"{LOCUS_SYSTEMS[n]} total spread: {spr[n]['total']:.1f} s ({100 * spr[n]['total'] / tl:.1f}% of "
+                     "its median).")
+    if "floor" in med:
+        got = "; ".join(f"{LOCUS_SYSTEMS[n]} {med['direct']['total'] / med[n]['total']:.2f}x, spread "
+                        f"{100 * spr[n]['total'] / med[n]['total']:.1f}%" for n in locus)
+        lines += ["", f"Goal (under `lan`; this run: `{profile}`): direct / Locus >= 5x, with a spread of at most 5%. "
+                  f"Measured: {got}. With no storage service at all the pipeline takes {med['floor']['total']:.1f} s "
+                  f"here, so no storage layer can make it more than {med['direct']['total'] / med['floor']['total']:.2f}x "
+                  "faster than direct on this machine: the stages' own CPU work bounds it."]
+    return lines
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "spark":
-        endpoint, key, secret, base = sys.argv[2:6]
-        print(json.dumps(run_spark_stages(endpoint, key, secret, base)))
+        endpoint, key, secret, base, prefix = sys.argv[2:7]
+        print(json.dumps(run_spark_stages(endpoint, key, secret, base, prefix)))
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=2 << 30)
@@ -206,6 +259,8 @@ def main():
     ap.add_argument("--minio-bucket", required=True)
     ap.add_argument("--profile", default="none")
     ap.add_argument("--locus-bin", default="", help="locus binary, to report the persist backlog at the end")
+    ap.add_argument("--locus-master", default="", help="the master's host:port, for the Spark stages on locus:// "
+                    "(the locus-fs system; LOCUS_HADOOP_JAR and LOCUS_HADOOP_LIB name the connector)")
     ap.add_argument("--locus-metrics", default="", help="Locus's /metrics URL, to count the bytes persisted per run")
     ap.add_argument("--out", default=str(HERE / "results" / "pipeline.md"))
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
@@ -213,9 +268,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=1,
                     help="untimed runs per system before the timed ones (default 1: the first run after "
                          "start-up, slower on every system here, is not counted)")
-    ap.add_argument("--systems", default="direct,locus,floor",
-                    help="comma-separated subset of direct, locus, floor to run (direct and locus are needed "
-                         "for the ratio table)")
+    ap.add_argument("--systems", default="direct,locus,locus-fs,floor",
+                    help="comma-separated subset of direct, locus, locus-fs, floor to run (direct and locus are "
+                         "needed for the ratio table; locus-fs needs --locus-master)")
     a = ap.parse_args()
     systems = [
         {"name": "direct", "endpoint": a.minio_endpoint, "key": "minioadmin", "secret": "minioadmin",
@@ -223,6 +278,10 @@ def main():
         {"name": "locus", "endpoint": a.locus_endpoint, "key": "locusadmin", "secret": "locusadmin",
          "bucket": a.locus_bucket},
     ]
+    if a.locus_master:
+        systems.append({"name": "locus-fs", "endpoint": a.locus_endpoint, "key": "locusadmin",
+                        "secret": "locusadmin", "bucket": a.locus_bucket,
+                        "spark_prefix": f"locus://{a.locus_master}/"})
     floor_dir = Path(f"/dev/shm/locus-pipeline-floor-{os.getpid()}")
     if a.floor:
         systems.append({"name": "floor", "endpoint": "", "key": "", "secret": "", "bucket": str(floor_dir)})
@@ -230,7 +289,7 @@ def main():
     unknown = keep - {s["name"] for s in systems}
     if unknown or not keep:
         ap.error(f"--systems: {', '.join(sorted(unknown)) or 'nothing'} is not among "
-                 f"{', '.join(s['name'] for s in systems)} (floor needs --floor)")
+                 f"{', '.join(s['name'] for s in systems)} (floor needs --floor, locus-fs --locus-master)")
     systems = [s for s in systems if s["name"] in keep]
     runs = {s["name"]: [] for s in systems}
     try:
@@ -251,44 +310,18 @@ def main():
     if not {"direct", "locus"} <= set(med):
         print(json.dumps({"median": med, "spread": spr}, indent=1))
         return
-    lines = [
-        f"### Pipeline benchmark: {a.size / (1 << 30):.2f} GiB of CSV, 4 stages, {a.runs} runs each "
-        f"(after {a.warmup} untimed warm-up run{'s' if a.warmup != 1 else ''} each), network profile `{a.profile}`",
-        "",
-        f"Machine: {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, "
-        f"kernel {platform.release()}. Direct = every stage against MinIO; Locus = every stage through the "
-        "Locus S3 gateway (ASYNC_THROUGH writes) over the same MinIO"
-        + ("; floor = every stage on a tmpfs directory, no storage service (PyArrow's local filesystem, "
-           "Spark file://)." if "floor" in med else "."),
-        "",
-    ]
-    head = "| stage | direct median (s) | direct spread | Locus median (s) | Locus spread | direct / Locus |"
-    if "floor" in med:
-        head += " floor median (s) | direct / floor |"
-    lines += [head, "|---|" + "---:|" * (head.count("|") - 2)]
-    for k in STAGES + ["total"]:
-        d, l = med["direct"][k], med["locus"][k]
-        row = f"| {k} | {d:.1f} | {spr['direct'][k]:.1f} | {l:.1f} | {spr['locus'][k]:.1f} | **{d / l:.2f}×** |"
-        if "floor" in med:
-            row += f" {med['floor'][k]:.1f} | {d / med['floor'][k]:.2f}× |"
-        lines.append(row)
-    tl = med["locus"]["total"]
-    lines += ["", f"Locus total spread: {spr['locus']['total']:.1f} s ({100 * spr['locus']['total'] / tl:.1f}% of its median)."]
-    if "floor" in med:
-        lines += ["", f"Goal (under `lan`; this run: `{a.profile}`): direct / Locus >= 5x, with a spread of at most 5%. Measured: "
-                  f"{med['direct']['total'] / tl:.2f}x, spread {100 * spr['locus']['total'] / tl:.1f}%. With no storage "
-                  f"service at all the pipeline takes {med['floor']['total']:.1f} s here, so no storage layer can make it "
-                  f"more than {med['direct']['total'] / med['floor']['total']:.2f}x faster than direct on this machine: "
-                  "the stages' own CPU work bounds it."]
-    drains = [r.get("persist_drain_after", 0) for r in runs["locus"]]
-    lines += ["", "After each Locus run, the persist backlog drained in " + ", ".join(f"{d:.1f}" for d in drains)
-              + " s more (not counted above; each run starts with an empty backlog)."]
-    if a.locus_metrics and all("persisted_bytes" in r for r in runs["locus"]):
-        lr = runs["locus"]
-        lines += ["", "Bytes Locus persisted to MinIO per run: "
-                  + ", ".join(f"{r['persisted_bytes'] / (1 << 30):.2f} GiB" for r in lr)
-                  + f" (files persisted: {', '.join(str(r['persists_done']) for r in lr)}; persists skipped because "
-                  f"the file was deleted or replaced first: {', '.join(str(r['persists_skipped']) for r in lr)})."]
+    lines = markdown_table(med, spr, a.size, a.runs, a.warmup, a.profile)
+    for n in (n for n in LOCUS_SYSTEMS if n in runs):
+        lr = runs[n]
+        lines += ["", f"After each {LOCUS_SYSTEMS[n]} run, the persist backlog drained in "
+                  + ", ".join(f"{r.get('persist_drain_after', 0):.1f}" for r in lr)
+                  + " s more (not counted above; each run starts with an empty backlog)."]
+        if a.locus_metrics and all("persisted_bytes" in r for r in lr):
+            lines += ["", f"Bytes persisted to MinIO per {LOCUS_SYSTEMS[n]} run: "
+                      + ", ".join(f"{r['persisted_bytes'] / (1 << 30):.2f} GiB" for r in lr)
+                      + f" (files persisted: {', '.join(str(r['persists_done']) for r in lr)}; persists skipped "
+                      f"because the file was deleted or replaced first: "
+                      f"{', '.join(str(r['persists_skipped']) for r in lr)})."]
     if a.locus_bin:
         rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
                                         check=True).stdout)

@@ -60,3 +60,19 @@ def test_persist_counters_are_zero_without_an_endpoint_or_a_metric():
 def test_spread_is_max_minus_min():
     assert pipeline.spread([90.3, 108.1, 86.9]) == 108.1 - 86.9
     assert pipeline.spread([5.0]) == 0
+
+
+def test_table_has_a_column_group_per_locus_system_and_the_floor():
+    stages = pipeline.STAGES + ["total"]
+    med = {"direct": dict.fromkeys(stages, 20.0), "locus": dict.fromkeys(stages, 10.0),
+           "locus-fs": dict.fromkeys(stages, 8.0), "floor": dict.fromkeys(stages, 5.0)}
+    spr = {n: dict.fromkeys(stages, 0.4) for n in med}
+    md = "\n".join(pipeline.markdown_table(med, spr, 2 << 30, 3, 1, "lan"))
+    assert "| total | 20.0 | 0.4 | 10.0 | 0.4 | **2.00×** | 8.0 | 0.4 | **2.50×** | 5.0 | 4.00× |" in md
+    assert "Locus, Spark on locus:// total spread: 0.4 s (5.0% of its median)." in md
+    assert "Measured: Locus 2.00x, spread 4.0%; Locus, Spark on locus:// 2.50x, spread 5.0%." in md
+    assert "more than 4.00x faster than direct" in md
+    # Without the connector's system and the floor, the table is the two-system one.
+    del med["locus-fs"], med["floor"]
+    md = "\n".join(pipeline.markdown_table(med, spr, 2 << 30, 3, 1, "lan"))
+    assert "| total | 20.0 | 0.4 | 10.0 | 0.4 | **2.00×** |" in md and "locus://" not in md
