@@ -239,11 +239,12 @@ def markdown(raw: dict) -> str:
         lines += ["", f"Spark's own floor ({PATHS[SPARK_FLOOR][0]}): the repeat-access speed-up a Spark path "
                       "could reach if its storage took no time at all, against the "
                       f"{GOAL_REPEAT_SPEEDUP:g}x goal.", "",
-                  "| size | mode | Spark floor next mean (s) | direct next / Spark floor | Locus next / Spark floor |",
-                  "|---|---|---:|---:|---:|"]
+                  "| size | mode | Locus path | Spark floor next mean (s) | direct next / Spark floor | "
+                  "Locus next / Spark floor |",
+                  "|---|---|---|---:|---:|---:|"]
         for r in floors:
             f = r["spark_floor"]
-            lines.append(f"| {human_size(r['size'])} | {r['mode']} | {_f(f['next'])} | "
+            lines.append(f"| {human_size(r['size'])} | {r['mode']} | {PATHS[r['path']][0]} | {_f(f['next'])} | "
                          f"{_f(f['direct_speedup'])}x | {_f(f['locus_vs_floor'])} |")
     return "\n".join(lines) + "\n"
 

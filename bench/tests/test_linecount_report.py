@@ -89,7 +89,8 @@ def test_spark_floor_bounds_the_spark_paths():
     assert not any("spark_floor" in r for r in rows if r["path"] == "locus-native")
     assert not any("Spark's own floor" in g["goal"] for g in rep.goals(rep.summarize(raw), raw))
     md = rep.markdown(raw)
-    assert "| 256 MiB | new-app | 0.80 | 4.13x | 1.25 |" in md
+    assert "| 256 MiB | new-app | Spark s3a -> Locus S3 gateway | 0.80 | 4.13x | 1.25 |" in md
+    assert "| 256 MiB | new-app | Spark locus:// (Locus connector) | 0.80 | 4.13x | 1.06 |" in md
     raw["runs"] = [r for r in raw["runs"] if r["path"] != "spark-tmpfs"]
     assert "Spark floor next mean" not in rep.markdown(raw)
     # Quick mode leaves the floor out; a full run measures every path.
