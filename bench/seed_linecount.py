@@ -298,10 +298,14 @@ class Stage:
         untimed application each, counting the file straight from MinIO (no cache is
         touched), so that no timed application dumps one at its exit and all of them start
         from it. Only the first run on a machine has any to write."""
-        from sparkutil import class_archive
+        from sparkutil import class_archive, session_jars
 
-        for jar in sorted({self.spark_target(p, key)[4] for p in paths if report.PATHS[p][2] == "spark"}):
-            archive, ready = class_archive(self.a.tools / "cds", driver_jars(jar))
+        # One archive per class path as the drivers will have it (sparkutil adds the
+        # connector's jar to every one), so paths whose extra jars end the same share it.
+        by_cp = {session_jars(driver_jars(j)): j
+                 for j in sorted({self.spark_target(p, key)[4] for p in paths if report.PATHS[p][2] == "spark"})}
+        for cp, jar in sorted(by_cp.items()):
+            archive, ready = class_archive(self.a.tools / "cds", cp)
             if ready:
                 continue
             t = time.monotonic()

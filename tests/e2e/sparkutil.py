@@ -52,6 +52,17 @@ def find_jars(tools_dir) -> str | None:
     return ",".join(str(p) for p in paths)
 
 
+def session_jars(jars: str) -> str:
+    """The driver class path spark_session() uses for `jars`: they, plus the Locus Hadoop
+    connector's jar (locus://) when LOCUS_HADOOP_JAR names one (scripts/test and the e2e
+    conftest build it). Every session carries it, since the first session fixes the JVM's
+    class path for the rest of the process."""
+    hadoop_jar = os.environ.get("LOCUS_HADOOP_JAR")
+    if hadoop_jar and hadoop_jar not in jars.split(","):
+        return f"{jars},{hadoop_jar}"
+    return jars
+
+
 def class_archive(archive_dir, jars: str) -> tuple[Path, bool]:
     """The class-data archive of the driver JVM for this JDK and class path (`jars`), and
     whether it has been written."""
@@ -112,12 +123,8 @@ def spark_session(endpoint: str, access_key: str, secret_key: str, jars: str, ap
         "fs.s3a.retry.limit": "2",
         "fs.s3a.retry.interval": "100ms",
     }
-    # The Locus Hadoop connector (locus://) when scripts/test or the e2e conftest built it:
-    # on every session's class path, since the first session fixes the JVM's class path
-    # for the rest of the process.
-    hadoop_jar, hadoop_lib = os.environ.get("LOCUS_HADOOP_JAR"), os.environ.get("LOCUS_HADOOP_LIB")
-    if hadoop_jar and hadoop_jar not in jars.split(","):
-        jars = f"{jars},{hadoop_jar}"
+    jars = session_jars(jars)
+    hadoop_lib = os.environ.get("LOCUS_HADOOP_LIB")
     b = (
         SparkSession.builder.master("local[2]")
         .appName(app)
