@@ -231,6 +231,21 @@ fn long_array(env: &mut JNIEnv, v: &[i64]) -> Result<jlongArray> {
     Ok(a.into_raw())
 }
 
+/// `{String[] strings, long[] longs}`, the shape of the listing calls' answers.
+fn strings_and_longs(env: &mut JNIEnv, strings: &[String], longs: &[i64]) -> Result<jobjectArray> {
+    let names = env.new_object_array(strings.len() as i32, "java/lang/String", JObject::null()).map_err(jni_err)?;
+    for (i, s) in strings.iter().enumerate() {
+        let js = env.new_string(s).map_err(jni_err)?;
+        env.set_object_array_element(&names, i as i32, js).map_err(jni_err)?;
+    }
+    // SAFETY: a local reference this call created.
+    let longs = unsafe { JObject::from_raw(long_array(env, longs)?) };
+    let out = env.new_object_array(2, "java/lang/Object", JObject::null()).map_err(jni_err)?;
+    env.set_object_array_element(&out, 0, names).map_err(jni_err)?;
+    env.set_object_array_element(&out, 1, longs).map_err(jni_err)?;
+    Ok(out.into_raw())
+}
+
 // ------------------------------------------------------------------ entry points
 
 #[unsafe(no_mangle)]
@@ -278,27 +293,18 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_list<'l>(
 ) -> jobjectArray {
     call(&mut env, |env| {
         let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
-        let mut entries = Vec::new();
-        c.rt.block_on(c.client.list_each(&p, false, |fi| entries.push((fi.name.clone(), attrs(fi)))))?;
-        let names = env.new_object_array(entries.len() as i32, "java/lang/String", JObject::null()).map_err(jni_err)?;
-        let mut flat = Vec::with_capacity(entries.len() * 4);
-        for (i, (name, a)) in entries.iter().enumerate() {
-            let s = env.new_string(name).map_err(jni_err)?;
-            env.set_object_array_element(&names, i as i32, s).map_err(jni_err)?;
-            flat.extend_from_slice(a);
-        }
-        // SAFETY: a local reference this call created.
-        let flat = unsafe { JObject::from_raw(long_array(env, &flat)?) };
-        let out = env.new_object_array(2, "java/lang/Object", JObject::null()).map_err(jni_err)?;
-        env.set_object_array_element(&out, 0, names).map_err(jni_err)?;
-        env.set_object_array_element(&out, 1, flat).map_err(jni_err)?;
-        Ok(out.into_raw())
+        let (mut names, mut flat) = (Vec::new(), Vec::new());
+        c.rt.block_on(c.client.list_each(&p, false, |fi| {
+            names.push(fi.name.clone());
+            flat.extend_from_slice(&attrs(fi));
+        }))?;
+        strings_and_longs(env, &names, &flat)
     })
 }
 
 /// Where the blocks of a file overlapping `[start, start+len)` are cached, for schedulers:
-/// `{long[] (offset, length) per block, String[] hosts per block (comma-separated worker
-/// hosts; empty where no worker holds it)}`.
+/// `{String[] hosts per block (comma-separated worker hosts; empty where no worker holds
+/// it), long[] (offset, length) per block}`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_locus_hadoop_LocusNative_blockLocations<'l>(
     mut env: JNIEnv<'l>,
@@ -318,8 +324,8 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_blockLocations<'l>(
         let blocks: Vec<&pb::BlockInfo> =
             fi.blocks.iter().filter(|b| b.offset < end && b.offset + b.length > start.max(0) as u64).collect();
         let mut spans = Vec::with_capacity(blocks.len() * 2);
-        let hosts = env.new_object_array(blocks.len() as i32, "java/lang/String", JObject::null()).map_err(jni_err)?;
-        for (i, b) in blocks.iter().enumerate() {
+        let mut hosts = Vec::with_capacity(blocks.len());
+        for b in &blocks {
             spans.extend_from_slice(&[b.offset as i64, b.length as i64]);
             let mut hs: Vec<&str> = b
                 .locations
@@ -328,15 +334,9 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_blockLocations<'l>(
                 .map(|w| w.host.as_str())
                 .collect();
             hs.dedup();
-            let js = env.new_string(hs.join(",")).map_err(jni_err)?;
-            env.set_object_array_element(&hosts, i as i32, js).map_err(jni_err)?;
+            hosts.push(hs.join(","));
         }
-        // SAFETY: a local reference this call created.
-        let spans = unsafe { JObject::from_raw(long_array(env, &spans)?) };
-        let out = env.new_object_array(2, "java/lang/Object", JObject::null()).map_err(jni_err)?;
-        env.set_object_array_element(&out, 0, spans).map_err(jni_err)?;
-        env.set_object_array_element(&out, 1, hosts).map_err(jni_err)?;
-        Ok(out.into_raw())
+        strings_and_longs(env, &hosts, &spans)
     })
 }
 

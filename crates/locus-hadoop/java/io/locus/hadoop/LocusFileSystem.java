@@ -115,8 +115,8 @@ public class LocusFileSystem extends FileSystem {
       return new BlockLocation[0];
     }
     Object[] r = LocusNative.blockLocations(ctx, locusPath(file.getPath()), start, len);
-    long[] spans = (long[]) r[0];
-    String[] hosts = (String[]) r[1];
+    String[] hosts = (String[]) r[0];
+    long[] spans = (long[]) r[1];
     BlockLocation[] out = new BlockLocation[hosts.length];
     for (int i = 0; i < hosts.length; i++) {
       String[] hs = hosts[i].isEmpty() ? new String[0] : hosts[i].split(",");

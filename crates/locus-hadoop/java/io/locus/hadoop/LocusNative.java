@@ -39,7 +39,7 @@ final class LocusNative {
   /** {String[] names, long[] attributes, 4 per entry as in stat}. */
   static native Object[] list(long ctx, String path) throws IOException;
 
-  /** {long[] (offset, length) per block, String[] comma-separated hosts per block}. */
+  /** {String[] comma-separated hosts per block, long[] (offset, length) per block}. */
   static native Object[] blockLocations(long ctx, String path, long start, long len) throws IOException;
 
   static native void mkdirs(long ctx, String path) throws IOException;
