@@ -556,7 +556,7 @@ def main():
         return
     tools = Path(os.environ.get("LOCUS_TOOLS_DIR", Path.home() / ".cache/locus-tools"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="256 MiB and 3 repeat accesses, with --spark-cds and --batch-apps (about 3-4 minutes on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="256 MiB and 3 repeat accesses, with --batch-apps (about 3-4 minutes on 2 cores)")
     ap.add_argument("--full", action="store_true", help="add 10 GiB when memory and disk allow")
     ap.add_argument("--profile", default="lan", choices=list(netstage.PROFILES))
     ap.add_argument("--workers", type=int, default=1, choices=[1, 3])
@@ -567,9 +567,10 @@ def main():
                     help="fs.s3a.input.stream.type of every s3a path (default classic: the analytics stream, "
                     "Hadoop 3.5's default, costs Spark about 60%% more CPU per byte on 2 cores)")
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=None,
-                    help="Spark driver JVMs share a class-data archive (in LOCUS_TOOLS_DIR/cds; it cuts "
-                    "start-up and first-query class loading). Default: on with --quick, off otherwise, so "
-                    "the full study runs stock Spark")
+                    help="Spark driver JVMs share a class-data archive (JDK AppCDS, in LOCUS_TOOLS_DIR/cds; it "
+                    "cuts start-up and the first query's class loading, about 1 s of a new application's "
+                    "first S3 access on 2 cores). Default on, for every Spark path alike; --no-spark-cds "
+                    "runs the JVMs as they come")
     ap.add_argument("--batch-apps", action=argparse.BooleanOptionalAction, default=None,
                     help="fewer applications: the same-app application's first access opens the new-app series "
                     "too, and a path's Spark applications start together, then count one after the other "
@@ -585,7 +586,7 @@ def main():
     a = ap.parse_args()
     a.tools = tools
     if a.spark_cds is None:
-        a.spark_cds = a.quick
+        a.spark_cds = True
     if a.batch_apps is None:
         a.batch_apps = a.quick
     paths = a.paths.split(",") if a.paths else report.default_paths(a.quick)

@@ -65,12 +65,20 @@ def session_jars(jars: str) -> str:
 
 def class_archive(archive_dir, jars: str) -> tuple[Path, bool]:
     """The class-data archive of the driver JVM for this JDK and class path (`jars`), and
-    whether it has been written."""
+    whether it has been written. Its name covers each jar's size and modification time, so
+    a rebuilt jar (the JVM would ignore the old archive) gets an archive of its own."""
     import hashlib
     import shutil
 
     java = os.environ.get("JAVA_HOME") or os.path.realpath(shutil.which("java") or "java")
-    key = hashlib.sha256(f"{java}\n{jars}".encode()).hexdigest()[:16]
+    stamps = []
+    for j in (j for j in jars.split(",") if j):
+        try:
+            st = os.stat(j)
+            stamps.append(f"{j}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            stamps.append(f"{j}:missing")
+    key = hashlib.sha256("\n".join([java, *stamps]).encode()).hexdigest()[:16]
     path = Path(archive_dir).expanduser().absolute() / f"spark-{key}.jsa"
     return path, path.is_file() and path.stat().st_size > 0
 
