@@ -113,7 +113,8 @@ def run_spark_stages(endpoint, key, secret, base, prefix="") -> dict:
     if not jars:
         raise SystemExit("s3a jars missing: run scripts/install-spark python3 TOOLS_DIR first")
     spark = spark_session(endpoint, key, secret, jars, app="locus-pipeline-bench",
-                          extra={"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"})
+                          extra={"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"},
+                          class_archive_dir=os.environ.get("LOCUS_PIPELINE_CDS") or None)
     from pyspark.sql import functions as F
 
     out = {}
@@ -271,7 +272,13 @@ def main():
     ap.add_argument("--systems", default="direct,locus,locus-fs,floor",
                     help="comma-separated subset of direct, locus, locus-fs, floor to run (direct and locus are "
                          "needed for the ratio table; locus-fs needs --locus-master)")
+    ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
+                    help="the Spark stages' driver JVMs share a class-data archive (JDK AppCDS, in "
+                         "LOCUS_TOOLS_DIR/cds; the warm-up run writes it), on every system alike")
     a = ap.parse_args()
+    if a.spark_cds:  # read by the Spark stages' processes (run_spark_stages)
+        tools = Path(os.environ.get("LOCUS_TOOLS_DIR", str(Path.home() / ".cache/locus-tools")))
+        os.environ["LOCUS_PIPELINE_CDS"] = str(tools / "cds")
     systems = [
         {"name": "direct", "endpoint": a.minio_endpoint, "key": "minioadmin", "secret": "minioadmin",
          "bucket": a.minio_bucket},
@@ -311,6 +318,8 @@ def main():
         print(json.dumps({"median": med, "spread": spr}, indent=1))
         return
     lines = markdown_table(med, spr, a.size, a.runs, a.warmup, a.profile)
+    if a.spark_cds:
+        lines += ["", "The Spark stages' driver JVMs share a class-data archive (CDS) on every system."]
     for n in (n for n in LOCUS_SYSTEMS if n in runs):
         lr = runs[n]
         lines += ["", f"After each {LOCUS_SYSTEMS[n]} run, the persist backlog drained in "
