@@ -114,7 +114,7 @@ def run_spark_stages(endpoint, key, secret, base, prefix="") -> dict:
         raise SystemExit("s3a jars missing: run scripts/install-spark python3 TOOLS_DIR first")
     spark = spark_session(endpoint, key, secret, jars, app="locus-pipeline-bench",
                           extra={"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"},
-                          class_archive_dir=os.environ.get("LOCUS_PIPELINE_CDS") or None)
+                          class_archive_dir=Path(tools) / "cds" if os.environ.get("LOCUS_PIPELINE_CDS") else None)
     from pyspark.sql import functions as F
 
     out = {}
@@ -277,8 +277,7 @@ def main():
                          "LOCUS_TOOLS_DIR/cds; the warm-up run writes it), on every system alike")
     a = ap.parse_args()
     if a.spark_cds:  # read by the Spark stages' processes (run_spark_stages)
-        tools = Path(os.environ.get("LOCUS_TOOLS_DIR", str(Path.home() / ".cache/locus-tools")))
-        os.environ["LOCUS_PIPELINE_CDS"] = str(tools / "cds")
+        os.environ["LOCUS_PIPELINE_CDS"] = "1"
     systems = [
         {"name": "direct", "endpoint": a.minio_endpoint, "key": "minioadmin", "secret": "minioadmin",
          "bucket": a.minio_bucket},

@@ -566,7 +566,7 @@ def main():
     ap.add_argument("--s3a-stream", default="classic", choices=["classic", "analytics", "prefetch"],
                     help="fs.s3a.input.stream.type of every s3a path (default classic: the analytics stream, "
                     "Hadoop 3.5's default, costs Spark about 60%% more CPU per byte on 2 cores)")
-    ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=None,
+    ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="Spark driver JVMs share a class-data archive (JDK AppCDS, in LOCUS_TOOLS_DIR/cds; it "
                     "cuts start-up and the first query's class loading, about 1 s of a new application's "
                     "first S3 access on 2 cores). Default on, for every Spark path alike; --no-spark-cds "
@@ -585,8 +585,6 @@ def main():
     ap.add_argument("--stem", default="", help="file name stem (default seed-linecount[-quick]-PROFILE)")
     a = ap.parse_args()
     a.tools = tools
-    if a.spark_cds is None:
-        a.spark_cds = True
     if a.batch_apps is None:
         a.batch_apps = a.quick
     paths = a.paths.split(",") if a.paths else report.default_paths(a.quick)
