@@ -35,12 +35,19 @@ PROFILES = {
 }
 
 
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A free loopback port, never one this process handed out before (the kernel may
+    offer a just-closed port again to the next bind)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(p)
+            return p
 
 
 def sh(*cmd: str, ns: str | None = None):

@@ -50,10 +50,20 @@ MINIO_BIN = Path(os.environ.get("MINIO_BIN") or _default_minio_bin())
 # --------------------------------------------------------------------------- helpers
 
 
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, never one this process handed out before: the kernel may
+    offer a port it just gave (and that was closed again) to the next bind, and a cluster
+    whose master and gateway got the same one fails to start."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(p)
+            return p
 
 
 def clean_env(extra: dict | None = None) -> dict:
