@@ -44,7 +44,7 @@ def md5(b: bytes) -> str:
 def test_committer_staging_never_reaches_the_ufs(gateway):
     """What Hadoop's file output committer does through S3: task output is written under
     `_temporary/`, then renamed (copy and delete) to the task's and then the job's
-    directory. Staged objects wait (gateway.staged_persist_wait) before their persist, the
+    directory. Staged objects wait (master.staged_persist_wait) before their persist, the
     delete ends the wait with nothing to write, so only the committed object reaches
     MinIO; a staged object left behind waits, cached and readable. First in the module, so
     no other test's persist is under way while the persisted bytes are counted."""

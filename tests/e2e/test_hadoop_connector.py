@@ -97,9 +97,21 @@ def test_spark_counts_lines_from_the_ufs_then_short_circuit(hcluster, spark):
     assert len(fs.getFileBlockLocations(st, 9 * MiB, 1)) == 1
 
 
+def _persist_ops(c: Cluster, kind: str, result: str) -> int:
+    """locus_persist_ops_total{kind, result} of the cluster's master."""
+    want = f'locus_persist_ops_total{{kind="{kind}",result="{result}"}} '
+    return sum(int(float(line.split()[-1])) for line in c.metrics().splitlines() if line.startswith(want))
+
+
 def test_spark_writes_parquet_through_the_connector(hcluster, spark):
+    """Spark's file output committer stages each task's file under _temporary/ and commits
+    it by two renames (attempt directory -> task directory -> output). The file's persist
+    waits while it is staged and moves with the renames, so each file reaches MinIO once,
+    at its final key: the UFS renames of the files find nothing to move."""
     rows = [(i, f"name-{i % 17}", i * 0.5) for i in range(20_000)]
     out = "locus:///lake/spark/out.parquet"
+    moved = _persist_ops(hcluster, "RENAME", "done")
+    nothing_to_move = _persist_ops(hcluster, "RENAME", "skipped")
     spark.createDataFrame(rows, ["id", "name", "v"]).repartition(3).write.mode("overwrite").parquet(out)
     names = {e["name"] for e in hcluster.ls_json("/lake/spark/out.parquet")}
     assert "_SUCCESS" in names and sum(n.endswith(".parquet") for n in names) == 3, names
@@ -115,6 +127,17 @@ def test_spark_writes_parquet_through_the_connector(hcluster, spark):
         return keys if sum(k.endswith(".parquet") for k in keys) == 3 else None
 
     wait_until(persisted, timeout=60, what="the parquet files persisted to MinIO")
+    # Three file renames out of _temporary found nothing in MinIO (their bytes were not
+    # there: the persists moved); at most the three attempt directories' markers moved.
+    assert _persist_ops(hcluster, "RENAME", "skipped") - nothing_to_move >= 3
+    assert _persist_ops(hcluster, "RENAME", "done") - moved <= 3
+
+    def staging_gone():
+        keys = [o["Key"] for o in hcluster.s3.list_objects_v2(
+            Bucket=hcluster.bucket, Prefix="spark/out.parquet/").get("Contents", [])]
+        return not any("_temporary" in k for k in keys)
+
+    wait_until(staging_gone, timeout=30, what="the staging directory's markers gone from MinIO")
 
 
 def test_file_system_api(hcluster, spark):

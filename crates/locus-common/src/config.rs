@@ -87,6 +87,16 @@ pub struct MasterConfig {
     /// are dropped. Default `1h`.
     #[serde(with = "humantime_serde")]
     pub abandoned_write_timeout: Duration,
+    /// How long a file written ASYNC_THROUGH under a `_temporary` path component (by any
+    /// client: the S3 gateway, the Hadoop connector, the CLI) waits before its background
+    /// persist starts. Hadoop's and Spark's file output committers stage task output
+    /// there and commit it by renames. A rename moves a waiting persist to the new path
+    /// (and, out of `_temporary`, ends its wait), and a delete drops it, so committed
+    /// output is written to the UFS once, at its final path, and staged output deleted
+    /// in time never reaches the UFS. Output left behind is persisted after the wait.
+    /// Default `5m`; `0s` persists at once.
+    #[serde(with = "humantime_serde")]
+    pub staged_persist_wait: Duration,
 }
 
 impl Default for MasterConfig {
@@ -104,6 +114,7 @@ impl Default for MasterConfig {
             persist_concurrency: 4,
             replication_min: 1,
             abandoned_write_timeout: Duration::from_secs(3600),
+            staged_persist_wait: Duration::from_secs(300),
         }
     }
 }
@@ -377,14 +388,6 @@ pub struct GatewayConfig {
     /// persisted after it. Default `5m`; `0s` persists parts at once.
     #[serde(with = "humantime_serde")]
     pub part_persist_wait: Duration,
-    /// How long an object written ASYNC_THROUGH under a `_temporary` path component waits
-    /// before its background persist starts. Hadoop's and Spark's file output committers
-    /// stage task output there and commit it by a rename, which over S3 is a copy and a
-    /// delete; the delete ends the wait, so staged output committed in time never reaches
-    /// the UFS (only the committed objects do). Staged output left behind is persisted
-    /// after the wait. Default `5m`; `0s` persists it at once.
-    #[serde(with = "humantime_serde")]
-    pub staged_persist_wait: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -398,7 +401,6 @@ impl Default for GatewayConfig {
             region: "us-east-1".into(),
             max_object_size: ByteSize::gib(5),
             part_persist_wait: Duration::from_secs(300),
-            staged_persist_wait: Duration::from_secs(300),
         }
     }
 }
@@ -507,6 +509,7 @@ write_type = "CACHE_THROUGH"
 persist_concurrency = 2
 replication_min = 2
 abandoned_write_timeout = "10m"
+staged_persist_wait = "43s"
 [worker]
 data_address = "0.0.0.0:3"
 host = "h1"
@@ -545,7 +548,6 @@ domains = ["s3.example"]
 region = "eu-west-1"
 max_object_size = "1 GiB"
 part_persist_wait = "42s"
-staged_persist_wait = "43s"
 "#,
         )
         .unwrap();
@@ -569,7 +571,7 @@ staged_persist_wait = "43s"
             assert_eq!(c.gateway.domains, vec!["s3.example".to_string()]);
             assert_eq!(c.gateway.max_object_size, ByteSize::gib(1));
             assert_eq!(c.gateway.part_persist_wait, Duration::from_secs(42));
-            assert_eq!(c.gateway.staged_persist_wait, Duration::from_secs(43));
+            assert_eq!(c.master.staged_persist_wait, Duration::from_secs(43));
             assert!(c.gateway.anonymous);
             assert_eq!(c.master.write_type, WriteType::CACHE_THROUGH);
             assert_eq!(c.master.persist_concurrency, 2);

@@ -66,6 +66,13 @@ pub fn strip_prefix<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
     if rest.is_empty() { Some("") } else { rest.strip_prefix('/') }
 }
 
+/// Whether a file at `path` is in a staging area of Hadoop's and Spark's file output
+/// committers: a directory named `_temporary` on its way (the file itself may be named
+/// anything). Such files are committed by renames, or deleted.
+pub fn is_staged(path: &str) -> bool {
+    path.split('/').rev().skip(1).any(|c| c == "_temporary")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +98,15 @@ mod tests {
         assert_eq!(strip_prefix("/x", "/"), Some("x"));
         assert_eq!(join("/", "a"), "/a");
         assert_eq!(join("/a", "b"), "/a/b");
+    }
+
+    #[test]
+    fn committer_staging_paths_are_recognised() {
+        assert!(is_staged("/out/_temporary/0/_temporary/attempt_202611240000_0001_m_000000_0/part-0.parquet"));
+        assert!(is_staged("out/_temporary/0/task_202611240000_0001_m_000000/part-0.parquet"));
+        assert!(is_staged("_temporary/x"));
+        assert!(!is_staged("/out/part-0.parquet"));
+        assert!(!is_staged("/out/_temporary"), "a file named _temporary is not in one");
+        assert!(!is_staged("out/my_temporary/part-0"));
     }
 }

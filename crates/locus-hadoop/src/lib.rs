@@ -397,21 +397,27 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_rename<'l>(
     })
 }
 
+/// Opens a file for reading: `{reader handle, file length}`, from one master call (the
+/// file's status with its blocks). A directory is a `FileNotFoundException`, as in HDFS.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_locus_hadoop_LocusNative_open<'l>(
     mut env: JNIEnv<'l>,
     _: JClass<'l>,
     h: jlong,
     path: JString<'l>,
-) -> jlong {
+) -> jlongArray {
     call(&mut env, |env| {
         let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
         let fi = c.rt.block_on(c.client.status(&p, true))?;
         if fi.is_dir {
-            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{p} is a directory")));
+            return Err(Error::not_found(format!("{p} is a directory")));
         }
-        let r = Reader { ctx: c, fi: Arc::new(fi), fetched: Mutex::new(HashSet::new()) };
-        Ok(Box::into_raw(Box::new(r)) as jlong)
+        let length = fi.length as i64;
+        let reader = Box::into_raw(Box::new(Reader { ctx: c, fi: Arc::new(fi), fetched: Mutex::new(HashSet::new()) }));
+        long_array(env, &[reader as jlong, length]).inspect_err(|_| {
+            // SAFETY: just made, and Java never saw it.
+            drop(unsafe { Box::from_raw(reader) });
+        })
     })
 }
 

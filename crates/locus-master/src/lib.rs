@@ -858,6 +858,8 @@ impl Master {
             return Err(Error::invalid("rename across mounts is not supported"));
         }
         let guard = self.begin_ufs_op(sm.info.id, &[&srel, &drel]);
+        // Persists still queued for what moves are moved with it (then run after the UFS rename).
+        let claim = if guard.is_none() { self.claim_persists(sm.info.id, &srel, &drel) } else { None };
         if guard.is_some() {
             match sm.ufs.rename(&srel, &drel).await {
                 // Bytes not persisted yet have nothing to move in the UFS.
@@ -872,6 +874,9 @@ impl Master {
             let op =
                 pb::PersistOp { kind: "RENAME".into(), dst_ufs_path: drel.clone(), ..self.op_for(&sm, &srel, &src) };
             ops.push(self.enqueue(&w, op)?);
+            if let Some(c) = &claim {
+                ops.extend(self.requeue_claimed(&w, c, (&src, &srel), (&dst, &drel))?);
+            }
         }
         {
             let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
@@ -884,6 +889,9 @@ impl Master {
         r.name = dname.to_string();
         put_inode(&w, &r)?;
         w.commit().map_err(db_err)?;
+        if let Some(c) = claim {
+            c.requeued();
+        }
         self.track(ops);
         Ok(())
     }
@@ -1065,8 +1073,13 @@ impl Master {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
                 rec.persist_state = TO_BE_PERSISTED.into();
                 let mut op = self.persist_op(&rec, m, rel, path);
-                if req.persist_wait_ms > 0 {
-                    op.not_before_ms = now + req.persist_wait_ms.min(i64::MAX as u64 / 2) as i64;
+                // The writer's wait, else the staging wait of a committer's `_temporary` file.
+                let wait_ms = match req.persist_wait_ms {
+                    0 if lpath::is_staged(path) => self.inner.cfg.staged_persist_wait.as_millis() as u64,
+                    ms => ms,
+                };
+                if wait_ms > 0 {
+                    op.not_before_ms = now + wait_ms.min(i64::MAX as u64 / 2) as i64;
                 }
                 ops.push(self.enqueue(w, op)?);
             }

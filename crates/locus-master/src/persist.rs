@@ -90,7 +90,106 @@ impl Drop for SyncGuard {
     }
 }
 
+/// Queued persists a rename has claimed (the scheduler does not start them) to queue them
+/// again at their new paths; see [`Master::claim_persists`]. Dropped without
+/// [`Claim::requeued`], it hands them back to the scheduler.
+pub(crate) struct Claim {
+    master: Master,
+    pub seqs: Vec<u64>,
+}
+
+impl Claim {
+    /// The claimed operations were replaced by new queue entries (committed): forget them.
+    pub fn requeued(mut self) {
+        let mut t = self.master.inner.persist.lock();
+        for seq in std::mem::take(&mut self.seqs) {
+            t.pending.remove(&seq);
+            t.running.remove(&seq);
+            t.retry.remove(&seq);
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.seqs.is_empty() {
+            return;
+        }
+        let mut t = self.master.inner.persist.lock();
+        for seq in &self.seqs {
+            t.running.remove(seq);
+        }
+        drop(t);
+        self.master.inner.persist_wake.notify_one();
+    }
+}
+
+/// Whether mount-relative `path` is `dir` or below it.
+fn is_under(path: &str, dir: &str) -> bool {
+    path == dir || path.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
+}
+
 impl Master {
+    /// For a rename of `src` to `dst` (paths under mount `mount_id`'s root) while queued
+    /// changes overlap them: claim the persists, not running, of files at or below `src`
+    /// (files written ASYNC_THROUGH and renamed before their persist, as an output
+    /// committer does) so the rename can queue them again at their new paths, behind its
+    /// own UFS rename. The bytes then reach the UFS once, at the path they end up at,
+    /// instead of being written and then moved (a copy, over S3). Changes queued before
+    /// the first of them stay ahead of them; `None` when a change on those paths that
+    /// cannot move comes after one (it must find the bytes where they were), or when there
+    /// is nothing to claim: the rename then simply queues behind the rest.
+    pub(crate) fn claim_persists(&self, mount_id: u64, src: &str, dst: &str) -> Option<Claim> {
+        let paths = [src.to_string(), dst.to_string()];
+        let mut t = self.inner.persist.lock();
+        let mut seqs = Vec::new();
+        for (seq, p) in &t.pending {
+            if p.mount_id != mount_id || !any_overlap(&p.paths, &paths) {
+                continue;
+            }
+            if p.kind == "PERSIST" && !t.running.contains(seq) && is_under(&p.paths[0], src) {
+                seqs.push(*seq);
+            } else if !seqs.is_empty() {
+                return None;
+            }
+        }
+        if seqs.is_empty() {
+            return None;
+        }
+        t.running.extend(seqs.iter().copied());
+        Some(Claim { master: self.clone(), seqs })
+    }
+
+    /// Inside the rename's transaction `w`: take the claimed persists off the queue and
+    /// queue them again with `src` (mount-relative `srel`) replaced by `dst` (`drel`). A
+    /// persist waiting out the staging wait keeps its wait while its new path is still in
+    /// a committer's staging area, and starts at once when it leaves it.
+    pub(crate) fn requeue_claimed(
+        &self,
+        w: &redb::WriteTransaction,
+        claim: &Claim,
+        (src, srel): (&str, &str),
+        (dst, drel): (&str, &str),
+    ) -> Result<Vec<pb::PersistOp>> {
+        let mut out = Vec::new();
+        for &seq in &claim.seqs {
+            let op: Option<pb::PersistOp> = {
+                let mut q = w.open_table(PERSIST_QUEUE).map_err(db_err)?;
+                let old = q.remove(seq).map_err(db_err)?;
+                old.map(|v| decode(v.value())).transpose()?
+            };
+            let Some(mut op) = op else { continue };
+            let suffix = op.ufs_path.strip_prefix(srel).unwrap_or_default().to_string();
+            op.ufs_path = format!("{drel}{suffix}");
+            op.path = if op.path.starts_with(src) { format!("{dst}{suffix}") } else { op.path };
+            if !locus_common::path::is_staged(&op.path) {
+                op.not_before_ms = 0;
+            }
+            out.push(self.enqueue(w, op)?);
+        }
+        Ok(out)
+    }
+
     /// Start a synchronous UFS change of `paths` in mount `mount_id`: `None` when queued
     /// changes overlap them (then the change must be queued behind them instead).
     pub(crate) fn begin_ufs_op(&self, mount_id: u64, paths: &[&str]) -> Option<SyncGuard> {
@@ -306,14 +405,12 @@ impl Master {
                 m.ufs.delete(&op.ufs_path, op.is_dir).await?;
                 "done"
             }
-            "RENAME" => {
-                match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
-                    // What was to move never reached the UFS (it was never persisted).
-                    Err(e) if e.kind() == ErrorKind::NotFound => {}
-                    r => r?,
-                }
-                "done"
-            }
+            "RENAME" => match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
+                // What was to move never reached the UFS (not persisted, or its persist
+                // moved with the rename).
+                Err(e) if e.kind() == ErrorKind::NotFound => "skipped",
+                r => r.map(|()| "done")?,
+            },
             k => {
                 tracing::warn!(kind = k, "unknown queued operation; dropping it");
                 "skipped"

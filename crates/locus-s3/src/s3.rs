@@ -60,12 +60,6 @@ fn etag(s: &str) -> ETag {
     ETag::Strong(s.to_string())
 }
 
-/// Whether a key lies in a Hadoop output committer's staging area: a `_temporary` path
-/// component (`out/_temporary/0/_temporary/attempt_.../part-0`, `out/_temporary/0/task_.../part-0`).
-fn is_staged(key: &str) -> bool {
-    key.split('/').rev().skip(1).any(|c| c == "_temporary")
-}
-
 /// Whether an ETag is a plain MD5 (32 hex digits), not a multipart ETag (`md5-N`).
 fn is_md5(etag: &str) -> bool {
     etag.len() == 32 && etag.bytes().all(|c| c.is_ascii_hexdigit())
@@ -536,13 +530,6 @@ impl LocusS3 {
         Ok(format!("/{bucket}/{UPLOADS_DIR}/{upload_id}"))
     }
 
-    /// The initial persist wait of an object written at `key`: `gateway.staged_persist_wait`
-    /// under a `_temporary` path component (a Hadoop output committer's staging area),
-    /// else none.
-    fn persist_wait(&self, key: &str) -> Option<Duration> {
-        is_staged(key).then_some(self.cfg.staged_persist_wait)
-    }
-
     /// How the files of a multipart upload (its record and parts) are written: with the
     /// initial persist wait, so an upload completed or aborted in time never reaches the UFS.
     fn upload_file_options(&self) -> PutOptions {
@@ -936,7 +923,6 @@ impl S3 for LocusS3 {
             content_type: content_type.clone(),
             user_metadata: ufs_user_metadata(&user, &tags),
             write_type: write_type(&headers)?,
-            persist_wait: self.persist_wait(&i.key),
             ..Default::default()
         };
         let meta = pb::ObjectMeta { content_type, etag: String::new(), user, tags };
@@ -985,7 +971,6 @@ impl S3 for LocusS3 {
             content_type: content_type.clone(),
             user_metadata: ufs_user_metadata(&user, &tags),
             write_type: wt,
-            persist_wait: self.persist_wait(&i.key),
             ..Default::default()
         };
         // Same bytes, same MD5: a source whose ETag is the MD5 Locus recorded when it was
@@ -1221,7 +1206,6 @@ impl S3 for LocusS3 {
             content_type: rec.content_type.clone(),
             user_metadata: ufs_user_metadata(&rec.user, &rec.tags),
             write_type: wt,
-            persist_wait: self.persist_wait(&i.key),
             ..Default::default()
         };
         let meta =
@@ -1362,16 +1346,6 @@ mod tests {
         fi.meta = Some(pb::ObjectMeta { etag: "f00-2".into(), ..Default::default() });
         assert_eq!(etag_of(&fi), "f00-2", "the recorded MD5 first");
         assert_eq!(etag_of(&pb::FileInfo { is_dir: true, ..Default::default() }), EMPTY_MD5);
-    }
-
-    #[test]
-    fn committer_staging_keys_are_recognised() {
-        assert!(is_staged("out/_temporary/0/_temporary/attempt_202611240000_0001_m_000000_0/part-0.parquet"));
-        assert!(is_staged("out/_temporary/0/task_202611240000_0001_m_000000/part-0.parquet"));
-        assert!(is_staged("_temporary/x"));
-        assert!(!is_staged("out/part-0.parquet"));
-        assert!(!is_staged("out/_temporary"), "a file named _temporary is not in one");
-        assert!(!is_staged("out/my_temporary/part-0"));
     }
 
     #[test]

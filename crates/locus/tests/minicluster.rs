@@ -774,6 +774,114 @@ async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change()
     c.shutdown().await;
 }
 
+/// Every file below `dir` in a `file://` UFS, relative to it, sorted (directories left out).
+fn ufs_files(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, d: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+async fn wait_queue_empty(c: &Client) {
+    for _ in 0..200 {
+        if c.report().await.unwrap().persist_queue_ops == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the persist queue did not drain: {:?}", c.report().await.unwrap());
+}
+
+/// An output committer's commit through the native namespace (what Spark does through
+/// the Hadoop connector): task output written ASYNC_THROUGH under `_temporary/` waits
+/// (`master.staged_persist_wait`), renames carry the waiting persists along (the attempt →
+/// task rename keeps the wait, the rename out of `_temporary` ends it), and each file is
+/// written to the UFS once, at its final path; nothing is ever written under `_temporary`.
+/// A renamed file whose old version was in the UFS ends with the new bytes at the new path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn committed_output_is_persisted_once_at_its_final_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 2, 64 << 20, false).await;
+    let cl = client(&c, Locality::Remote);
+    let ufs = ufs_dir(&c);
+    let (a, b) = (random(BLOCK as usize + 5), random(3000));
+    let attempt = "/out/_temporary/0/_temporary/attempt_1";
+    let task = "/out/_temporary/0/task_1";
+    cl.mkdir(attempt, true).await.unwrap();
+    put_as(&cl, &format!("{attempt}/part-0"), &a, WriteType::ASYNC_THROUGH).await.unwrap();
+    put_as(&cl, &format!("{attempt}/part-1"), &b, WriteType::ASYNC_THROUGH).await.unwrap();
+    // Unrelated work goes on meanwhile.
+    put_as(&cl, "/other", &b, WriteType::ASYNC_THROUGH).await.unwrap();
+    wait_persisted(&cl, "/other").await;
+    cl.rename(attempt, task).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for p in ["part-0", "part-1"] {
+        let fi = cl.status(&format!("{task}/{p}"), false).await.unwrap();
+        assert_eq!(fi.persist_state, "TO_BE_PERSISTED", "{p} still waits after the rename within _temporary");
+    }
+    assert_eq!(ufs_files(&ufs.join("out")), Vec::<String>::new(), "nothing staged reaches the UFS");
+    assert_eq!(read_all(&cl, &format!("{task}/part-0")).await, a);
+    for p in ["part-0", "part-1"] {
+        cl.rename(&format!("{task}/{p}"), &format!("/out/{p}")).await.unwrap();
+    }
+    wait_persisted(&cl, "/out/part-0").await;
+    wait_persisted(&cl, "/out/part-1").await;
+    cl.delete("/out/_temporary", true).await.unwrap();
+    put_as(&cl, "/out/_SUCCESS", b"", WriteType::ASYNC_THROUGH).await.unwrap();
+    wait_queue_empty(&cl).await;
+    assert_eq!(ufs_files(&ufs.join("out")), vec!["_SUCCESS", "part-0", "part-1"]);
+    assert_eq!(std::fs::read(ufs.join("out/part-0")).unwrap(), a);
+    assert_eq!(std::fs::read(ufs.join("out/part-1")).unwrap(), b);
+    let m = locus_master::render_metrics(c.master());
+    let want = format!("locus_persisted_bytes_total {}", a.len() + 2 * b.len());
+    assert!(m.contains(&want), "each file written once ({want}): {m}");
+    assert!(m.contains("locus_persist_ops_total{kind=\"PERSIST\",result=\"done\"} 4"), "{m}");
+    // The UFS renames: the attempt directory moved; the files had nothing to move.
+    assert!(m.contains("locus_persist_ops_total{kind=\"RENAME\",result=\"done\"} 1"), "{m}");
+    assert!(m.contains("locus_persist_ops_total{kind=\"RENAME\",result=\"skipped\"} 2"), "{m}");
+
+    // The same commit at full speed: the file renames come while the directory's UFS
+    // rename may still be queued ahead (it stays ahead; the persists still move).
+    let (attempt, task) = ("/out2/_temporary/0/_temporary/attempt_2", "/out2/_temporary/0/task_2");
+    cl.mkdir(attempt, true).await.unwrap();
+    put_as(&cl, &format!("{attempt}/part-0"), &b, WriteType::ASYNC_THROUGH).await.unwrap();
+    cl.rename(attempt, task).await.unwrap();
+    cl.rename(&format!("{task}/part-0"), "/out2/part-0").await.unwrap();
+    cl.delete("/out2/_temporary", true).await.unwrap();
+    wait_persisted(&cl, "/out2/part-0").await;
+    wait_queue_empty(&cl).await;
+    assert_eq!(ufs_files(&ufs.join("out2")), vec!["part-0"]);
+    assert_eq!(std::fs::read(ufs.join("out2/part-0")).unwrap(), b);
+    let m = locus_master::render_metrics(c.master());
+    assert!(m.contains("locus_persist_ops_total{kind=\"RENAME\",result=\"done\"} 2"), "{m}");
+    assert!(m.contains("locus_persist_ops_total{kind=\"RENAME\",result=\"skipped\"} 3"), "{m}");
+
+    // The UFS holds an older version at the source: the queued UFS rename moves it first,
+    // and the new bytes land over it.
+    let (old, new) = (random(2000), random(5000));
+    cl.mkdir("/x/_temporary", true).await.unwrap();
+    put_as(&cl, "/x/_temporary/f", &old, WriteType::THROUGH).await.unwrap();
+    put_as(&cl, "/x/_temporary/f", &new, WriteType::ASYNC_THROUGH).await.unwrap();
+    assert_eq!(std::fs::read(ufs.join("x/_temporary/f")).unwrap(), old);
+    cl.rename("/x/_temporary/f", "/x/f").await.unwrap();
+    wait_persisted(&cl, "/x/f").await;
+    wait_queue_empty(&cl).await;
+    assert_eq!(ufs_files(&ufs.join("x")), vec!["f"]);
+    assert_eq!(std::fs::read(ufs.join("x/f")).unwrap(), new);
+    assert_eq!(read_all(&cl, "/x/f").await, new);
+    c.shutdown().await;
+}
+
 /// Poll `stat` until `f` holds for the file.
 async fn wait_stat(c: &Client, path: &str, what: &str, f: impl Fn(&pb::FileInfo) -> bool) -> pb::FileInfo {
     for _ in 0..300 {

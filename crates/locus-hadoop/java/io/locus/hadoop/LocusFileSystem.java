@@ -128,12 +128,8 @@ public class LocusFileSystem extends FileSystem {
   @Override
   public FSDataInputStream open(Path f, int bufferSize) throws IOException {
     String p = locusPath(f);
-    long[] a = LocusNative.stat(ctx, p);
-    if (a[0] != 0) {
-      throw new FileNotFoundException(p + " is a directory");
-    }
-    long reader = LocusNative.open(ctx, p);
-    return new FSDataInputStream(new LocusInputStream(reader, p, a[1], readBuffer, statistics));
+    long[] r = LocusNative.open(ctx, p);
+    return new FSDataInputStream(new LocusInputStream(r[0], p, r[1], readBuffer, statistics));
   }
 
   @Override

@@ -48,7 +48,8 @@ final class LocusNative {
 
   static native boolean rename(long ctx, String src, String dst) throws IOException;
 
-  static native long open(long ctx, String path) throws IOException;
+  /** Opens a file for reading: {reader, file length}; a directory is a FileNotFoundException. */
+  static native long[] open(long ctx, String path) throws IOException;
 
   /** Reads up to len bytes at pos into the direct buffer buf (from its start); -1 at EOF. */
   static native int read(long reader, long pos, ByteBuffer buf, int len) throws IOException;
