@@ -685,16 +685,8 @@ async fn namespace_changes_behind_a_backlog_reach_the_ufs_in_order_across_a_mast
         wait_persisted(&cl, &format!("/q/f{i}")).await;
     }
     wait_persisted(&cl, "/q/g0").await;
-    for _ in 0..100 {
-        if cl.report().await.unwrap().persist_queue_ops == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(cl.report().await.unwrap().persist_queue_ops, 0);
-    let mut names: Vec<String> =
-        std::fs::read_dir(ufs.join("q")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    names.sort();
+    wait_queue_empty(&cl).await;
+    let names = ufs_files(&ufs.join("q"));
     let mut want: Vec<String> = (2..20).map(|i| format!("f{i}")).chain(["g0".to_string()]).collect();
     want.sort();
     assert_eq!(names, want, "renamed and deleted files end as they should in the UFS");
@@ -741,17 +733,8 @@ async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change()
     cl.delete("/up/p2", false).await.unwrap();
     cl.rename("/up/keep", "/up/kept").await.unwrap();
     wait_persisted(&cl, "/up/kept").await;
-    for _ in 0..200 {
-        if cl.report().await.unwrap().persist_queue_ops == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(cl.report().await.unwrap().persist_queue_ops, 0, "the waits ended with the later changes");
-    let mut names: Vec<String> =
-        std::fs::read_dir(ufs.join("up")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    names.sort();
-    assert_eq!(names, vec!["kept".to_string()]);
+    wait_queue_empty(&cl).await; // the waits ended with the later changes
+    assert_eq!(ufs_files(&ufs.join("up")), vec!["kept"]);
     assert_eq!(std::fs::read(ufs.join("up/kept")).unwrap(), data);
     // The metrics tell the skipped persists from the written ones, and count the bytes.
     let m = locus_master::render_metrics(c.master());
@@ -792,6 +775,7 @@ fn ufs_files(dir: &Path) -> Vec<String> {
     out
 }
 
+/// Poll the report until the persist queue is empty (10 s at most).
 async fn wait_queue_empty(c: &Client) {
     for _ in 0..200 {
         if c.report().await.unwrap().persist_queue_ops == 0 {
