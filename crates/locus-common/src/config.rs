@@ -94,7 +94,8 @@ pub struct MasterConfig {
     /// (and, out of `_temporary`, ends its wait), and a delete drops it, so committed
     /// output is written to the UFS once, at its final path, and staged output deleted
     /// in time never reaches the UFS. Output left behind is persisted after the wait.
-    /// Default `5m`; `0s` persists at once.
+    /// Staged files stay pinned in worker memory meanwhile; writes that find the cache
+    /// full of them go through to the UFS. Default `5m`; `0s` persists at once.
     #[serde(with = "humantime_serde")]
     pub staged_persist_wait: Duration,
 }
