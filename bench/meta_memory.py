@@ -6,14 +6,12 @@ bounded by master.meta_cache_size) instead of growing with N.
 
     bench/meta_memory.py [--steps 20000,100000,200000]
 """
-import argparse, os, shutil, signal, socket, subprocess, sys, tempfile, time
+import argparse, os, shutil, signal, subprocess, sys, tempfile, time
+
+from netstage import free_port  # this directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("LOCUS_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "locus")
-
-
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 
 
 def rss_mib(pid):

@@ -39,8 +39,9 @@ _PORTS_GIVEN: set[int] = set()
 
 
 def free_port() -> int:
-    """A free loopback port, never one this process handed out before (the kernel may
-    offer a just-closed port again to the next bind)."""
+    """A free loopback port, never one this process handed out before: the kernel may
+    offer a port it just gave (and that was closed again) to the next bind, and a cluster
+    whose master and gateway got the same one fails to start. The e2e tests use it too."""
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

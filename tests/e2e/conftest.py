@@ -43,27 +43,15 @@ def _default_minio_bin() -> Path:
     return Path(tools) / "bin" / "minio"
 
 
+# One free-port helper for the tests and the benchmark harness (never hands out a port twice).
+sys.path.insert(0, str(REPO / "bench"))
+from netstage import free_port  # noqa: E402
+
 LOCUS_BIN = Path(os.environ.get("LOCUS_BIN") or _default_locus_bin())
 MINIO_BIN = Path(os.environ.get("MINIO_BIN") or _default_minio_bin())
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-_PORTS_GIVEN: set[int] = set()
-
-
-def free_port() -> int:
-    """A free loopback port, never one this process handed out before: the kernel may
-    offer a port it just gave (and that was closed again) to the next bind, and a cluster
-    whose master and gateway got the same one fails to start."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p not in _PORTS_GIVEN:
-            _PORTS_GIVEN.add(p)
-            return p
 
 
 def clean_env(extra: dict | None = None) -> dict:

@@ -875,7 +875,7 @@ impl Master {
                 pb::PersistOp { kind: "RENAME".into(), dst_ufs_path: drel.clone(), ..self.op_for(&sm, &srel, &src) };
             ops.push(self.enqueue(&w, op)?);
             if let Some(c) = &claim {
-                ops.extend(self.requeue_claimed(&w, c, (&src, &srel), (&dst, &drel))?);
+                ops.extend(self.requeue_claimed(&w, c, &srel, (&dst, &drel))?);
             }
         }
         {

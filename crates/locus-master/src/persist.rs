@@ -161,14 +161,14 @@ impl Master {
     }
 
     /// Inside the rename's transaction `w`: take the claimed persists off the queue and
-    /// queue them again with `src` (mount-relative `srel`) replaced by `dst` (`drel`). A
+    /// queue them again with the source (mount-relative `srel`) replaced by `dst` (`drel`). A
     /// persist waiting out the staging wait keeps its wait while its new path is still in
     /// a committer's staging area, and starts at once when it leaves it.
     pub(crate) fn requeue_claimed(
         &self,
         w: &redb::WriteTransaction,
         claim: &Claim,
-        (src, srel): (&str, &str),
+        srel: &str,
         (dst, drel): (&str, &str),
     ) -> Result<Vec<pb::PersistOp>> {
         let mut out = Vec::new();
@@ -179,9 +179,10 @@ impl Master {
                 old.map(|v| decode(v.value())).transpose()?
             };
             let Some(mut op) = op else { continue };
+            // Claimed persists lie at or below `src` (claim_persists), so this is their rest.
             let suffix = op.ufs_path.strip_prefix(srel).unwrap_or_default().to_string();
             op.ufs_path = format!("{drel}{suffix}");
-            op.path = if op.path.starts_with(src) { format!("{dst}{suffix}") } else { op.path };
+            op.path = format!("{dst}{suffix}");
             if !locus_common::path::is_staged(&op.path) {
                 op.not_before_ms = 0;
             }
