@@ -76,32 +76,96 @@ type DataConn = BufReader<BufWriter<TcpStream>>;
 /// thread while this one is consumed was slower still (`fs wc` 1.10-1.29x of `wc -l`,
 /// against 0.97-1.01x): the hand-offs and the cross-core cache traffic cost more than the
 /// overlap gains.
-async fn copy_leased<W: AsyncWrite + Unpin>(path: &str, off: u64, len: u64, out: &mut W, done: &mut u64) -> Result<()> {
+async fn copy_leased<S: ReadSink>(path: &str, off: u64, len: u64, out: &mut S, done: &mut u64) -> Result<()> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?;
     copy_file(&file, path, off, len, out, done, &mut vec![0u8; SHORT_CIRCUIT_BUF]).await
 }
 
-/// [`copy_leased`] of an open block file, through `buf`.
+/// [`copy_leased`] of an open block file, through `buf` (or, for a sink that
+/// [`takes_buffers`](ReadSink::takes_buffers), into buffers it then owns).
 #[allow(clippy::too_many_arguments)]
-async fn copy_file<W: AsyncWrite + Unpin>(
+async fn copy_file<S: ReadSink>(
     file: &std::fs::File,
     path: &str,
     off: u64,
     len: u64,
-    out: &mut W,
+    out: &mut S,
     done: &mut u64,
     buf: &mut [u8],
 ) -> Result<()> {
     use std::os::unix::fs::FileExt;
     let (mut pos, end) = (off, off + len);
     while pos < end {
+        if out.takes_buffers() {
+            let n = buf.len().min((end - pos) as usize);
+            let b = pread_owned(file, pos, n).map_err(|e| Error::io(format!("read {path}"), e))?;
+            out.put_owned(b).await.map_err(output_err)?;
+            pos += n as u64;
+            *done += n as u64;
+            continue;
+        }
         let n = buf.len().min((end - pos) as usize);
         file.read_exact_at(&mut buf[..n], pos).map_err(|e| Error::io(format!("read {path}"), e))?;
-        out.write_all(&buf[..n]).await.map_err(output_err)?;
+        out.put(&buf[..n]).await.map_err(output_err)?;
         pos += n as u64;
         *done += n as u64;
     }
     Ok(())
+}
+
+/// `n` bytes at `pos` of `file`, read straight into a new buffer (no zeroing first, no
+/// copy after).
+fn pread_owned(file: &std::fs::File, pos: u64, n: usize) -> std::io::Result<bytes::Bytes> {
+    use std::os::fd::AsRawFd;
+    let mut b = bytes::BytesMut::with_capacity(n);
+    while b.len() < n {
+        let (have, want) = (b.len(), n - b.len());
+        let spare = b.spare_capacity_mut();
+        // SAFETY: pread writes at most `want` bytes into the spare capacity (at least `want`
+        // long), and only the bytes it reports written are then marked initialized.
+        let r = unsafe {
+            libc::pread(file.as_raw_fd(), spare.as_mut_ptr().cast(), want, (pos + have as u64) as libc::off_t)
+        };
+        match r {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            r if r < 0 => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            r => unsafe { b.set_len(b.len() + r as usize) },
+        }
+    }
+    Ok(b.freeze())
+}
+
+/// Where a read's bytes go ([`Client::read_to`] and its parts). Every `AsyncWrite` is one,
+/// its bytes copied in; the stream of [`Client::read_stream`] (the S3 gateway's response
+/// bodies) takes over the buffers the block file is read into, one copy of every byte
+/// fewer.
+pub trait ReadSink: Send {
+    /// Copy `buf` out.
+    fn put<'a>(&'a mut self, buf: &'a [u8]) -> impl Future<Output = std::io::Result<()>> + Send + 'a;
+    /// Whether [`put_owned`](ReadSink::put_owned) saves a copy.
+    fn takes_buffers(&self) -> bool {
+        false
+    }
+    /// Hand over a whole buffer.
+    fn put_owned(&mut self, buf: bytes::Bytes) -> impl Future<Output = std::io::Result<()>> + Send + '_ {
+        async move { self.put(&buf).await }
+    }
+    /// Flush what was put.
+    fn finish(&mut self) -> impl Future<Output = std::io::Result<()>> + Send + '_;
+}
+
+impl<W: AsyncWrite + Unpin + Send> ReadSink for W {
+    fn put<'a>(&'a mut self, buf: &'a [u8]) -> impl Future<Output = std::io::Result<()>> + Send + 'a {
+        self.write_all(buf)
+    }
+    fn finish(&mut self) -> impl Future<Output = std::io::Result<()>> + Send + '_ {
+        AsyncWriteExt::flush(self)
+    }
 }
 
 #[derive(Default)]
@@ -345,13 +409,25 @@ impl Client {
 
     /// Copy `len` bytes from `offset` of the file to `out`. `fi` must carry its blocks
     /// (`status(path, true)`). Returns the bytes copied.
-    pub async fn read_to<W: AsyncWrite + Unpin>(
+    pub async fn read_to<W: AsyncWrite + Unpin + Send>(
         &self,
         fi: &pb::FileInfo,
         offset: u64,
         len: u64,
         opts: ReadOptions,
         out: &mut W,
+    ) -> Result<u64> {
+        self.read_into(fi, offset, len, opts, out).await
+    }
+
+    /// [`read_to`](Client::read_to) into any [`ReadSink`].
+    pub async fn read_into<S: ReadSink>(
+        &self,
+        fi: &pb::FileInfo,
+        offset: u64,
+        len: u64,
+        opts: ReadOptions,
+        out: &mut S,
     ) -> Result<u64> {
         if fi.is_dir {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{} is a directory", fi.path)));
@@ -405,18 +481,18 @@ impl Client {
             r?;
             pos += n;
         }
-        out.flush().await.map_err(|e| output_err(e))?;
+        out.finish().await.map_err(output_err)?;
         Ok(end.saturating_sub(offset))
     }
 
-    async fn read_block<W: AsyncWrite + Unpin>(
+    async fn read_block<S: ReadSink>(
         &self,
         fi: &pb::FileInfo,
         b: &pb::BlockInfo,
         off: u64,
         len: u64,
         opts: ReadOptions,
-        out: &mut W,
+        out: &mut S,
     ) -> Result<()> {
         let read_type = opts.read_type.unwrap_or(self.cfg.read_type);
         let mut done = 0u64;
@@ -507,14 +583,14 @@ impl Client {
         Err(last_err.unwrap_or_else(|| Error::unavailable("no worker could serve the block")))
     }
 
-    async fn short_circuit<W: AsyncWrite + Unpin>(
+    async fn short_circuit<S: ReadSink>(
         &self,
         w: &pb::WorkerAddress,
         block_id: u64,
         off: u64,
         len: u64,
         read_type: ReadType,
-        out: &mut W,
+        out: &mut S,
         done: &mut u64,
     ) -> Result<()> {
         let mut s = UnixStream::connect(&w.uds_path).await.map_err(|e| Error::io("connect worker socket", e))?;
@@ -542,11 +618,11 @@ impl Client {
     /// A read through the co-located worker's Unix socket: the worker leases the block,
     /// or fills it from the UFS, and this client reads the block's file itself, as it
     /// grows, while the worker tells how far it has (no bytes through a socket).
-    async fn follow_read<W: AsyncWrite + Unpin>(
+    async fn follow_read<S: ReadSink>(
         &self,
         w: &pb::WorkerAddress,
         req: pb::ReadBlockRequest,
-        out: &mut W,
+        out: &mut S,
         done: &mut u64,
     ) -> Result<()> {
         let mut s = UnixStream::connect(&w.uds_path)
@@ -580,11 +656,11 @@ impl Client {
         Ok(())
     }
 
-    async fn remote_read<W: AsyncWrite + Unpin>(
+    async fn remote_read<S: ReadSink>(
         &self,
         addr: &str,
         req: pb::ReadBlockRequest,
-        out: &mut W,
+        out: &mut S,
         done: &mut u64,
     ) -> Result<()> {
         let mut c = self.conn(addr).await?;
@@ -606,7 +682,7 @@ impl Client {
                 return Err(Error::unavailable(format!("worker {addr} closed the stream with {left} bytes to go")));
             }
             let n = buf.len().min(left as usize);
-            out.write_all(&buf[..n]).await.map_err(|e| output_err(e))?;
+            out.put(&buf[..n]).await.map_err(output_err)?;
             c.consume(n);
             left -= n as u64;
             *done += n as u64;
@@ -686,8 +762,8 @@ impl Client {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes>>(8);
         let client = self.clone();
         tokio::spawn(async move {
-            let mut w = ChannelWriter { tx: tokio_util::sync::PollSender::new(tx.clone()) };
-            if let Err(e) = client.read_to(&fi, offset, len, opts, &mut w).await {
+            let mut w = ChannelSink { tx: tx.clone() };
+            if let Err(e) = client.read_into(&fi, offset, len, opts, &mut w).await {
                 // The reader may be gone already (it hung up): nothing left to tell.
                 let _ = tx.send(Err(e)).await;
             }
@@ -867,34 +943,66 @@ fn input_err(e: std::io::Error) -> Error {
 }
 
 /// An `AsyncWrite` that hands what is written to a channel, in chunks.
-struct ChannelWriter {
-    tx: tokio_util::sync::PollSender<Result<bytes::Bytes>>,
+/// The sending end of a [`Client::read_stream`].
+struct ChannelSink {
+    tx: tokio::sync::mpsc::Sender<Result<bytes::Bytes>>,
 }
 
-impl AsyncWrite for ChannelWriter {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        use std::task::Poll;
-        match self.tx.poll_reserve(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Err(_)) => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
-            Poll::Ready(Ok(())) => {
-                let n = buf.len().min(STREAM_CHUNK);
-                let chunk = bytes::Bytes::copy_from_slice(&buf[..n]);
-                match self.tx.send_item(Ok(chunk)) {
-                    Ok(()) => Poll::Ready(Ok(n)),
-                    Err(_) => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
-                }
-            }
+impl ReadSink for ChannelSink {
+    async fn put(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        for c in buf.chunks(STREAM_CHUNK) {
+            self.put_owned(bytes::Bytes::copy_from_slice(c)).await?;
         }
+        Ok(())
     }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
+    fn takes_buffers(&self) -> bool {
+        true
     }
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
+    async fn put_owned(&mut self, buf: bytes::Bytes) -> std::io::Result<()> {
+        self.tx.send(Ok(buf)).await.map_err(|_| std::io::ErrorKind::BrokenPipe.into())
+    }
+    fn finish(&mut self) -> impl Future<Output = std::io::Result<()>> + Send + '_ {
+        std::future::ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pread_owned_reads_the_range_and_fails_past_the_end() {
+        let path = std::env::temp_dir().join(format!("locus-pread-{}", std::process::id()));
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        assert_eq!(pread_owned(&f, 0, data.len()).unwrap(), &data[..]);
+        assert_eq!(pread_owned(&f, 12_345, 70_000).unwrap(), &data[12_345..82_345]);
+        let e = pread_owned(&f, 299_990, 20).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Any `AsyncWrite` is a sink that copies; the gateway's stream takes buffers.
+    #[tokio::test]
+    async fn sinks_copy_or_take_buffers() {
+        let mut v: Vec<u8> = Vec::new();
+        assert!(!ReadSink::takes_buffers(&v));
+        v.put(b"ab").await.unwrap();
+        v.put_owned(bytes::Bytes::from_static(b"cd")).await.unwrap();
+        assert_eq!(v, b"abcd");
+
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let mut s = ChannelSink { tx };
+        assert!(s.takes_buffers());
+        let b = bytes::Bytes::from(vec![7u8; 10]);
+        s.put_owned(b.clone()).await.unwrap();
+        let got = rx.recv().await.unwrap().unwrap();
+        assert_eq!(got.as_ptr(), b.as_ptr(), "handed over, not copied");
+        s.put(&vec![1u8; STREAM_CHUNK + 5]).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().unwrap().len(), STREAM_CHUNK);
+        assert_eq!(rx.recv().await.unwrap().unwrap().len(), 5);
+        drop(rx);
+        assert_eq!(s.put(b"x").await.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
     }
 }
