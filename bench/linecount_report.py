@@ -184,8 +184,10 @@ def markdown(raw: dict) -> str:
         "",
         f"Machine: {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB, kernel {m.get('kernel', '?')}. "
         f"Network profile `{raw['profile']}` ({m.get('profile_desc', '')}). Locus: 1 master, "
-        f"{raw.get('workers', 1)} worker(s); Alluxio {raw.get('alluxio_version', '2.9.6')}: 1 master, 1 worker, "
-        "the S3 proxy; all on this host, MinIO behind the shaped link. Spark: local[2], "
+        f"{raw.get('workers', 1)} worker(s)"
+        + (f"; Alluxio {raw.get('alluxio_version', '2.9.6')}: 1 master, 1 worker, the S3 proxy"
+           if any(PATHS[r["path"]][1] == "alluxio" for r in raw["runs"] if r["path"] in PATHS) else "")
+        + "; all on this host, MinIO behind the shaped link. Spark: local[2], "
         f"s3a input stream `{raw.get('s3a_stream', 'classic')}` on every s3a path"
         + ("; driver JVMs share a class-data archive (CDS)." if raw.get("spark_cds") else ".")
         + (" Fewer applications (quick mode): each new-app series opens with the same-app application's "
