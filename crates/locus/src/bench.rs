@@ -109,6 +109,8 @@ pub struct Row {
     pub seconds: Vec<f64>,
     pub median_s: f64,
     pub median_mib_s: f64,
+    /// CPU time of the whole machine (every process and the kernel) per run, where measured.
+    pub machine_cpu_s: Vec<f64>,
 }
 
 pub(crate) fn median(v: &[f64]) -> f64 {
@@ -120,7 +122,31 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 
 fn row(name: &str, size: u64, seconds: Vec<f64>) -> Row {
     let m = median(&seconds);
-    Row { name: name.into(), median_mib_s: size as f64 / (1 << 20) as f64 / m, median_s: m, seconds }
+    Row {
+        name: name.into(),
+        median_mib_s: size as f64 / (1 << 20) as f64 / m,
+        median_s: m,
+        seconds,
+        machine_cpu_s: Vec::new(),
+    }
+}
+
+/// A [`row`] with the machine's CPU time of each run.
+fn cpu_row(name: &str, size: u64, runs: Vec<(f64, f64)>) -> Row {
+    let (seconds, cpu): (Vec<f64>, Vec<f64>) = runs.into_iter().unzip();
+    Row { machine_cpu_s: cpu, ..row(name, size, seconds) }
+}
+
+/// CPU seconds the whole machine has spent so far (every process and the kernel: user,
+/// nice, system, irq and softirq time from /proc/stat; not idle, I/O wait or steal). The
+/// difference across a timed read tells how much CPU the read took of what the machine has.
+fn machine_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<f64> = stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| f.get(i)).sum();
+    // SAFETY: sysconf only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    busy / hz
 }
 
 fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
@@ -269,18 +295,22 @@ impl ReadBench {
         // Interleave the paths run by run, so background noise hits all of them alike.
         for run in 0..self.runs {
             eprintln!("run {}/{}", run + 1, self.runs);
-            let t = Instant::now();
+            let (c, t) = (machine_cpu_seconds(), Instant::now());
             let n = drain(ufs, key, size).await?;
-            direct.push(t.elapsed().as_secs_f64());
+            direct.push((t.elapsed().as_secs_f64(), machine_cpu_seconds() - c));
             if n != size {
                 return Err(Error::internal("short direct read"));
             }
             local.free(&path, false).await?;
             wait_uncached(&local, &path).await?;
-            first.push(timed_read(client_rt, &local_reader, &path, size).await?);
+            let with_cpu = |r: Result<f64>, c: f64| r.map(|secs| (secs, machine_cpu_seconds() - c));
+            let c = machine_cpu_seconds();
+            first.push(with_cpu(timed_read(client_rt, &local_reader, &path, size).await, c)?);
             wait_cached(&local, &path).await?;
-            short.push(timed_read(client_rt, &local_reader, &path, size).await?);
-            remote_t.push(timed_read(client_rt, &remote_reader, &path, size).await?);
+            let c = machine_cpu_seconds();
+            short.push(with_cpu(timed_read(client_rt, &local_reader, &path, size).await, c)?);
+            let c = machine_cpu_seconds();
+            remote_t.push(with_cpu(timed_read(client_rt, &remote_reader, &path, size).await, c)?);
             let (st, secs) = timed(|| {
                 Command::new("sh").arg("-c").arg(format!("cat '{}' > /dev/null", tmpfs_copy.display())).status()
             });
@@ -299,16 +329,21 @@ impl ReadBench {
             }
         }
         let mut rows = vec![
-            row("direct UFS read (MinIO via OpenDAL)", size, direct),
-            row("Locus first read (cold)", size, first),
-            row("Locus second read, short-circuit", size, short),
-            row("Locus second read, forced remote", size, remote_t),
+            cpu_row("direct UFS read (MinIO via OpenDAL)", size, direct),
+            cpu_row("Locus first read (cold)", size, first),
+            cpu_row("Locus second read, short-circuit", size, short),
+            cpu_row("Locus second read, forced remote", size, remote_t),
             row("cat of a tmpfs copy", size, cat),
         ];
         let mut ratios = BTreeMap::new();
         ratios.insert("short_circuit / tmpfs cat (goal >= 0.80)".into(), rows[2].median_mib_s / rows[4].median_mib_s);
         ratios.insert("first read time / direct time (goal <= 1.05)".into(), rows[1].median_s / rows[0].median_s);
         ratios.insert("second read speed-up over direct".into(), rows[0].median_s / rows[2].median_s);
+        // On loopback the UFS costs only CPU: how much more of it a cold read through the
+        // cache takes than a direct read, and how busy the direct read keeps the machine.
+        let cpu = |r: &Row| median(&r.machine_cpu_s);
+        ratios.insert("first read machine CPU / direct machine CPU".into(), cpu(&rows[1]) / cpu(&rows[0]));
+        ratios.insert("cores busy during the direct read".into(), cpu(&rows[0]) / rows[0].median_s);
         if let Some(v) = iperf {
             rows.push(row("iperf3 -P 1 loopback, same bytes", size, v));
             let r = rows.last().unwrap().median_mib_s;
@@ -388,10 +423,17 @@ pub fn markdown(b: &ReadBench, rows: &[Row], ratios: &BTreeMap<String, f64>) -> 
         kernel.trim(),
         b.minio.network
     ));
-    s.push_str("| path | median s | median MiB/s | runs (s) |\n|---|---|---|---|\n");
+    s.push_str("| path | median s | median MiB/s | machine CPU s (median) | runs (s) |\n|---|---|---|---|---|\n");
     for r in rows {
         let runs: Vec<String> = r.seconds.iter().map(|x| format!("{x:.3}")).collect();
-        s.push_str(&format!("| {} | {:.3} | {:.0} | {} |\n", r.name, r.median_s, r.median_mib_s, runs.join(" ")));
+        let cpu = if r.machine_cpu_s.is_empty() { "-".to_string() } else { format!("{:.2}", median(&r.machine_cpu_s)) };
+        s.push_str(&format!(
+            "| {} | {:.3} | {:.0} | {cpu} | {} |\n",
+            r.name,
+            r.median_s,
+            r.median_mib_s,
+            runs.join(" ")
+        ));
     }
     s.push_str("\n| ratio | value |\n|---|---|\n");
     for (k, v) in ratios {
