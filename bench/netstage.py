@@ -58,6 +58,17 @@ def sh(*cmd: str, ns: str | None = None):
         raise SystemExit(f"netstage: {' '.join(full)} failed: {r.stderr.strip()}")
 
 
+def free_stage_number(seed: int) -> int:
+    """A number in 20..219 whose namespace and veth names (locus-ufsN, lufhN) are not taken:
+    stages of concurrent runs, or one left by a killed run, never collide."""
+    for k in range(200):
+        n = (seed + k) % 200 + 20
+        if not Path(f"/run/netns/locus-ufs{n}").exists() and not Path(f"/sys/class/net/lufh{n}").exists():
+            return n
+    raise SystemExit("netstage: no free namespace name (locus-ufs20..219 all exist; "
+                     "delete stale ones with `ip netns del`)")
+
+
 def wait_http(url: str, timeout: float = 60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -111,12 +122,14 @@ def up(profile: str, minio: str, data: Path, state_file: Path) -> dict:
     if os.geteuid() != 0:
         raise SystemExit("netstage: the lan and cloud profiles need root (a network namespace and tc); "
                          "run as root or use --profile none")
-    n = os.getpid() % 200 + 20
+    n = free_stage_number(os.getpid())
     ns, vh, vn = f"locus-ufs{n}", f"lufh{n}", f"lufn{n}"
     host_ip, ns_ip = f"10.77.{n}.1", f"10.77.{n}.2"
-    st.update(ns=ns, veth=vh)
-    state_file.write_text(json.dumps(st))  # so `down` can clean up even if `up` fails below
     sh("ip", "netns", "add", ns)
+    # Recorded once it is ours, so `down` (also after a failure below) never deletes another
+    # stage's namespace.
+    st.update(ns=ns, veth=vh)
+    state_file.write_text(json.dumps(st))
     sh("ip", "link", "add", vh, "type", "veth", "peer", "name", vn)
     sh("ip", "link", "set", vn, "netns", ns)
     sh("ip", "addr", "add", f"{host_ip}/30", "dev", vh)
@@ -173,8 +186,15 @@ def down(state_file: Path):
                 pass
     if st.get("ns"):
         # Deleting the namespace deletes its veth end, which deletes the pair and both qdiscs.
-        subprocess.run(["ip", "netns", "del", st["ns"]], capture_output=True)
-        subprocess.run(["ip", "link", "del", st["veth"]], capture_output=True)
+        for _ in range(20):
+            r = subprocess.run(["ip", "netns", "del", st["ns"]], capture_output=True, text=True)
+            if not Path(f"/run/netns/{st['ns']}").exists():
+                break
+            time.sleep(0.25)
+        else:
+            print(f"netstage: could not delete namespace {st['ns']}: {r.stderr.strip()}", file=sys.stderr)
+        if Path(f"/sys/class/net/{st['veth']}").exists():
+            subprocess.run(["ip", "link", "del", st["veth"]], capture_output=True)
     state_file.unlink()
 
 
