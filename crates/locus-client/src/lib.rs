@@ -96,17 +96,14 @@ async fn copy_file<S: ReadSink>(
     use std::os::unix::fs::FileExt;
     let (mut pos, end) = (off, off + len);
     while pos < end {
-        if out.takes_buffers() {
-            let n = buf.len().min((end - pos) as usize);
-            let b = pread_owned(file, pos, n).map_err(|e| Error::io(format!("read {path}"), e))?;
-            out.put_owned(b).await.map_err(output_err)?;
-            pos += n as u64;
-            *done += n as u64;
-            continue;
-        }
         let n = buf.len().min((end - pos) as usize);
-        file.read_exact_at(&mut buf[..n], pos).map_err(|e| Error::io(format!("read {path}"), e))?;
-        out.put(&buf[..n]).await.map_err(output_err)?;
+        let read_err = |e| Error::io(format!("read {path}"), e);
+        if out.takes_buffers() {
+            out.put_owned(pread_owned(file, pos, n).map_err(read_err)?).await.map_err(output_err)?;
+        } else {
+            file.read_exact_at(&mut buf[..n], pos).map_err(read_err)?;
+            out.put(&buf[..n]).await.map_err(output_err)?;
+        }
         pos += n as u64;
         *done += n as u64;
     }
@@ -942,7 +939,6 @@ fn input_err(e: std::io::Error) -> Error {
     Error::io("read input", e).set_retryable(false)
 }
 
-/// An `AsyncWrite` that hands what is written to a channel, in chunks.
 /// The sending end of a [`Client::read_stream`].
 struct ChannelSink {
     tx: tokio::sync::mpsc::Sender<Result<bytes::Bytes>>,

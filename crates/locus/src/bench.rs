@@ -150,6 +150,13 @@ fn machine_cpu_seconds() -> f64 {
     busy / hz
 }
 
+/// The seconds a timed read reports, with the machine's CPU time across it.
+async fn with_machine_cpu(read: impl std::future::Future<Output = Result<f64>>) -> Result<(f64, f64)> {
+    let c = machine_cpu_seconds();
+    let secs = read.await?;
+    Ok((secs, machine_cpu_seconds() - c))
+}
+
 fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
     let t = Instant::now();
     let r = f();
@@ -296,22 +303,23 @@ impl ReadBench {
         // Interleave the paths run by run, so background noise hits all of them alike.
         for run in 0..self.runs {
             eprintln!("run {}/{}", run + 1, self.runs);
-            let (c, t) = (machine_cpu_seconds(), Instant::now());
-            let n = drain(ufs, key, size).await?;
-            direct.push((t.elapsed().as_secs_f64(), machine_cpu_seconds() - c));
-            if n != size {
-                return Err(Error::internal("short direct read"));
-            }
+            direct.push(
+                with_machine_cpu(async {
+                    let t = Instant::now();
+                    let n = drain(ufs, key, size).await?;
+                    if n != size {
+                        return Err(Error::internal("short direct read"));
+                    }
+                    Ok(t.elapsed().as_secs_f64())
+                })
+                .await?,
+            );
             local.free(&path, false).await?;
             wait_uncached(&local, &path).await?;
-            let with_cpu = |r: Result<f64>, c: f64| r.map(|secs| (secs, machine_cpu_seconds() - c));
-            let c = machine_cpu_seconds();
-            first.push(with_cpu(timed_read(client_rt, &local_reader, &path, size).await, c)?);
+            first.push(with_machine_cpu(timed_read(client_rt, &local_reader, &path, size)).await?);
             wait_cached(&local, &path).await?;
-            let c = machine_cpu_seconds();
-            short.push(with_cpu(timed_read(client_rt, &local_reader, &path, size).await, c)?);
-            let c = machine_cpu_seconds();
-            remote_t.push(with_cpu(timed_read(client_rt, &remote_reader, &path, size).await, c)?);
+            short.push(with_machine_cpu(timed_read(client_rt, &local_reader, &path, size)).await?);
+            remote_t.push(with_machine_cpu(timed_read(client_rt, &remote_reader, &path, size)).await?);
             let (st, secs) = timed(|| {
                 Command::new("sh").arg("-c").arg(format!("cat '{}' > /dev/null", tmpfs_copy.display())).status()
             });
