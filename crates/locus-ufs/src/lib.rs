@@ -62,7 +62,9 @@ fn ufs_err(ctx: impl std::fmt::Display, e: opendal::Error) -> Error {
         _ => ErrorKind::Ufs,
     };
     let retryable = e.is_temporary();
-    Error::new(kind, format!("{ctx}: {e}")).set_retryable(retryable)
+    // The OpenDAL error stays the source: its kind, status and context remain reachable
+    // (`std::error::Error::source`), and `Display` still reads "ctx: error".
+    Error::new(kind, ctx.to_string()).with_source(e).set_retryable(retryable)
 }
 
 impl Ufs {
@@ -374,6 +376,20 @@ mod tests {
         assert!(ufs.stat("a/c.txt").await.unwrap().is_some());
         // nothing outside the root is reachable: the file lives under the tempdir
         assert!(dir.path().join("a/c.txt").exists());
+    }
+
+    #[test]
+    fn ufs_errors_keep_the_opendal_error_as_their_source() {
+        let e = ufs_err("stat a/b", opendal::Error::new(opendal::ErrorKind::NotFound, "no such key"));
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        assert_eq!(e.message(), "stat a/b");
+        let src = std::error::Error::source(&e).expect("source kept");
+        let o = src.downcast_ref::<opendal::Error>().expect("an opendal::Error");
+        assert_eq!(o.kind(), opendal::ErrorKind::NotFound);
+        assert!(e.to_string().starts_with("stat a/b: ") && e.to_string().contains("no such key"), "{e}");
+        let t = ufs_err("put x", opendal::Error::new(opendal::ErrorKind::Unexpected, "503").set_temporary());
+        assert!(t.is_retryable());
+        assert_eq!(t.kind(), ErrorKind::Unavailable);
     }
 
     #[test]
