@@ -49,7 +49,7 @@ impl Inner {
         let mut candidates: Vec<(u64, u64)> = s
             .blocks
             .iter()
-            .filter(|(id, m)| m.tier == tier && m.free() && !m.remove_when_free && !s.pinned(**id))
+            .filter(|(id, m)| m.tier == tier && s.movable(**id, m) && !s.pinned(**id))
             .map(|(id, m)| (m.last_access, *id))
             .collect();
         candidates.sort_unstable();
@@ -100,7 +100,7 @@ impl Inner {
         let Some(m) = s.blocks.get(&block_id) else {
             return;
         };
-        if m.tier == 0 || !m.free() || m.remove_when_free {
+        if m.tier == 0 || !s.movable(block_id, m) {
             return;
         }
         let len = m.len;

@@ -150,6 +150,12 @@ impl State {
         self.pinned_versions.contains(&v) || self.write_pins.contains_key(&v)
     }
 
+    /// Whether a block may be claimed for a move: nobody reads, moves or removes it, and
+    /// no earlier file work on its paths is still pending (it could take the new copy).
+    pub fn movable(&self, id: u64, m: &Meta) -> bool {
+        m.free() && !m.remove_when_free && !self.dropping.contains_key(&id)
+    }
+
     /// Release pooled files of `tier` so that blocks, reservations and the pool fit the quota.
     pub fn fit_pool(&mut self, tier: usize, work: &mut Work) {
         let t = &mut self.tiers[tier];

@@ -304,3 +304,75 @@ fn removal_waits_for_leases_and_temp_blocks_clean_up() {
     assert_eq!(s.usage()[0].used, 0);
     assert_eq!(s.create(3, 2000).unwrap_err().kind(), ErrorKind::ResourceExhausted);
 }
+
+#[test]
+fn a_block_dropped_while_its_lease_is_checked_is_gone_not_corrupt() {
+    // Once `lease` indexed the block after re-taking the lock and panicked when a
+    // cluster adoption had dropped it meanwhile.
+    let ssd = tempfile::tempdir().unwrap();
+    let s = BlockStore::open(&[tier(TierAlias::SSD, ssd.path(), 5000)], 0.9, 0.5).unwrap();
+    put(&s, 1, 300).unwrap();
+    s.adopt_cluster(7).unwrap();
+    let other = s.clone();
+    s.on("lease.verify", move || assert_eq!(other.adopt_cluster(8).unwrap(), 1));
+    assert!(s.lease(1, false).unwrap().is_none(), "the block went while it was checked");
+    assert_eq!(s.corrupt_blocks(), 0, "a dropped block is not a corrupt one");
+    assert!(!s.contains(1) && !block_path(ssd.path(), 1).exists());
+    s.check();
+    // The same race, with a new block of the id committed meanwhile: the new one stays.
+    put(&s, 1, 300).unwrap();
+    let other = s.clone();
+    s.on("lease.verify", move || {
+        std::fs::write(ssd_cluster(&other), "9").unwrap();
+        assert_eq!(other.adopt_cluster(8).unwrap(), 1);
+        put(&other, 1, 200).unwrap();
+    });
+    assert!(s.lease(1, false).unwrap().is_none());
+    assert_eq!(s.corrupt_blocks(), 0);
+    let l = s.lease(1, false).unwrap().expect("the new block is served");
+    assert_eq!(l.len, 200);
+    drop(l);
+    s.check();
+}
+
+fn ssd_cluster(s: &BlockStore) -> std::path::PathBuf {
+    s.inner.state.lock().tiers[0].dir.join(CLUSTER_FILE)
+}
+
+fn held(slot: &std::sync::Arc<Mutex<Option<crate::Lease>>>) -> crate::Lease {
+    slot.lock().take().expect("the hook ran")
+}
+
+#[test]
+fn a_block_leased_while_it_is_demoted_stays_where_the_lease_found_it() {
+    let (mem, ssd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let tiers = [tier(TierAlias::MEM, mem.path(), 500), tier(TierAlias::SSD, ssd.path(), 5000)];
+    let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+    put(&s, 1, 200).unwrap();
+    put(&s, 2, 200).unwrap();
+    // Block 1 (least recently used) is being copied to the SSD tier when a reader leases it.
+    let slot = std::sync::Arc::new(Mutex::new(None));
+    let (other, into) = (s.clone(), slot.clone());
+    s.on("move.copy", move || *into.lock() = other.lease(1, false).unwrap());
+    put(&s, 3, 200).unwrap();
+    let lease = held(&slot);
+    assert_eq!(lease.tier, TierAlias::MEM);
+    assert_eq!(std::fs::read(&lease.path).unwrap(), vec![7u8; 200], "the leased file is still there");
+    let report: HashMap<u64, TierAlias> = s.report().into_iter().map(|(id, t, _)| (id, t)).collect();
+    assert_eq!(report[&1], TierAlias::MEM, "the move was given up");
+    assert_eq!(report[&2], TierAlias::SSD);
+    assert!(!block_path(ssd.path(), 1).exists(), "and its copy removed");
+    s.check();
+    drop(lease);
+    // A block removed while it is moved goes when the move ends, from both tiers.
+    let other = s.clone();
+    s.on("move.copy", move || {
+        assert!(other.remove(1).unwrap());
+        assert!(!other.contains(1));
+    });
+    put(&s, 4, 200).unwrap();
+    assert!(!s.contains(1) && !block_path(mem.path(), 1).exists() && !block_path(ssd.path(), 1).exists());
+    assert!(s.drain_changes().contains(&Change::Removed { block_id: 1 }));
+    s.check();
+    assert_eq!(s.usage().iter().map(|u| u.used).sum::<u64>(), 600);
+}
