@@ -137,7 +137,14 @@ impl Inner {
             s.tiers[to].reserved += len;
             s.fit_pool(to, &mut pool);
             let dir = &s.tiers[to].dir;
-            (from, len, crc, block_path(&s.tiers[from].dir, block_id), block_path(dir, block_id), crc_path(dir, block_id))
+            (
+                from,
+                len,
+                crc,
+                block_path(&s.tiers[from].dir, block_id),
+                block_path(dir, block_id),
+                crc_path(dir, block_id),
+            )
         };
         self.run(pool); // the pooled files the copy needs room from go first
         #[cfg(test)]

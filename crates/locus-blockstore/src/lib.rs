@@ -183,12 +183,8 @@ impl BlockStore {
                 let mut work = Work::default();
                 {
                     let mut s = self.inner.state.lock();
-                    let foreign: Vec<u64> = s
-                        .blocks
-                        .iter()
-                        .filter(|(_, m)| m.tier == i && !m.remove_when_free)
-                        .map(|(b, _)| *b)
-                        .collect();
+                    let foreign: Vec<u64> =
+                        s.blocks.iter().filter(|(_, m)| m.tier == i && !m.remove_when_free).map(|(b, _)| *b).collect();
                     dropped += foreign.len();
                     for b in foreign {
                         let m = s.blocks.get_mut(&b).expect("listed");

@@ -19,12 +19,21 @@ use crate::{BlockStore, Lease};
 #[derive(Clone, Debug)]
 enum Op {
     /// Create a block, write it, and commit it (or drop it unfinished).
-    Put { id: u64, len: u64, commit: bool },
+    Put {
+        id: u64,
+        len: u64,
+        commit: bool,
+    },
     /// Lease a block and hold the lease.
-    Lease { id: u64, promote: bool },
+    Lease {
+        id: u64,
+        promote: bool,
+    },
     /// End the oldest lease held.
     Release,
-    Remove { id: u64 },
+    Remove {
+        id: u64,
+    },
     Trim,
 }
 

@@ -51,7 +51,6 @@ pub(crate) fn tier(alias: TierAlias, dir: &Path, quota: u64) -> TierConfig {
     TierConfig { alias, dir: dir.to_path_buf(), quota: ByteSize::b(quota) }
 }
 
-
 fn put(store: &BlockStore, id: u64, len: u64) -> Result<()> {
     let t = store.create(id, len)?;
     let data = vec![7u8; len as usize];

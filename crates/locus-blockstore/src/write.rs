@@ -180,7 +180,9 @@ impl TempBlock {
                 .map_err(|e| Error::io(format!("write checksum of block {id}"), e)),
             None => Ok(()),
         }
-        .and_then(|()| std::fs::rename(&self.path, &self.final_path).map_err(|e| Error::io(format!("commit block {id}"), e)));
+        .and_then(|()| {
+            std::fs::rename(&self.path, &self.final_path).map_err(|e| Error::io(format!("commit block {id}"), e))
+        });
         if placed.is_err() {
             let _ = std::fs::remove_file(&self.path);
             let _ = std::fs::remove_file(crc_path(&dir, id));
