@@ -17,13 +17,12 @@ mod multipart;
 mod put;
 mod tagging;
 
-use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use locus_client::{Client, ReadOptions};
+use locus_client::{Client, PutOptions, ReadOptions};
 use locus_common::ErrorKind;
 use locus_common::config::{GatewayConfig, WriteType};
 use locus_common::path as lpath;
@@ -133,8 +132,16 @@ fn write_type(headers: &http::HeaderMap) -> S3Result<Option<WriteType>> {
     }
 }
 
-fn ufs_user_metadata(user: &HashMap<String, String>, tags: &HashMap<String, String>) -> HashMap<String, String> {
-    locus_proto::ufs_user_metadata(&pb::ObjectMeta { user: user.clone(), tags: tags.clone(), ..Default::default() })
+/// How an object (a PUT, a copy, a completed upload) is written: overwriting, with its
+/// content type and its user metadata and tags as the UFS's user metadata.
+fn object_options(meta: &pb::ObjectMeta, write_type: Option<WriteType>) -> PutOptions {
+    PutOptions {
+        overwrite: true,
+        content_type: meta.content_type.clone(),
+        user_metadata: locus_proto::ufs_user_metadata(meta),
+        write_type,
+        ..Default::default()
+    }
 }
 
 impl LocusS3 {

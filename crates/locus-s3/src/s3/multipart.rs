@@ -15,8 +15,9 @@ use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
 use super::checksum::{Expected, sent_checksums};
+use super::put::Source;
 use super::tagging::parse_tagging;
-use super::{LocusS3, R, empty_body, etag, etag_of, hex, object_path, ok, timestamp, ufs_user_metadata, write_type};
+use super::{LocusS3, R, empty_body, etag, etag_of, hex, object_options, object_path, ok, timestamp, write_type};
 use crate::{UPLOADS_DIR, s3_error};
 
 /// S3's smallest part (all but the last part of an upload).
@@ -93,21 +94,14 @@ pub(super) async fn upload_part_copy(gw: &LocusS3, req: S3Request<UploadPartCopy
         return Err(s3_error!(InvalidArgument, "part numbers are 1 to {MAX_PART_NUMBER}"));
     }
     let (dir, _) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
-    let (src, start, len) = gw
-        .copy_source(
-            &i.copy_source,
-            i.copy_source_range.as_deref(),
-            i.copy_source_if_match.as_ref(),
-            i.copy_source_if_none_match.as_ref(),
-        )
-        .await?;
-    if src.is_dir {
-        return Err(s3_error!(InvalidRequest, "cannot copy a directory"));
-    }
-    let body = gw.stream(src, start, len, ReadOptions::default());
+    let source = Source {
+        src: &i.copy_source,
+        range: i.copy_source_range.as_deref(),
+        if_match: i.copy_source_if_match.as_ref(),
+        if_none_match: i.copy_source_if_none_match.as_ref(),
+    };
     let part = format!("{dir}/{:05}", i.part_number);
-    let opts = gw.upload_file_options();
-    let w = gw.checked_put(&part, body, Expected::default(), None, opts, pb::ObjectMeta::default()).await?;
+    let w = gw.copy(source, &part, |_| Ok((gw.upload_file_options(), pb::ObjectMeta::default()))).await?;
     ok(UploadPartCopyOutput {
         copy_part_result: Some(CopyPartResult {
             e_tag: Some(etag(&w.md5)),
@@ -170,15 +164,9 @@ pub(super) async fn complete_multipart_upload(
             client.read_stream(fi, 0, len, ReadOptions { read_type: Some(ReadType::NO_CACHE), ..Default::default() })
         })
         .flatten();
-    let opts = PutOptions {
-        overwrite: true,
-        content_type: rec.content_type.clone(),
-        user_metadata: ufs_user_metadata(&rec.user, &rec.tags),
-        write_type: wt,
-        ..Default::default()
-    };
     let meta =
         pb::ObjectMeta { content_type: rec.content_type, etag: final_etag.clone(), user: rec.user, tags: rec.tags };
+    let opts = object_options(&meta, wt);
     gw.checked_put(&path, StreamingBlob::wrap(body), Expected::default(), None, opts, meta).await?;
     if let Err(e) = gw.client.delete(&dir, true).await {
         tracing::warn!(dir, error = %e, "cannot remove the parts of a completed upload");

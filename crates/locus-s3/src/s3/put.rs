@@ -6,12 +6,11 @@ use locus_proto::pb;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
-use super::checksum::{Expected, sent_checksums};
+use super::checksum::{Expected, Written, sent_checksums};
 use super::get::etag_matches;
 use super::tagging::parse_tagging;
 use super::{
-    EMPTY_MD5, LocusS3, R, empty_body, etag, etag_of, meta_of, object_path, ok, timestamp, ufs_user_metadata,
-    write_type,
+    EMPTY_MD5, LocusS3, R, empty_body, etag, etag_of, meta_of, object_options, object_path, ok, timestamp, write_type,
 };
 use crate::s3_error;
 
@@ -52,14 +51,9 @@ pub(super) async fn put_object(gw: &LocusS3, req: S3Request<PutObjectInput>) -> 
     let sums = sent_checksums!(i);
     let expected = Expected::new(i.content_md5.as_deref(), sums, &headers)?;
     let body = i.body.unwrap_or_else(empty_body);
-    let opts = PutOptions {
-        overwrite: true,
-        content_type: content_type.clone(),
-        user_metadata: ufs_user_metadata(&user, &tags),
-        write_type: write_type(&headers)?,
-        ..Default::default()
-    };
+    let wt = write_type(&headers)?;
     let meta = pb::ObjectMeta { content_type, etag: String::new(), user, tags };
+    let opts = object_options(&meta, wt);
     let w = gw.checked_put(&path, body, expected, trailers, opts, meta).await?;
     ok(PutObjectOutput {
         e_tag: Some(etag(&w.md5)),
@@ -78,40 +72,37 @@ pub(super) async fn copy_object(gw: &LocusS3, req: S3Request<CopyObjectInput>) -
     let i = req.input;
     gw.bucket(&i.bucket).await?;
     let path = object_path(&i.bucket, &i.key)?;
-    let (src, start, len) = gw
-        .copy_source(&i.copy_source, None, i.copy_source_if_match.as_ref(), i.copy_source_if_none_match.as_ref())
-        .await?;
-    if src.is_dir {
-        return Err(s3_error!(InvalidRequest, "cannot copy a directory"));
-    }
     let replace_meta = i.metadata_directive.as_ref().is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
     let replace_tags = i.tagging_directive.as_ref().is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
-    if src.path == path && !replace_meta && !replace_tags {
-        return Err(s3_error!(
-            InvalidRequest,
-            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata."
-        ));
-    }
-    let old = meta_of(&src);
-    let (content_type, user) = if replace_meta {
-        (i.content_type.unwrap_or_default(), i.metadata.unwrap_or_default())
-    } else {
-        (old.content_type.clone(), old.user.clone())
+    let source = Source {
+        src: &i.copy_source,
+        range: None,
+        if_match: i.copy_source_if_match.as_ref(),
+        if_none_match: i.copy_source_if_none_match.as_ref(),
     };
-    let tags = if replace_tags { parse_tagging(i.tagging.as_deref())? } else { old.tags.clone() };
-    let body = gw.stream(src, start, len, ReadOptions::default());
-    let opts = PutOptions {
-        overwrite: true,
-        content_type: content_type.clone(),
-        user_metadata: ufs_user_metadata(&user, &tags),
-        write_type: wt,
-        ..Default::default()
-    };
-    // Same bytes, same MD5: a source whose ETag is the MD5 Locus recorded when it was
-    // written (not a multipart ETag) gives it to the copy, which then skips an MD5 pass.
-    let src_md5 = if is_md5(&old.etag) { old.etag.clone() } else { String::new() };
-    let meta = pb::ObjectMeta { content_type, etag: src_md5, user, tags };
-    let w = gw.checked_put(&path, body, Expected::default(), None, opts, meta).await?;
+    let w = gw
+        .copy(source, &path, |src| {
+            if src.path == path && !replace_meta && !replace_tags {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata."
+                ));
+            }
+            let old = meta_of(src);
+            let (content_type, user) = if replace_meta {
+                (i.content_type.unwrap_or_default(), i.metadata.unwrap_or_default())
+            } else {
+                (old.content_type.clone(), old.user.clone())
+            };
+            let tags = if replace_tags { parse_tagging(i.tagging.as_deref())? } else { old.tags.clone() };
+            // Same bytes, same MD5: a source whose ETag is the MD5 Locus recorded when it
+            // was written (not a multipart ETag) gives it to the copy, which then skips an
+            // MD5 pass.
+            let src_md5 = if is_md5(&old.etag) { old.etag } else { String::new() };
+            let meta = pb::ObjectMeta { content_type, etag: src_md5, user, tags };
+            Ok((object_options(&meta, wt), meta))
+        })
+        .await?;
     ok(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&w.md5)),
@@ -132,16 +123,36 @@ fn marker_meta() -> pb::ObjectMeta {
     pb::ObjectMeta { etag: EMPTY_MD5.into(), ..Default::default() }
 }
 
+/// The source of a copy: `x-amz-copy-source`, its range and its preconditions.
+pub(super) struct Source<'a> {
+    pub(super) src: &'a CopySource,
+    pub(super) range: Option<&'a str>,
+    pub(super) if_match: Option<&'a ETagCondition>,
+    pub(super) if_none_match: Option<&'a ETagCondition>,
+}
+
 impl LocusS3 {
-    /// Source object and byte range of a copy (`x-amz-copy-source`, its range and
-    /// preconditions).
-    pub(super) async fn copy_source(
+    /// Copy `source` (all of it or a range) to `dest`: its preconditions checked, then
+    /// its bytes streamed through a checked put. `target` makes the put's options and
+    /// metadata from the source's status.
+    pub(super) async fn copy(
         &self,
-        src: &CopySource,
-        range: Option<&str>,
-        if_match: Option<&ETagCondition>,
-        if_none_match: Option<&ETagCondition>,
-    ) -> S3Result<(pb::FileInfo, u64, u64)> {
+        source: Source<'_>,
+        dest: &str,
+        target: impl FnOnce(&pb::FileInfo) -> S3Result<(PutOptions, pb::ObjectMeta)>,
+    ) -> S3Result<Written> {
+        let (src, start, len) = self.copy_source(source).await?;
+        if src.is_dir {
+            return Err(s3_error!(InvalidRequest, "cannot copy a directory"));
+        }
+        let (opts, meta) = target(&src)?;
+        let body = self.stream(src, start, len, ReadOptions::default());
+        self.checked_put(dest, body, Expected::default(), None, opts, meta).await
+    }
+
+    /// Source object and byte range of a copy.
+    async fn copy_source(&self, source: Source<'_>) -> S3Result<(pb::FileInfo, u64, u64)> {
+        let Source { src, range, if_match, if_none_match } = source;
         let CopySource::Bucket { bucket, key, .. } = src else {
             return Err(s3_error!(NotImplemented, "copy from an access point"));
         };
