@@ -15,7 +15,7 @@ use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
 use super::checksum::{Expected, sent_checksums};
-use super::put::Source;
+use super::put::{Source, copy_result, copy_source};
 use super::tagging::parse_tagging;
 use super::{LocusS3, R, empty_body, etag, etag_of, hex, object_options, object_path, ok, timestamp, write_type};
 use crate::{UPLOADS_DIR, s3_error};
@@ -94,22 +94,10 @@ pub(super) async fn upload_part_copy(gw: &LocusS3, req: S3Request<UploadPartCopy
         return Err(s3_error!(InvalidArgument, "part numbers are 1 to {MAX_PART_NUMBER}"));
     }
     let (dir, _) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
-    let source = Source {
-        src: &i.copy_source,
-        range: i.copy_source_range.as_deref(),
-        if_match: i.copy_source_if_match.as_ref(),
-        if_none_match: i.copy_source_if_none_match.as_ref(),
-    };
+    let source = copy_source!(i, i.copy_source_range.as_deref());
     let part = format!("{dir}/{:05}", i.part_number);
     let w = gw.copy(source, &part, |_| Ok((gw.upload_file_options(), pb::ObjectMeta::default()))).await?;
-    ok(UploadPartCopyOutput {
-        copy_part_result: Some(CopyPartResult {
-            e_tag: Some(etag(&w.md5)),
-            last_modified: Some(timestamp(w.fi.mtime_ms)),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    ok(UploadPartCopyOutput { copy_part_result: Some(copy_result!(CopyPartResult, w)), ..Default::default() })
 }
 
 pub(super) async fn complete_multipart_upload(

@@ -74,12 +74,7 @@ pub(super) async fn copy_object(gw: &LocusS3, req: S3Request<CopyObjectInput>) -
     let path = object_path(&i.bucket, &i.key)?;
     let replace_meta = i.metadata_directive.as_ref().is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
     let replace_tags = i.tagging_directive.as_ref().is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
-    let source = Source {
-        src: &i.copy_source,
-        range: None,
-        if_match: i.copy_source_if_match.as_ref(),
-        if_none_match: i.copy_source_if_none_match.as_ref(),
-    };
+    let source = copy_source!(i, None);
     let w = gw
         .copy(source, &path, |src| {
             if src.path == path && !replace_meta && !replace_tags {
@@ -103,14 +98,7 @@ pub(super) async fn copy_object(gw: &LocusS3, req: S3Request<CopyObjectInput>) -
             Ok((object_options(&meta, wt), meta))
         })
         .await?;
-    ok(CopyObjectOutput {
-        copy_object_result: Some(CopyObjectResult {
-            e_tag: Some(etag(&w.md5)),
-            last_modified: Some(timestamp(w.fi.mtime_ms)),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    ok(CopyObjectOutput { copy_object_result: Some(copy_result!(CopyObjectResult, w)), ..Default::default() })
 }
 
 /// Whether an ETag is a plain MD5 (32 hex digits), not a multipart ETag (`md5-N`).
@@ -130,6 +118,27 @@ pub(super) struct Source<'a> {
     pub(super) if_match: Option<&'a ETagCondition>,
     pub(super) if_none_match: Option<&'a ETagCondition>,
 }
+
+/// The [`Source`] of a CopyObject or UploadPartCopy input, with its range.
+macro_rules! copy_source {
+    ($i:expr, $range:expr) => {
+        Source {
+            src: &$i.copy_source,
+            range: $range,
+            if_match: $i.copy_source_if_match.as_ref(),
+            if_none_match: $i.copy_source_if_none_match.as_ref(),
+        }
+    };
+}
+pub(super) use copy_source;
+
+/// A CopyObjectResult or CopyPartResult: the copy's ETag and time.
+macro_rules! copy_result {
+    ($t:ident, $w:expr) => {
+        $t { e_tag: Some(etag(&$w.md5)), last_modified: Some(timestamp($w.fi.mtime_ms)), ..Default::default() }
+    };
+}
+pub(super) use copy_result;
 
 impl LocusS3 {
     /// Copy `source` (all of it or a range) to `dest`: its preconditions checked, then
