@@ -37,6 +37,23 @@ macro_rules! sent_checksums {
 }
 pub(super) use sent_checksums;
 
+/// A PutObject or UploadPart output with `fields`, returning the checksums `sums` of
+/// what was written.
+macro_rules! with_checksums {
+    ($t:ident { $($f:ident: $v:expr),* $(,)? }, $sums:expr) => {
+        $t {
+            $($f: $v,)*
+            checksum_crc32: $sums.checksum_crc32,
+            checksum_crc32c: $sums.checksum_crc32c,
+            checksum_crc64nvme: $sums.checksum_crc64nvme,
+            checksum_sha1: $sums.checksum_sha1,
+            checksum_sha256: $sums.checksum_sha256,
+            ..Default::default()
+        }
+    };
+}
+pub(super) use with_checksums;
+
 /// Checksums a write was sent with, checked against the bytes before the write commits.
 #[derive(Default)]
 pub(super) struct Expected {

@@ -14,7 +14,7 @@ use md5::{Digest as _, Md5};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
-use super::checksum::{Expected, sent_checksums};
+use super::checksum::{Expected, sent_checksums, with_checksums};
 use super::put::{Source, copy_result, copy_source};
 use super::tagging::parse_tagging;
 use super::{LocusS3, R, empty_body, etag, etag_of, hex, object_options, object_path, ok, timestamp, write_type};
@@ -77,15 +77,7 @@ pub(super) async fn upload_part(gw: &LocusS3, req: S3Request<UploadPartInput>) -
     let part = format!("{dir}/{:05}", i.part_number);
     let w =
         gw.checked_put(&part, body, expected, trailers, gw.upload_file_options(), pb::ObjectMeta::default()).await?;
-    ok(UploadPartOutput {
-        e_tag: Some(etag(&w.md5)),
-        checksum_crc32: w.sums.checksum_crc32,
-        checksum_crc32c: w.sums.checksum_crc32c,
-        checksum_crc64nvme: w.sums.checksum_crc64nvme,
-        checksum_sha1: w.sums.checksum_sha1,
-        checksum_sha256: w.sums.checksum_sha256,
-        ..Default::default()
-    })
+    ok(with_checksums!(UploadPartOutput { e_tag: Some(etag(&w.md5)) }, w.sums))
 }
 
 pub(super) async fn upload_part_copy(gw: &LocusS3, req: S3Request<UploadPartCopyInput>) -> R<UploadPartCopyOutput> {

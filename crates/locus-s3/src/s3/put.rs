@@ -6,7 +6,7 @@ use locus_proto::pb;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
-use super::checksum::{Expected, Written, sent_checksums};
+use super::checksum::{Expected, Written, sent_checksums, with_checksums};
 use super::get::etag_matches;
 use super::tagging::parse_tagging;
 use super::{
@@ -55,16 +55,7 @@ pub(super) async fn put_object(gw: &LocusS3, req: S3Request<PutObjectInput>) -> 
     let meta = pb::ObjectMeta { content_type, etag: String::new(), user, tags };
     let opts = object_options(&meta, wt);
     let w = gw.checked_put(&path, body, expected, trailers, opts, meta).await?;
-    ok(PutObjectOutput {
-        e_tag: Some(etag(&w.md5)),
-        size: Some(w.fi.length as i64),
-        checksum_crc32: w.sums.checksum_crc32,
-        checksum_crc32c: w.sums.checksum_crc32c,
-        checksum_crc64nvme: w.sums.checksum_crc64nvme,
-        checksum_sha1: w.sums.checksum_sha1,
-        checksum_sha256: w.sums.checksum_sha256,
-        ..Default::default()
-    })
+    ok(with_checksums!(PutObjectOutput { e_tag: Some(etag(&w.md5)), size: Some(w.fi.length as i64) }, w.sums))
 }
 
 pub(super) async fn copy_object(gw: &LocusS3, req: S3Request<CopyObjectInput>) -> R<CopyObjectOutput> {
