@@ -10,7 +10,6 @@
 //! Depends on `locus-client`, `locus-common` and `locus-proto` only; never on the
 //! master, worker, block store or UFS crates.
 
-mod list;
 mod s3;
 
 use std::future::Future;

@@ -1,0 +1,280 @@
+//! GET and HEAD of objects, sharing one evaluation of the preconditions (`If-Match`,
+//! `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`) and the `Range`.
+
+use locus_client::ReadOptions;
+use locus_common::config::ReadType;
+use locus_proto::pb;
+use s3s::dto::*;
+use s3s::{S3Request, S3Result, s3_error};
+
+use super::{LocusS3, R, empty_body, etag, etag_of, meta_of, ok, timestamp};
+use crate::READ_TYPE_HEADER;
+
+pub(super) async fn head_object(gw: &LocusS3, req: S3Request<HeadObjectInput>) -> R<HeadObjectOutput> {
+    let i = req.input;
+    let fi = gw.object(&i.bucket, &i.key, false).await?;
+    let tag = etag_of(&fi);
+    let sel = select(&fi, &tag, conditions!(i))?;
+    let meta = meta_of(&fi);
+    ok(HeadObjectOutput {
+        accept_ranges: Some("bytes".into()),
+        content_length: Some(sel.len as i64),
+        content_range: sel.content_range,
+        content_type: Some(content_type_of(&fi)),
+        e_tag: Some(etag(&tag)),
+        last_modified: Some(timestamp(fi.mtime_ms)),
+        metadata: (!meta.user.is_empty()).then_some(meta.user),
+        storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+        ..Default::default()
+    })
+}
+
+pub(super) async fn get_object(gw: &LocusS3, req: S3Request<GetObjectInput>) -> R<GetObjectOutput> {
+    let read_type = read_type(&req.headers)?;
+    let i = req.input;
+    if i.part_number.is_some() {
+        return Err(s3_error!(NotImplemented, "GET by part number"));
+    }
+    let fi = gw.object(&i.bucket, &i.key, true).await?;
+    let tag = etag_of(&fi);
+    let Selected { start, len, content_range } = select(&fi, &tag, conditions!(i))?;
+    let meta = meta_of(&fi);
+    let tag_count = (!meta.tags.is_empty()).then_some(meta.tags.len() as i32);
+    ok(GetObjectOutput {
+        accept_ranges: Some("bytes".into()),
+        content_length: Some(len as i64),
+        content_range,
+        content_type: Some(content_type_of(&fi)),
+        e_tag: Some(etag(&tag)),
+        last_modified: Some(timestamp(fi.mtime_ms)),
+        metadata: (!meta.user.is_empty()).then_some(meta.user),
+        tag_count,
+        storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+        body: Some(if len == 0 {
+            empty_body()
+        } else {
+            gw.stream(fi, start, len, ReadOptions { read_type, ..Default::default() })
+        }),
+        ..Default::default()
+    })
+}
+
+fn content_type_of(fi: &pb::FileInfo) -> String {
+    match fi.meta.as_ref().map(|m| m.content_type.as_str()) {
+        Some(t) if !t.is_empty() => t.to_string(),
+        _ => "binary/octet-stream".into(),
+    }
+}
+
+/// The read type a request asked for with `x-locus-read-type`.
+fn read_type(headers: &http::HeaderMap) -> S3Result<Option<ReadType>> {
+    match headers.get(READ_TYPE_HEADER) {
+        None => Ok(None),
+        Some(v) => {
+            v.to_str().ok().and_then(ReadType::parse).map(Some).ok_or_else(|| {
+                s3_error!(InvalidArgument, "{READ_TYPE_HEADER} must be CACHE, CACHE_PROMOTE or NO_CACHE")
+            })
+        }
+    }
+}
+
+// ------------------------------------------------------------------ preconditions and range
+
+/// The preconditions and the range of a GET or HEAD.
+#[derive(Default)]
+struct Conditions<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_none_match: Option<&'a ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
+    range: Option<Range>,
+}
+
+/// The [`Conditions`] of a GetObject or HeadObject input.
+macro_rules! conditions {
+    ($i:expr) => {
+        Conditions {
+            if_match: $i.if_match.as_ref(),
+            if_none_match: $i.if_none_match.as_ref(),
+            if_modified_since: $i.if_modified_since.as_ref(),
+            if_unmodified_since: $i.if_unmodified_since.as_ref(),
+            range: $i.range,
+        }
+    };
+}
+use conditions;
+
+/// The bytes a GET or HEAD answers with.
+#[derive(Debug, PartialEq)]
+struct Selected {
+    start: u64,
+    len: u64,
+    /// `Content-Range`, when a range was asked for (the answer is then a 206).
+    content_range: Option<String>,
+}
+
+/// Whether an `If-Match`/`If-None-Match` condition holds for an object with ETag `tag`.
+pub(super) fn etag_matches(c: &ETagCondition, tag: &str) -> bool {
+    match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == tag,
+    }
+}
+
+fn secs(t: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(t.clone()).unix_timestamp()
+}
+
+/// Evaluate the RFC 7232 preconditions of a GET or HEAD in the order S3 applies them
+/// (`If-Match`, else `If-Unmodified-Since`: 412; `If-None-Match`, else
+/// `If-Modified-Since`: 304), then select the range (RFC 9110) of the object's bytes (a
+/// directory marker has none). A range that is not satisfiable is InvalidRange (416); a
+/// suffix range of an empty object selects nothing, and the whole (empty) object is the
+/// answer.
+fn select(fi: &pb::FileInfo, tag: &str, c: Conditions<'_>) -> S3Result<Selected> {
+    let mtime = fi.mtime_ms / 1000;
+    match c.if_match {
+        Some(m) if !etag_matches(m, tag) => return Err(s3_error!(PreconditionFailed)),
+        None if c.if_unmodified_since.is_some_and(|t| mtime > secs(t)) => {
+            return Err(s3_error!(PreconditionFailed));
+        }
+        _ => {}
+    }
+    match c.if_none_match {
+        Some(m) if etag_matches(m, tag) => return Err(s3_error!(NotModified)),
+        None if c.if_modified_since.is_some_and(|t| mtime <= secs(t)) => return Err(s3_error!(NotModified)),
+        _ => {}
+    }
+    let len = if fi.is_dir { 0 } else { fi.length };
+    match c.range {
+        Some(r) => {
+            let rg = r.check(len).map_err(|_| s3_error!(InvalidRange))?;
+            if rg.is_empty() {
+                return Ok(Selected { start: 0, len, content_range: None });
+            }
+            let content_range = Some(format!("bytes {}-{}/{len}", rg.start, rg.end - 1));
+            Ok(Selected { start: rg.start, len: rg.end - rg.start, content_range })
+        }
+        None => Ok(Selected { start: 0, len, content_range: None }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use s3s::S3ErrorCode;
+
+    const TAG: &str = "0123456789abcdef0123456789abcdef";
+    /// 2023-11-14T22:13:20Z, in ms.
+    const MTIME_MS: i64 = 1_700_000_000_500;
+
+    fn file(len: u64) -> pb::FileInfo {
+        pb::FileInfo { length: len, mtime_ms: MTIME_MS, ..Default::default() }
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from(time::OffsetDateTime::from_unix_timestamp(secs).unwrap())
+    }
+
+    fn code(r: S3Result<Selected>) -> S3ErrorCode {
+        r.unwrap_err().code().clone()
+    }
+
+    fn range(s: &str) -> Conditions<'static> {
+        Conditions { range: Some(Range::parse(s).unwrap()), ..Default::default() }
+    }
+
+    #[test]
+    fn if_match_and_if_unmodified_since() {
+        let any = ETagCondition::Any;
+        let same = ETagCondition::ETag(ETag::Strong(TAG.into()));
+        let other = ETagCondition::ETag(ETag::Strong("x".into()));
+        let fi = file(10);
+        for c in [&any, &same] {
+            assert!(select(&fi, TAG, Conditions { if_match: Some(c), ..Default::default() }).is_ok());
+        }
+        let c = Conditions { if_match: Some(&other), ..Default::default() };
+        assert_eq!(code(select(&fi, TAG, c)), S3ErrorCode::PreconditionFailed);
+
+        let before = at(MTIME_MS / 1000 - 1);
+        let same_second = at(MTIME_MS / 1000);
+        let c = Conditions { if_unmodified_since: Some(&before), ..Default::default() };
+        assert_eq!(code(select(&fi, TAG, c)), S3ErrorCode::PreconditionFailed);
+        let c = Conditions { if_unmodified_since: Some(&same_second), ..Default::default() };
+        assert!(select(&fi, TAG, c).is_ok(), "whole seconds are compared");
+        // If-Match holding overrides If-Unmodified-Since.
+        let c = Conditions { if_match: Some(&same), if_unmodified_since: Some(&before), ..Default::default() };
+        assert!(select(&fi, TAG, c).is_ok());
+    }
+
+    #[test]
+    fn if_none_match_and_if_modified_since() {
+        let any = ETagCondition::Any;
+        let same = ETagCondition::ETag(ETag::Strong(TAG.into()));
+        let other = ETagCondition::ETag(ETag::Strong("x".into()));
+        let fi = file(10);
+        for c in [&any, &same] {
+            let c = Conditions { if_none_match: Some(c), ..Default::default() };
+            assert_eq!(code(select(&fi, TAG, c)), S3ErrorCode::NotModified);
+        }
+        assert!(select(&fi, TAG, Conditions { if_none_match: Some(&other), ..Default::default() }).is_ok());
+
+        let before = at(MTIME_MS / 1000 - 1);
+        let same_second = at(MTIME_MS / 1000);
+        let c = Conditions { if_modified_since: Some(&same_second), ..Default::default() };
+        assert_eq!(code(select(&fi, TAG, c)), S3ErrorCode::NotModified);
+        assert!(select(&fi, TAG, Conditions { if_modified_since: Some(&before), ..Default::default() }).is_ok());
+        // If-None-Match not matching overrides If-Modified-Since.
+        let c = Conditions { if_none_match: Some(&other), if_modified_since: Some(&same_second), ..Default::default() };
+        assert!(select(&fi, TAG, c).is_ok());
+        // A failed If-Match is reported before a matching If-None-Match.
+        let c = Conditions { if_match: Some(&other), if_none_match: Some(&any), ..Default::default() };
+        assert_eq!(code(select(&fi, TAG, c)), S3ErrorCode::PreconditionFailed);
+    }
+
+    #[test]
+    fn no_range_selects_everything() {
+        let all = Selected { start: 0, len: 10, content_range: None };
+        assert_eq!(select(&file(10), TAG, Conditions::default()).unwrap(), all);
+        let dir = pb::FileInfo { is_dir: true, length: 4096, ..Default::default() };
+        assert_eq!(select(&dir, TAG, Conditions::default()).unwrap().len, 0, "a directory marker is empty");
+    }
+
+    #[test]
+    fn satisfiable_ranges() {
+        let sel = |s: &str| select(&file(10), TAG, range(s)).unwrap();
+        let want = |start, len, cr: &str| Selected { start, len, content_range: Some(cr.into()) };
+        assert_eq!(sel("bytes=0-0"), want(0, 1, "bytes 0-0/10"));
+        assert_eq!(sel("bytes=2-5"), want(2, 4, "bytes 2-5/10"));
+        assert_eq!(sel("bytes=3-"), want(3, 7, "bytes 3-9/10"));
+        assert_eq!(sel("bytes=8-100"), want(8, 2, "bytes 8-9/10"), "the last byte is clamped");
+    }
+
+    #[test]
+    fn suffix_ranges() {
+        let sel = |len, s: &str| select(&file(len), TAG, range(s));
+        let want = |start, len, cr: &str| Selected { start, len, content_range: Some(cr.into()) };
+        assert_eq!(sel(10, "bytes=-3").unwrap(), want(7, 3, "bytes 7-9/10"));
+        assert_eq!(sel(10, "bytes=-10").unwrap(), want(0, 10, "bytes 0-9/10"));
+        assert_eq!(sel(10, "bytes=-50").unwrap(), want(0, 10, "bytes 0-9/10"), "longer than the object");
+        assert_eq!(code(sel(10, "bytes=-0")), S3ErrorCode::InvalidRange);
+        assert_eq!(sel(0, "bytes=-5").unwrap(), Selected { start: 0, len: 0, content_range: None });
+    }
+
+    #[test]
+    fn unsatisfiable_ranges() {
+        for (len, s) in [(10, "bytes=10-"), (10, "bytes=10-20"), (10, "bytes=50-60"), (0, "bytes=0-0"), (0, "bytes=0-")]
+        {
+            assert_eq!(code(select(&file(len), TAG, range(s))), S3ErrorCode::InvalidRange, "{s} of {len}");
+        }
+        let dir = pb::FileInfo { is_dir: true, length: 4096, ..Default::default() };
+        assert_eq!(code(select(&dir, TAG, range("bytes=0-0"))), S3ErrorCode::InvalidRange);
+    }
+
+    #[test]
+    fn preconditions_come_before_the_range() {
+        let other = ETagCondition::ETag(ETag::Strong("x".into()));
+        let c = Conditions { if_match: Some(&other), ..range("bytes=50-60") };
+        assert_eq!(code(select(&file(10), TAG, c)), S3ErrorCode::PreconditionFailed);
+    }
+}

@@ -1,0 +1,291 @@
+//! The S3 operations, each mapped onto the Locus client: the gateway's state, the
+//! lookups every area shares, and the dispatch of each operation to its area module.
+//!
+//! `s3s` parses each request (method, path, query, headers) into a typed operation and
+//! calls the matching method of its [`S3`] trait, so the endpoint is decided before it
+//! is handled; the trait impl below only routes each operation to its area:
+//! [`bucket`], [`list`], [`get`], [`put`] (and copy), [`delete`], [`tagging`] and
+//! [`multipart`]; [`checksum`] checks what uploads send. Locus errors become S3 codes
+//! in one place, [`crate::s3_error`].
+
+mod bucket;
+mod checksum;
+mod delete;
+mod get;
+mod list;
+mod multipart;
+mod put;
+mod tagging;
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use locus_client::{Client, PutOptions, ReadOptions};
+use locus_common::ErrorKind;
+use locus_common::config::{GatewayConfig, WriteType};
+use locus_common::path as lpath;
+use locus_proto::pb;
+use md5::{Digest as _, Md5};
+use s3s::dto::*;
+use s3s::{S3, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+
+use crate::{UPLOADS_DIR, WRITE_TYPE_HEADER, s3_error};
+
+/// MD5 of nothing: the ETag of empty objects and directory markers.
+const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
+pub(crate) struct LocusS3 {
+    client: Arc<Client>,
+    cfg: GatewayConfig,
+}
+
+impl LocusS3 {
+    pub(crate) fn new(client: Arc<Client>, cfg: GatewayConfig) -> Self {
+        LocusS3 { client, cfg }
+    }
+}
+
+type R<T> = S3Result<S3Response<T>>;
+
+fn ok<T>(t: T) -> R<T> {
+    Ok(S3Response::new(t))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn timestamp(ms: i64) -> Timestamp {
+    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+}
+
+fn etag(s: &str) -> ETag {
+    ETag::Strong(s.to_string())
+}
+
+/// The S3 ETag of a file: the MD5 recorded when it was written through Locus, else the
+/// UFS's ETag (S3), else an MD5 of its fingerprint (size and mtime), which changes
+/// whenever the file does.
+fn etag_of(fi: &pb::FileInfo) -> String {
+    if let Some(m) = fi.meta.as_ref().filter(|m| !m.etag.is_empty()) {
+        return m.etag.clone();
+    }
+    if fi.is_dir || fi.length == 0 {
+        return EMPTY_MD5.into();
+    }
+    match fi.fingerprint.split_once(':') {
+        Some((_, e)) if !e.is_empty() && !e.starts_with('m') => e.to_string(),
+        _ => hex(&Md5::digest(fi.fingerprint.as_bytes())),
+    }
+}
+
+fn empty_body() -> StreamingBlob {
+    StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, io::Error>>())
+}
+
+fn meta_of(fi: &pb::FileInfo) -> pb::ObjectMeta {
+    fi.meta.clone().unwrap_or_default()
+}
+
+fn bucket_path(bucket: &str) -> String {
+    format!("/{bucket}")
+}
+
+/// The Locus path of an object key (a trailing `/`, marking a directory, dropped).
+/// Keys Locus cannot hold as a path (empty, `.` or `..` components, `//`, the internal
+/// directories) are refused: no key ever reaches outside its bucket.
+fn object_path(bucket: &str, key: &str) -> S3Result<String> {
+    if key.len() > 1024 {
+        return Err(s3_error!(KeyTooLongError));
+    }
+    let k = key.strip_suffix('/').unwrap_or(key);
+    let bad = k.is_empty()
+        || k.split('/').enumerate().any(|(i, c)| {
+            c.is_empty()
+                || c == "."
+                || c == ".."
+                || c == lpath::UFS_TEMP_DIR
+                || (i == 0 && c == UPLOADS_DIR)
+                || c.contains('\0')
+        });
+    if bad {
+        return Err(s3_error!(
+            InvalidArgument,
+            "object key {key:?} is not supported: it has an empty, '.', '..' or reserved component"
+        ));
+    }
+    Ok(format!("/{bucket}/{k}"))
+}
+
+/// The write type a request asked for with `x-locus-write-type`.
+fn write_type(headers: &http::HeaderMap) -> S3Result<Option<WriteType>> {
+    match headers.get(WRITE_TYPE_HEADER) {
+        None => Ok(None),
+        Some(v) => v.to_str().ok().and_then(WriteType::parse).map(Some).ok_or_else(|| {
+            s3_error!(
+                InvalidArgument,
+                "{WRITE_TYPE_HEADER} must be MUST_CACHE, CACHE_THROUGH, THROUGH or ASYNC_THROUGH"
+            )
+        }),
+    }
+}
+
+/// How an object (a PUT, a copy, a completed upload) is written: overwriting, with its
+/// content type and its user metadata and tags as the UFS's user metadata.
+fn object_options(meta: &pb::ObjectMeta, write_type: Option<WriteType>) -> PutOptions {
+    PutOptions {
+        overwrite: true,
+        content_type: meta.content_type.clone(),
+        user_metadata: locus_proto::ufs_user_metadata(meta),
+        write_type,
+        ..Default::default()
+    }
+}
+
+impl LocusS3 {
+    /// A bucket's status, or NoSuchBucket.
+    async fn bucket(&self, bucket: &str) -> S3Result<pb::FileInfo> {
+        match self.client.status(&bucket_path(bucket), false).await {
+            Ok(fi) if fi.is_dir => Ok(fi),
+            Ok(_) => Err(s3_error!(NoSuchBucket)),
+            Err(e) => Err(s3_error(e, S3ErrorCode::NoSuchBucket)),
+        }
+    }
+
+    /// An object's status (a directory only for a `dir/` key), or NoSuchKey/NoSuchBucket.
+    async fn object(&self, bucket: &str, key: &str, with_blocks: bool) -> S3Result<pb::FileInfo> {
+        let path = object_path(bucket, key)?;
+        match self.client.status(&path, with_blocks).await {
+            Ok(fi) if fi.is_dir == key.ends_with('/') => Ok(fi),
+            Ok(_) => Err(s3_error!(NoSuchKey)),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.bucket(bucket).await?;
+                Err(s3_error!(NoSuchKey))
+            }
+            Err(e) => Err(s3_error(e, S3ErrorCode::NoSuchKey)),
+        }
+    }
+
+    /// Stream a range of an object's bytes.
+    fn stream(&self, fi: pb::FileInfo, start: u64, len: u64, opts: ReadOptions) -> StreamingBlob {
+        StreamingBlob::wrap(self.client.read_stream(fi, start, len, opts))
+    }
+}
+
+/// Each operation, as `s3s` parsed it, handed to its area.
+#[async_trait::async_trait]
+impl S3 for LocusS3 {
+    async fn list_buckets(&self, req: S3Request<ListBucketsInput>) -> R<ListBucketsOutput> {
+        bucket::list_buckets(self, req).await
+    }
+    async fn create_bucket(&self, req: S3Request<CreateBucketInput>) -> R<CreateBucketOutput> {
+        bucket::create_bucket(self, req).await
+    }
+    async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> R<HeadBucketOutput> {
+        bucket::head_bucket(self, req).await
+    }
+    async fn get_bucket_location(&self, req: S3Request<GetBucketLocationInput>) -> R<GetBucketLocationOutput> {
+        bucket::get_bucket_location(self, req).await
+    }
+    async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> R<DeleteBucketOutput> {
+        bucket::delete_bucket(self, req).await
+    }
+
+    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> R<ListObjectsV2Output> {
+        list::list_objects_v2(self, req).await
+    }
+    async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> R<ListObjectsOutput> {
+        list::list_objects(self, req).await
+    }
+
+    async fn head_object(&self, req: S3Request<HeadObjectInput>) -> R<HeadObjectOutput> {
+        get::head_object(self, req).await
+    }
+    async fn get_object(&self, req: S3Request<GetObjectInput>) -> R<GetObjectOutput> {
+        get::get_object(self, req).await
+    }
+
+    async fn put_object(&self, req: S3Request<PutObjectInput>) -> R<PutObjectOutput> {
+        put::put_object(self, req).await
+    }
+    async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> R<CopyObjectOutput> {
+        put::copy_object(self, req).await
+    }
+
+    async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> R<DeleteObjectOutput> {
+        delete::delete_object(self, req).await
+    }
+    async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> R<DeleteObjectsOutput> {
+        delete::delete_objects(self, req).await
+    }
+
+    async fn get_object_tagging(&self, req: S3Request<GetObjectTaggingInput>) -> R<GetObjectTaggingOutput> {
+        tagging::get_object_tagging(self, req).await
+    }
+    async fn put_object_tagging(&self, req: S3Request<PutObjectTaggingInput>) -> R<PutObjectTaggingOutput> {
+        tagging::put_object_tagging(self, req).await
+    }
+    async fn delete_object_tagging(&self, req: S3Request<DeleteObjectTaggingInput>) -> R<DeleteObjectTaggingOutput> {
+        tagging::delete_object_tagging(self, req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> R<CreateMultipartUploadOutput> {
+        multipart::create_multipart_upload(self, req).await
+    }
+    async fn upload_part(&self, req: S3Request<UploadPartInput>) -> R<UploadPartOutput> {
+        multipart::upload_part(self, req).await
+    }
+    async fn upload_part_copy(&self, req: S3Request<UploadPartCopyInput>) -> R<UploadPartCopyOutput> {
+        multipart::upload_part_copy(self, req).await
+    }
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> R<CompleteMultipartUploadOutput> {
+        multipart::complete_multipart_upload(self, req).await
+    }
+    async fn abort_multipart_upload(&self, req: S3Request<AbortMultipartUploadInput>) -> R<AbortMultipartUploadOutput> {
+        multipart::abort_multipart_upload(self, req).await
+    }
+    async fn list_parts(&self, req: S3Request<ListPartsInput>) -> R<ListPartsOutput> {
+        multipart::list_parts(self, req).await
+    }
+    async fn list_multipart_uploads(&self, req: S3Request<ListMultipartUploadsInput>) -> R<ListMultipartUploadsOutput> {
+        multipart::list_multipart_uploads(self, req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_outside_a_bucket_are_refused() {
+        assert_eq!(object_path("b", "a/c.txt").unwrap(), "/b/a/c.txt");
+        assert_eq!(object_path("b", "dir/").unwrap(), "/b/dir");
+        for bad in ["", "/", "../x", "a/../../x", "a//b", "./a", ".locus-uploads/x", "a/.locus-tmp/b", "/abs"] {
+            assert!(object_path("b", bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(object_path("b", &"k".repeat(1025)).is_err());
+        // a reserved name deeper down is an ordinary name
+        assert!(object_path("b", "x/.locus-uploads").is_ok());
+    }
+
+    #[test]
+    fn etags_follow_s3() {
+        let mut fi = pb::FileInfo { length: 3, fingerprint: "3:m1700".into(), ..Default::default() };
+        let derived = etag_of(&fi);
+        assert_eq!(derived.len(), 32);
+        fi.fingerprint = "3:\"abc\"".into();
+        fi.fingerprint = "3:abc".into();
+        assert_eq!(etag_of(&fi), "abc", "the UFS's etag when it has one");
+        fi.meta = Some(pb::ObjectMeta { etag: "f00-2".into(), ..Default::default() });
+        assert_eq!(etag_of(&fi), "f00-2", "the recorded MD5 first");
+        assert_eq!(etag_of(&pb::FileInfo { is_dir: true, ..Default::default() }), EMPTY_MD5);
+    }
+}

@@ -1,0 +1,344 @@
+//! Multipart uploads. An upload in progress is a directory under the bucket's
+//! `.locus-uploads`, holding its record (`upload.json`) and one file per part; completing
+//! it streams the parts, in order, into the object.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use futures::StreamExt;
+use locus_client::{PutOptions, ReadOptions};
+use locus_common::config::ReadType;
+use locus_common::{Error, ErrorKind};
+use locus_proto::pb;
+use md5::{Digest as _, Md5};
+use s3s::dto::*;
+use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
+
+use super::checksum::{Expected, sent_checksums, with_checksums};
+use super::put::{Source, copy_result, copy_source};
+use super::tagging::parse_tagging;
+use super::{LocusS3, R, empty_body, etag, etag_of, hex, object_options, object_path, ok, timestamp, write_type};
+use crate::{UPLOADS_DIR, s3_error};
+
+/// S3's smallest part (all but the last part of an upload).
+const MIN_PART_SIZE: u64 = 5 << 20;
+const MAX_PART_NUMBER: i32 = 10_000;
+const UPLOAD_RECORD: &str = "upload.json";
+
+pub(super) async fn create_multipart_upload(
+    gw: &LocusS3,
+    req: S3Request<CreateMultipartUploadInput>,
+) -> R<CreateMultipartUploadOutput> {
+    let i = req.input;
+    gw.bucket(&i.bucket).await?;
+    object_path(&i.bucket, &i.key)?;
+    if i.key.ends_with('/') {
+        return Err(s3_error!(InvalidArgument, "a key ending in '/' names a directory"));
+    }
+    let upload_id = hex(&rand::random::<[u8; 16]>());
+    let dir = gw.upload_dir(&i.bucket, &upload_id)?;
+    gw.client.mkdir(&dir, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
+    let rec = UploadRecord {
+        key: i.key.clone(),
+        content_type: i.content_type.unwrap_or_default(),
+        user: i.metadata.unwrap_or_default(),
+        tags: parse_tagging(i.tagging.as_deref())?,
+        initiated_ms: now_ms(),
+    };
+    let raw = serde_json::to_vec(&rec).map_err(|e| s3_error!(InternalError, "{e}"))?;
+    gw.client
+        .put_with(&format!("{dir}/{UPLOAD_RECORD}"), &mut raw.as_slice(), &gw.upload_file_options(), |_| {
+            Ok(pb::ObjectMeta::default())
+        })
+        .await
+        .map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
+    ok(CreateMultipartUploadOutput {
+        bucket: Some(i.bucket),
+        key: Some(i.key),
+        upload_id: Some(upload_id),
+        ..Default::default()
+    })
+}
+
+pub(super) async fn upload_part(gw: &LocusS3, req: S3Request<UploadPartInput>) -> R<UploadPartOutput> {
+    let headers = req.headers;
+    let trailers = req.trailing_headers;
+    let i = req.input;
+    if !(1..=MAX_PART_NUMBER).contains(&i.part_number) {
+        return Err(s3_error!(InvalidArgument, "part numbers are 1 to {MAX_PART_NUMBER}"));
+    }
+    if i.content_length.is_some_and(|n| n as u64 > gw.cfg.max_object_size.as_u64()) {
+        return Err(s3_error!(EntityTooLarge));
+    }
+    let (dir, _) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
+    let sums = sent_checksums!(i);
+    let expected = Expected::new(i.content_md5.as_deref(), sums, &headers)?;
+    let body = i.body.unwrap_or_else(empty_body);
+    let part = format!("{dir}/{:05}", i.part_number);
+    let w =
+        gw.checked_put(&part, body, expected, trailers, gw.upload_file_options(), pb::ObjectMeta::default()).await?;
+    ok(with_checksums!(UploadPartOutput { e_tag: Some(etag(&w.md5)) }, w.sums))
+}
+
+pub(super) async fn upload_part_copy(gw: &LocusS3, req: S3Request<UploadPartCopyInput>) -> R<UploadPartCopyOutput> {
+    let i = req.input;
+    if !(1..=MAX_PART_NUMBER).contains(&i.part_number) {
+        return Err(s3_error!(InvalidArgument, "part numbers are 1 to {MAX_PART_NUMBER}"));
+    }
+    let (dir, _) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
+    let source = copy_source!(i, i.copy_source_range.as_deref());
+    let part = format!("{dir}/{:05}", i.part_number);
+    let w = gw.copy(source, &part, |_| Ok((gw.upload_file_options(), pb::ObjectMeta::default()))).await?;
+    ok(UploadPartCopyOutput { copy_part_result: Some(copy_result!(CopyPartResult, w)), ..Default::default() })
+}
+
+pub(super) async fn complete_multipart_upload(
+    gw: &LocusS3,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> R<CompleteMultipartUploadOutput> {
+    let wt = write_type(&req.headers)?;
+    let i = req.input;
+    let path = object_path(&i.bucket, &i.key)?;
+    let (dir, rec) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
+    let wanted = i.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
+    if wanted.is_empty() {
+        return Err(s3_error!(MalformedXML, "the upload names no parts"));
+    }
+    let have: HashMap<i32, pb::FileInfo> = gw.parts(&dir).await?.into_iter().collect();
+    let mut prev = 0;
+    for p in &wanted {
+        let n = p.part_number.ok_or_else(|| s3_error!(InvalidPart, "a part has no number"))?;
+        if n <= prev {
+            return Err(s3_error!(InvalidPartOrder));
+        }
+        prev = n;
+    }
+    let mut chosen = Vec::with_capacity(wanted.len());
+    let mut md5s = Md5::new();
+    for (k, p) in wanted.iter().enumerate() {
+        let n = p.part_number.unwrap_or_default();
+        let fi = have.get(&n).ok_or_else(|| s3_error!(InvalidPart, "part {n} was not uploaded"))?;
+        let tag = etag_of(fi);
+        if p.e_tag.as_ref().is_some_and(|e| e.value() != tag) {
+            return Err(s3_error!(InvalidPart, "part {n} has a different ETag"));
+        }
+        if k + 1 < wanted.len() && fi.length < MIN_PART_SIZE {
+            return Err(s3_error!(EntityTooSmall, "part {n} is smaller than 5 MiB"));
+        }
+        let raw: Vec<u8> =
+            (0..tag.len() / 2).filter_map(|j| u8::from_str_radix(&tag[2 * j..2 * j + 2], 16).ok()).collect();
+        md5s.update(&raw);
+        chosen.push(fi.clone());
+    }
+    let final_etag = format!("{}-{}", hex(&md5s.finalize()), chosen.len());
+    // The parts are read once, uncached, in order, straight into the object.
+    let client = gw.client.clone();
+    let mut parts_with_blocks = Vec::with_capacity(chosen.len());
+    for fi in &chosen {
+        parts_with_blocks
+            .push(client.status(&fi.path, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchUpload))?);
+    }
+    let body = futures::stream::iter(parts_with_blocks)
+        .map(move |fi| {
+            let len = fi.length;
+            client.read_stream(fi, 0, len, ReadOptions { read_type: Some(ReadType::NO_CACHE), ..Default::default() })
+        })
+        .flatten();
+    let meta =
+        pb::ObjectMeta { content_type: rec.content_type, etag: final_etag.clone(), user: rec.user, tags: rec.tags };
+    let opts = object_options(&meta, wt);
+    gw.checked_put(&path, StreamingBlob::wrap(body), Expected::default(), None, opts, meta).await?;
+    if let Err(e) = gw.client.delete(&dir, true).await {
+        tracing::warn!(dir, error = %e, "cannot remove the parts of a completed upload");
+    }
+    ok(CompleteMultipartUploadOutput {
+        bucket: Some(i.bucket),
+        key: Some(i.key),
+        e_tag: Some(etag(&final_etag)),
+        ..Default::default()
+    })
+}
+
+pub(super) async fn abort_multipart_upload(
+    gw: &LocusS3,
+    req: S3Request<AbortMultipartUploadInput>,
+) -> R<AbortMultipartUploadOutput> {
+    let i = req.input;
+    let (dir, _) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
+    gw.client.delete(&dir, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchUpload))?;
+    ok(AbortMultipartUploadOutput::default())
+}
+
+pub(super) async fn list_parts(gw: &LocusS3, req: S3Request<ListPartsInput>) -> R<ListPartsOutput> {
+    let i = req.input;
+    let (dir, _) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
+    let marker = i.part_number_marker.unwrap_or(0);
+    let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+    let mut parts: Vec<Part> = gw
+        .parts(&dir)
+        .await?
+        .into_iter()
+        .filter(|(n, _)| *n > marker)
+        .map(|(n, fi)| Part {
+            part_number: Some(n),
+            size: Some(fi.length as i64),
+            e_tag: Some(etag(&etag_of(&fi))),
+            last_modified: Some(timestamp(fi.mtime_ms)),
+            ..Default::default()
+        })
+        .collect();
+    let truncated = parts.len() > max;
+    parts.truncate(max);
+    ok(ListPartsOutput {
+        bucket: Some(i.bucket),
+        key: Some(i.key),
+        upload_id: Some(i.upload_id),
+        part_number_marker: Some(marker),
+        next_part_number_marker: parts.last().and_then(|p| p.part_number),
+        max_parts: Some(max as i32),
+        is_truncated: Some(truncated),
+        parts: Some(parts),
+        ..Default::default()
+    })
+}
+
+pub(super) async fn list_multipart_uploads(
+    gw: &LocusS3,
+    req: S3Request<ListMultipartUploadsInput>,
+) -> R<ListMultipartUploadsOutput> {
+    let i = req.input;
+    gw.bucket(&i.bucket).await?;
+    let root = format!("/{}/{UPLOADS_DIR}", i.bucket);
+    let mut ids = Vec::new();
+    match gw.client.list_each(&root, false, |e| ids.push(e.name.clone())).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(s3_error(e, S3ErrorCode::NoSuchBucket)),
+    }
+    let prefix = i.prefix.clone().unwrap_or_default();
+    let mut uploads = Vec::new();
+    for id in ids {
+        let Ok(raw) = gw.read_small(&format!("{root}/{id}/{UPLOAD_RECORD}")).await else { continue };
+        let Ok(rec) = serde_json::from_slice::<UploadRecord>(&raw) else { continue };
+        if rec.key.starts_with(&prefix) {
+            uploads.push((rec.key, id, rec.initiated_ms));
+        }
+    }
+    uploads.sort();
+    let key_marker = i.key_marker.clone().unwrap_or_default();
+    let id_marker = i.upload_id_marker.clone().unwrap_or_default();
+    uploads.retain(|(k, id, _)| {
+        key_marker.is_empty()
+            || k.as_str() > key_marker.as_str()
+            || (*k == key_marker && id.as_str() > id_marker.as_str())
+    });
+    let max = i.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+    let truncated = uploads.len() > max;
+    uploads.truncate(max);
+    let last = uploads.last().cloned();
+    ok(ListMultipartUploadsOutput {
+        bucket: Some(i.bucket),
+        prefix: i.prefix,
+        key_marker: i.key_marker,
+        upload_id_marker: i.upload_id_marker,
+        max_uploads: Some(max as i32),
+        is_truncated: Some(truncated),
+        next_key_marker: last.as_ref().map(|l| l.0.clone()),
+        next_upload_id_marker: last.as_ref().map(|l| l.1.clone()),
+        uploads: Some(
+            uploads
+                .into_iter()
+                .map(|(key, id, at)| MultipartUpload {
+                    key: Some(key),
+                    upload_id: Some(id),
+                    initiated: Some(timestamp(at)),
+                    storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    })
+}
+
+/// An upload in progress, stored as `upload.json` in its directory.
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct UploadRecord {
+    key: String,
+    content_type: String,
+    user: HashMap<String, String>,
+    tags: HashMap<String, String>,
+    initiated_ms: i64,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl LocusS3 {
+    fn upload_dir(&self, bucket: &str, upload_id: &str) -> S3Result<String> {
+        if upload_id.len() != 32 || !upload_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(s3_error!(NoSuchUpload));
+        }
+        Ok(format!("/{bucket}/{UPLOADS_DIR}/{upload_id}"))
+    }
+
+    /// How the files of a multipart upload (its record and parts) are written: with the
+    /// initial persist wait, so an upload completed or aborted in time never reaches the UFS.
+    fn upload_file_options(&self) -> PutOptions {
+        PutOptions { overwrite: true, persist_wait: Some(self.cfg.part_persist_wait), ..Default::default() }
+    }
+
+    async fn read_small(&self, path: &str) -> locus_common::Result<Vec<u8>> {
+        let fi = self.client.status(path, true).await?;
+        if fi.length > 1 << 20 {
+            return Err(Error::invalid(format!("{path} is too large")));
+        }
+        let mut out = Vec::new();
+        self.client
+            .read_to(
+                &fi,
+                0,
+                fi.length,
+                ReadOptions { read_type: Some(ReadType::NO_CACHE), ..Default::default() },
+                &mut out,
+            )
+            .await?;
+        Ok(out)
+    }
+
+    /// The record of an upload in progress, checked against its key.
+    async fn upload(&self, bucket: &str, key: &str, upload_id: &str) -> S3Result<(String, UploadRecord)> {
+        let dir = self.upload_dir(bucket, upload_id)?;
+        let raw = match self.read_small(&format!("{dir}/{UPLOAD_RECORD}")).await {
+            Ok(r) => r,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.bucket(bucket).await?;
+                return Err(s3_error!(NoSuchUpload));
+            }
+            Err(e) => return Err(s3_error(e, S3ErrorCode::NoSuchUpload)),
+        };
+        let rec: UploadRecord = serde_json::from_slice(&raw).map_err(|_| s3_error!(NoSuchUpload))?;
+        if rec.key != key {
+            return Err(s3_error!(NoSuchUpload));
+        }
+        Ok((dir, rec))
+    }
+
+    /// The parts of an upload, in part-number order.
+    async fn parts(&self, dir: &str) -> S3Result<Vec<(i32, pb::FileInfo)>> {
+        let mut parts = Vec::new();
+        self.client
+            .list_each(dir, false, |e| {
+                if let Ok(n) = e.name.parse::<i32>() {
+                    if !e.is_dir {
+                        parts.push((n, e.clone()));
+                    }
+                }
+            })
+            .await
+            .map_err(|e| s3_error(e, S3ErrorCode::NoSuchUpload))?;
+        parts.sort_by_key(|p| p.0);
+        Ok(parts)
+    }
+}

@@ -1,0 +1,93 @@
+//! Object tagging: Get/Put/DeleteObjectTagging, and the checks on tags however they
+//! come (an `x-amz-tagging` header or a Tagging body).
+
+use std::collections::HashMap;
+
+use locus_proto::pb;
+use s3s::dto::*;
+use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
+
+use super::{LocusS3, R, meta_of, ok};
+use crate::s3_error;
+
+pub(super) async fn get_object_tagging(
+    gw: &LocusS3,
+    req: S3Request<GetObjectTaggingInput>,
+) -> R<GetObjectTaggingOutput> {
+    let fi = gw.object(&req.input.bucket, &req.input.key, false).await?;
+    ok(GetObjectTaggingOutput { tag_set: tag_set(&meta_of(&fi).tags), ..Default::default() })
+}
+
+pub(super) async fn put_object_tagging(
+    gw: &LocusS3,
+    req: S3Request<PutObjectTaggingInput>,
+) -> R<PutObjectTaggingOutput> {
+    let i = req.input;
+    let fi = gw.object(&i.bucket, &i.key, false).await?;
+    let tags = check_tags(
+        i.tagging.tag_set.into_iter().map(|t| (t.key.unwrap_or_default(), t.value.unwrap_or_default())).collect(),
+    )?;
+    set_tags(gw, &fi, tags).await?;
+    ok(PutObjectTaggingOutput::default())
+}
+
+pub(super) async fn delete_object_tagging(
+    gw: &LocusS3,
+    req: S3Request<DeleteObjectTaggingInput>,
+) -> R<DeleteObjectTaggingOutput> {
+    let fi = gw.object(&req.input.bucket, &req.input.key, false).await?;
+    set_tags(gw, &fi, HashMap::new()).await?;
+    ok(DeleteObjectTaggingOutput::default())
+}
+
+/// Replace an object's tags (its other metadata stays).
+async fn set_tags(gw: &LocusS3, fi: &pb::FileInfo, tags: HashMap<String, String>) -> S3Result<()> {
+    let meta = pb::ObjectMeta { tags, ..Default::default() };
+    gw.client.set_object_meta(&fi.path, meta, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
+    Ok(())
+}
+
+/// The tags of an `x-amz-tagging` header (URL-encoded).
+pub(super) fn parse_tagging(h: Option<&str>) -> S3Result<HashMap<String, String>> {
+    let tags: Vec<(String, String)> = match h {
+        Some(q) => form_urlencoded::parse(q.as_bytes()).into_owned().collect(),
+        None => Vec::new(),
+    };
+    check_tags(tags)
+}
+
+fn check_tags(tags: Vec<(String, String)>) -> S3Result<HashMap<String, String>> {
+    if tags.len() > 10 {
+        return Err(s3_error!(InvalidTag, "an object can have at most 10 tags"));
+    }
+    let mut m = HashMap::new();
+    for (k, v) in tags {
+        if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
+            return Err(s3_error!(InvalidTag, "tag keys are 1-128 characters and values at most 256"));
+        }
+        if m.insert(k, v).is_some() {
+            return Err(s3_error!(InvalidTag, "duplicate tag key"));
+        }
+    }
+    Ok(m)
+}
+
+fn tag_set(tags: &HashMap<String, String>) -> TagSet {
+    let mut v: Vec<Tag> = tags.iter().map(|(k, v)| Tag { key: Some(k.clone()), value: Some(v.clone()) }).collect();
+    v.sort_by(|a, b| a.key.cmp(&b.key));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_checked() {
+        assert_eq!(parse_tagging(Some("a=1&b=x%20y")).unwrap().get("b").unwrap(), "x y");
+        assert!(parse_tagging(Some("a=1&a=2")).is_err());
+        let many: Vec<String> = (0..11).map(|i| format!("k{i}=v")).collect();
+        assert!(parse_tagging(Some(&many.join("&"))).is_err());
+        assert!(parse_tagging(None).unwrap().is_empty());
+    }
+}
