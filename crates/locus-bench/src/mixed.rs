@@ -54,6 +54,7 @@ pub struct MixedBench {
     pub seconds: f64,
     /// The cluster's data dir (set by the CLI to a fresh scratch directory).
     #[arg(skip)]
+    #[serde(skip)]
     pub work_dir: std::path::PathBuf,
 }
 

@@ -159,7 +159,7 @@ pub fn run(g: &Global, fs: &FsArgs) -> Result<()> {
     };
     let cfg = g.load_config([
         ("client.read_type", read_type.map(|rt| json!(rt))),
-        ("client.short_circuit", fs.no_short_circuit.then(|| json!(false))),
+        ("client.short_circuit", fs.no_short_circuit.then_some(json!(false))),
         ("client.locality", fs.remote.then(|| json!(Locality::Remote))),
     ])?;
     runtime()?.block_on(async move {
@@ -215,10 +215,10 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 }
             })
             .await?;
-            if let Some(e) = werr {
-                if e.kind() != std::io::ErrorKind::BrokenPipe {
-                    return Err(e.into());
-                }
+            if let Some(e) = werr
+                && e.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                return Err(e.into());
             }
         }
         FsCmd::Stat { json: as_json, path } => {
