@@ -210,14 +210,82 @@ fn string(env: &mut JNIEnv, s: &JString) -> Result<String> {
     Ok(env.get_string(s).map_err(jni_err)?.into())
 }
 
-/// # Safety
-/// `h` must come from `connect` and not have been passed to `close`.
-unsafe fn ctx(h: jlong) -> Arc<Ctx> {
+// ------------------------------------------------------------------ handles
+
+// Java holds every Rust object as a `long` handle, a raw pointer: a connection is an
+// `Arc<Ctx>` from `connect` (released by `close`), a reader a `Box<Reader>` from `open`
+// (freed by `closeReader`), a writer a `Box<Writer>` from `create` (freed by `closeWriter`
+// or `abortWriter`). The functions below are the only places that turn a handle back
+// into a reference; 0 is the handle of a closed object (the Java classes zero theirs on
+// close), refused with an error instead of dereferenced.
+
+/// The connection `h`, as a new reference (so a stream opened on it outlives `close`).
+fn ctx(h: jlong) -> Result<Arc<Ctx>> {
+    if h == 0 {
+        return Err(closed("file system"));
+    }
     let p = h as *const Ctx;
+    // SAFETY: a non-zero `h` is a pointer `connect` made with `Arc::into_raw`, whose
+    // reference only `close` releases. `LocusFileSystem` calls `close` once, zeroes its
+    // handle there and never passes it again, so the reference `h` stands for is alive for
+    // this call and taking another one is sound.
     unsafe {
         Arc::increment_strong_count(p);
-        Arc::from_raw(p)
+        Ok(Arc::from_raw(p))
     }
+}
+
+/// Releases the connection `h` (0: already closed). Its streams keep their own reference.
+fn release_ctx(h: jlong) {
+    if h != 0 {
+        // SAFETY: as in `ctx`; this releases the reference `h` stands for, in `close`,
+        // the handle's last call.
+        drop(unsafe { Arc::from_raw(h as *const Ctx) });
+    }
+}
+
+/// A new stream handle owning `v`.
+fn new_stream<T>(v: T) -> jlong {
+    Box::into_raw(Box::new(v)) as jlong
+}
+
+/// The stream behind `h` (a `Reader` from `open` or a `Writer` from `create`), for the
+/// length of one call.
+fn stream<'a, T>(h: jlong) -> Result<&'a mut T> {
+    if h == 0 {
+        return Err(closed("stream"));
+    }
+    // SAFETY: a non-zero `h` is a `Box<T>` pointer made by `new_stream` for this `T` (a
+    // reader handle only ever reaches reader calls, a writer handle writer calls), freed
+    // only by `free_stream`. `LocusInputStream` and `LocusOutputStream` make every native
+    // call of a stream, its close included, under the stream's monitor and zero the
+    // handle on close: calls on one stream never overlap (so the reference is unique) and
+    // none comes after the free.
+    Ok(unsafe { &mut *(h as *mut T) })
+}
+
+/// Takes back the stream `h` (None for 0, a stream already closed).
+fn free_stream<T>(h: jlong) -> Option<Box<T>> {
+    // SAFETY: as in `stream`; Java closes a stream once, and this is its last call.
+    (h != 0).then(|| unsafe { Box::from_raw(h as *mut T) })
+}
+
+fn closed(what: &str) -> Error {
+    Error::new(ErrorKind::FailedPrecondition, format!("the {what} is closed"))
+}
+
+/// The body of an entry point on connection `h` and one path: `f` gets the connection
+/// and the path, its error or panic becomes a Java exception.
+fn on_path<'l, T: Default>(
+    env: &mut JNIEnv<'l>,
+    h: jlong,
+    path: &JString,
+    f: impl FnOnce(&mut JNIEnv<'l>, Arc<Ctx>, String) -> Result<T>,
+) -> T {
+    call(env, |env| {
+        let (c, p) = (ctx(h)?, string(env, path)?);
+        f(env, c, p)
+    })
 }
 
 /// A file's attributes for Java: is-directory, length, modification time (ms), block size.
@@ -263,10 +331,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_connect<'l>(
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_locus_hadoop_LocusNative_close<'l>(_: JNIEnv<'l>, _: JClass<'l>, h: jlong) {
-    if h != 0 {
-        // SAFETY: `h` came from connect; Java calls close once.
-        drop(unsafe { Arc::from_raw(h as *const Ctx) });
-    }
+    release_ctx(h);
 }
 
 #[unsafe(no_mangle)]
@@ -276,8 +341,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_stat<'l>(
     h: jlong,
     path: JString<'l>,
 ) -> jlongArray {
-    call(&mut env, |env| {
-        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+    on_path(&mut env, h, &path, |env, c, p| {
         let fi = c.rt.block_on(c.client.status(&p, false))?;
         long_array(env, &attrs(&fi))
     })
@@ -291,8 +355,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_list<'l>(
     h: jlong,
     path: JString<'l>,
 ) -> jobjectArray {
-    call(&mut env, |env| {
-        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+    on_path(&mut env, h, &path, |env, c, p| {
         let (mut names, mut flat) = (Vec::new(), Vec::new());
         c.rt.block_on(c.client.list_each(&p, false, |fi| {
             names.push(fi.name.clone());
@@ -314,8 +377,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_blockLocations<'l>(
     start: jlong,
     len: jlong,
 ) -> jobjectArray {
-    call(&mut env, |env| {
-        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+    on_path(&mut env, h, &path, |env, c, p| {
         let (fi, workers) = c.rt.block_on(async {
             let fi = c.client.status(&p, true).await?;
             Ok::<_, Error>((fi, c.client.workers(false).await?))
@@ -347,15 +409,12 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_mkdirs<'l>(
     h: jlong,
     path: JString<'l>,
 ) {
-    call(&mut env, |env| {
-        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
-        match c.rt.block_on(c.client.mkdir(&p, true)) {
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => match c.rt.block_on(c.client.status(&p, false)) {
-                Ok(fi) if fi.is_dir => Ok(()),
-                _ => Err(e),
-            },
-            r => r,
-        }
+    on_path(&mut env, h, &path, |_, c, p| match c.rt.block_on(c.client.mkdir(&p, true)) {
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => match c.rt.block_on(c.client.status(&p, false)) {
+            Ok(fi) if fi.is_dir => Ok(()),
+            _ => Err(e),
+        },
+        r => r,
     })
 }
 
@@ -368,13 +427,10 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_delete<'l>(
     path: JString<'l>,
     recursive: jboolean,
 ) -> jboolean {
-    call(&mut env, |env| {
-        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
-        match c.rt.block_on(c.client.delete(&p, recursive != 0)) {
-            Ok(()) => Ok(1),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(e),
-        }
+    on_path(&mut env, h, &path, |_, c, p| match c.rt.block_on(c.client.delete(&p, recursive != 0)) {
+        Ok(()) => Ok(1),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e),
     })
 }
 
@@ -388,7 +444,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_rename<'l>(
     dst: JString<'l>,
 ) -> jboolean {
     call(&mut env, |env| {
-        let (c, s, d) = (unsafe { ctx(h) }, string(env, &src)?, string(env, &dst)?);
+        let (c, s, d) = (ctx(h)?, string(env, &src)?, string(env, &dst)?);
         match c.rt.block_on(c.client.rename(&s, &d)) {
             Ok(()) => Ok(1),
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::AlreadyExists) => Ok(0),
@@ -406,18 +462,15 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_open<'l>(
     h: jlong,
     path: JString<'l>,
 ) -> jlongArray {
-    call(&mut env, |env| {
-        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
+    on_path(&mut env, h, &path, |env, c, p| {
         let fi = c.rt.block_on(c.client.status(&p, true))?;
         if fi.is_dir {
             return Err(Error::not_found(format!("{p} is a directory")));
         }
         let length = fi.length as i64;
-        let reader = Box::into_raw(Box::new(Reader { ctx: c, fi: Arc::new(fi), fetched: Mutex::new(HashSet::new()) }));
-        long_array(env, &[reader as jlong, length]).inspect_err(|_| {
-            // SAFETY: just made, and Java never saw it.
-            drop(unsafe { Box::from_raw(reader) });
-        })
+        let reader = new_stream(Reader { ctx: c, fi: Arc::new(fi), fetched: Mutex::new(HashSet::new()) });
+        // Java never sees the handle if the answer cannot be made.
+        long_array(env, &[reader, length]).inspect_err(|_| drop(free_stream::<Reader>(reader)))
     })
 }
 
@@ -432,8 +485,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_read<'l>(
     len: jint,
 ) -> jint {
     call(&mut env, |env| {
-        // SAFETY: `reader` came from open and is not closed (LocusInputStream checks).
-        let r = unsafe { &*(reader as *const Reader) };
+        let r: &Reader = stream(reader)?;
         if pos < 0 || len < 0 {
             return Err(Error::invalid(format!("bad read: position {pos}, length {len}")));
         }
@@ -452,10 +504,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_read<'l>(
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_locus_hadoop_LocusNative_closeReader<'l>(_: JNIEnv<'l>, _: JClass<'l>, reader: jlong) {
-    if reader != 0 {
-        // SAFETY: from open; Java closes a stream once.
-        drop(unsafe { Box::from_raw(reader as *mut Reader) });
-    }
+    drop(free_stream::<Reader>(reader));
 }
 
 #[unsafe(no_mangle)]
@@ -466,10 +515,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_create<'l>(
     path: JString<'l>,
     overwrite: jboolean,
 ) -> jlong {
-    call(&mut env, |env| {
-        let (c, p) = (unsafe { ctx(h) }, string(env, &path)?);
-        Ok(Box::into_raw(Box::new(Writer::create(c, p, overwrite != 0))) as jlong)
-    })
+    on_path(&mut env, h, &path, |_, c, p| Ok(new_stream(Writer::create(c, p, overwrite != 0))))
 }
 
 #[unsafe(no_mangle)]
@@ -482,8 +528,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_write<'l>(
     len: jint,
 ) {
     call(&mut env, |env| {
-        // SAFETY: from create, not yet closed (LocusOutputStream checks).
-        let w = unsafe { &mut *(writer as *mut Writer) };
+        let w: &mut Writer = stream(writer)?;
         let mut v = vec![0u8; len.max(0) as usize];
         // SAFETY: i8 and u8 have one layout; the slice is `v`'s.
         let s = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut i8, v.len()) };
@@ -499,19 +544,16 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_closeWriter<'l>(
     _: JClass<'l>,
     writer: jlong,
 ) {
-    call(&mut env, |_| {
-        // SAFETY: from create; Java closes a stream once.
-        let mut w = unsafe { Box::from_raw(writer as *mut Writer) };
-        w.finish()
+    call(&mut env, |_| match free_stream::<Writer>(writer) {
+        Some(mut w) => w.finish(),
+        None => Ok(()),
     })
 }
 
 /// Abandons the file and frees the writer.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_locus_hadoop_LocusNative_abortWriter<'l>(_: JNIEnv<'l>, _: JClass<'l>, writer: jlong) {
-    if writer != 0 {
-        // SAFETY: from create; Java closes a stream once.
-        let mut w = unsafe { Box::from_raw(writer as *mut Writer) };
+    if let Some(mut w) = free_stream::<Writer>(writer) {
         w.abort();
     }
 }

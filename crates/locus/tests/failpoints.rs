@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use bytesize::ByteSize;
-use locus::LocalCluster;
 use locus_client::ReadOptions;
+use locus_cluster::LocalCluster;
 use locus_common::config::{ClientConfig, Config, Locality, TierAlias, TierConfig};
 use locus_common::fail;
 

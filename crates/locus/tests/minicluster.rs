@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use futures::StreamExt;
-use locus::LocalCluster;
 use locus_client::{Client, PutOptions, ReadOptions};
+use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
 use locus_common::config::{ClientConfig, Config, Locality, ReadType, TierAlias, TierConfig, WriteType};
 use locus_proto::pb;

@@ -12,13 +12,14 @@ use locus_common::{Error, Result};
 use locus_ufs::Ufs;
 use serde::Serialize;
 
-use crate::LocalCluster;
-use crate::bench::median;
+use locus_cluster::LocalCluster;
+
+use crate::{MinioTarget, loopback_config, machine, median, percentile, s3_client, with_cluster};
 
 /// What `locus bench gateway` needs: a MinIO to compare with (its bucket must exist).
 #[derive(Clone, Debug)]
 pub struct GatewayBench {
-    pub minio: crate::bench::MinioTarget,
+    pub minio: MinioTarget,
     pub size: u64,
     pub runs: usize,
     pub small_gets: usize,
@@ -37,14 +38,6 @@ pub struct Measure {
     pub locus_runs: Vec<f64>,
 }
 
-fn client(endpoint: &str, bucket: &str, key: &str, secret: &str) -> Result<Ufs> {
-    let mut o = std::collections::BTreeMap::new();
-    o.insert("endpoint".to_string(), endpoint.to_string());
-    o.insert("access_key_id".to_string(), key.to_string());
-    o.insert("secret_access_key".to_string(), secret.to_string());
-    Ufs::new(&format!("s3://{bucket}"), &o, std::time::Duration::from_secs(300))
-}
-
 /// One GET of the whole object as one stream; returns the bytes.
 async fn get(s3: &Ufs, key: &str, size: u64) -> Result<u64> {
     let mut s = Box::pin(s3.read_range(key, 0, size, size.max(1) as usize, 1).await?);
@@ -58,33 +51,21 @@ async fn get(s3: &Ufs, key: &str, size: u64) -> Result<u64> {
     Ok(n)
 }
 
-fn pct(v: &[f64], p: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    s[((s.len() as f64 - 1.0) * p).round() as usize]
-}
-
 impl GatewayBench {
     pub async fn run(&self) -> Result<Vec<Measure>> {
-        let mut cfg = Config::default();
-        cfg.master.rpc_address = "127.0.0.1:0".into();
-        cfg.master.web_address = "127.0.0.1:0".into();
-        cfg.worker.data_address = "127.0.0.1:0".into();
-        cfg.gateway.address = "127.0.0.1:0".into();
+        let mut cfg = loopback_config();
         cfg.worker.tiers = vec![locus_common::config::TierConfig {
             alias: locus_common::config::TierAlias::MEM,
             dir: std::path::PathBuf::from("/dev/shm").join(format!("locus-gwbench-{}", std::process::id())),
             quota: bytesize::ByteSize::b(self.size * 3 + (1 << 30)),
         }];
-        let mut cluster = LocalCluster::start(cfg, &self.work_dir, 1, None).await?;
-        let gw = cluster.start_gateway().await?;
-        let res = self.measure(&cluster, &gw.to_string()).await;
-        cluster.shutdown().await;
+        let res = with_cluster(cfg, &self.work_dir, true, async |c| self.measure(c).await).await;
         let _ = std::fs::remove_dir_all(format!("/dev/shm/locus-gwbench-{}", std::process::id()));
         res
     }
 
-    async fn measure(&self, cluster: &LocalCluster, gw: &str) -> Result<Vec<Measure>> {
+    async fn measure(&self, cluster: &LocalCluster) -> Result<Vec<Measure>> {
+        let gw = cluster.gateway_address().ok_or_else(|| Error::internal("the gateway is not running"))?;
         // Locus serves a bucket mounted from the same MinIO, so both hold the same bytes.
         let lc = cluster.client(Default::default())?;
         let m = &self.minio;
@@ -97,9 +78,10 @@ impl GatewayBench {
             ..Default::default()
         })
         .await?;
-        let minio = client(&m.endpoint, &m.bucket, &m.access_key, &m.secret_key)?;
+        let timeout = std::time::Duration::from_secs(300);
+        let minio = s3_client(&m.endpoint, &m.bucket, &m.access_key, &m.secret_key, timeout)?;
         let cfgd = Config::default().gateway;
-        let locus = client(&format!("http://{gw}"), "lake", &cfgd.access_key_id, &cfgd.secret_access_key)?;
+        let locus = s3_client(&format!("http://{gw}"), "lake", &cfgd.access_key_id, &cfgd.secret_access_key, timeout)?;
         let data = Bytes::from((0..self.size).map(|i| (i * 2654435761 % 251) as u8).collect::<Vec<u8>>());
         let small = Bytes::from(vec![7u8; 4096]);
         let mut out = Vec::new();
@@ -162,7 +144,7 @@ impl GatewayBench {
             }
         }
         for (name, p) in [("4 KiB GET p50", 0.5), ("4 KiB GET p99", 0.99)] {
-            let (a, b) = (pct(&lm, p), pct(&ll, p));
+            let (a, b) = (percentile(&lm, p), percentile(&ll, p));
             out.push(Measure {
                 name: name.into(),
                 unit: "ms".into(),
@@ -192,14 +174,12 @@ fn measure(name: &str, unit: &str, minio: Vec<f64>, locus: Vec<f64>) -> Measure 
 
 /// The result as Markdown, with the machine facts and the goals.
 pub fn markdown(b: &GatewayBench, rows: &[Measure]) -> String {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut s = format!(
-        "Object {}, {} runs per throughput row (medians), {} GETs of 4 KiB per server. Machine: {cores} cores, kernel {}. Both servers on loopback; Locus = `locus local start` (1 worker, MEM tier) with its gateway, serving a bucket mounted from the same MinIO; client: OpenDAL S3.\n\n",
+        "Object {}, {} runs per throughput row (medians), {} GETs of 4 KiB per server. {} Both servers on loopback; Locus = `locus local start` (1 worker, MEM tier) with its gateway, serving a bucket mounted from the same MinIO; client: OpenDAL S3.\n\n",
         bytesize::ByteSize::b(b.size).display().iec(),
         b.runs,
         b.small_gets,
-        kernel.trim()
+        machine()
     );
     s.push_str("| measure | MinIO | Locus gateway | Locus / MinIO | goal |\n|---|---|---|---|---|\n");
     for r in rows {

@@ -1,10 +1,9 @@
-//! The `locus` binary's library side: [`LocalCluster`], which runs a master, N workers
-//! and (optionally) the S3 gateway in one process. `locus local start` runs it on fixed ports; tests run it as a
-//! MiniCluster on port 0. It may depend on every Locus crate.
-
-pub mod bench;
-pub mod bench_gateway;
-pub mod bench_meta;
+//! The embedded cluster: [`LocalCluster`] runs a master, N workers and (optionally) the S3
+//! gateway in one process. `locus local start` runs it on fixed ports; the tests and the
+//! benchmarks (`locus-bench`) run it as a MiniCluster on port 0.
+//!
+//! It depends on the server crates (master, worker, gateway) and the client, and must
+//! not depend on the CLI (`locus`) or on the benchmarks (`locus-bench`): they build on it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -11,11 +11,10 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use locus_common::Result;
-use locus_common::config::{Config, WriteType};
+use locus_common::config::WriteType;
 use serde::Serialize;
 
-use crate::LocalCluster;
-use crate::bench::median;
+use crate::{loopback_config, median, with_cluster};
 
 /// Creates per second the master must sustain (issue goal).
 pub const CREATE_GOAL: f64 = 10_000.0;
@@ -52,12 +51,11 @@ where
 
 impl MetaBench {
     pub async fn run(&self) -> Result<Vec<MetaRow>> {
-        let mut cfg = Config::default();
-        cfg.master.rpc_address = "127.0.0.1:0".into();
-        cfg.master.web_address = "127.0.0.1:0".into();
-        cfg.worker.data_address = "127.0.0.1:0".into();
-        let cluster = LocalCluster::start(cfg.clone(), &self.work_dir, 1, None).await?;
-        let client = Arc::new(cluster.client(cfg.client.clone())?);
+        with_cluster(loopback_config(), &self.work_dir, false, async |c| self.measure(c).await).await
+    }
+
+    async fn measure(&self, cluster: &locus_cluster::LocalCluster) -> Result<Vec<MetaRow>> {
+        let client = Arc::new(cluster.client(Default::default())?);
         let (mut creates, mut creates2, mut opens, mut lists) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for run in 0..self.runs {
             let dir = format!("/meta{run}");
@@ -117,7 +115,6 @@ impl MetaBench {
                 lists[run]
             );
         }
-        cluster.shutdown().await;
         let row = |name: &str, v: Vec<f64>| MetaRow { name: name.into(), median_ops_per_s: median(&v), ops_per_s: v };
         Ok(vec![
             row("create (one CreateFile call, durable)", creates),

@@ -15,44 +15,16 @@ use std::time::{Duration, Instant};
 use bytesize::ByteSize;
 use futures::StreamExt;
 use locus_client::ReadOptions;
-use locus_common::config::{ClientConfig, Config, Locality, TierAlias, TierConfig};
+use locus_common::config::{ClientConfig, Locality, TierAlias, TierConfig};
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use locus_ufs::Ufs;
 use serde::Serialize;
 use tokio::io::AsyncWrite;
 
-use crate::LocalCluster;
+use locus_cluster::LocalCluster;
 
-/// The MinIO a benchmark reads from or compares with (its bucket must exist).
-#[derive(Clone, Debug, clap::Args)]
-pub struct MinioTarget {
-    /// MinIO endpoint.
-    #[arg(long, default_value = "http://127.0.0.1:9000")]
-    pub endpoint: String,
-    /// Bucket for the test data (must exist).
-    #[arg(long, default_value = "bench")]
-    pub bucket: String,
-    #[arg(long, default_value = "minioadmin")]
-    pub access_key: String,
-    #[arg(long, default_value = "minioadmin")]
-    pub secret_key: String,
-    /// How MinIO is reached, printed with the results (`bench/read --profile` sets it).
-    #[arg(long, default_value = "MinIO on loopback (no shaping)")]
-    pub network: String,
-}
-
-impl MinioTarget {
-    /// The options of an `s3://` mount (or UFS) of this MinIO.
-    pub fn mount_options(&self) -> BTreeMap<String, String> {
-        [
-            ("endpoint".to_string(), self.endpoint.clone()),
-            ("access_key_id".to_string(), self.access_key.clone()),
-            ("secret_access_key".to_string(), self.secret_key.clone()),
-        ]
-        .into()
-    }
-}
+use crate::{ClientRuntime, MinioTarget, loopback_config, machine, median, with_cluster};
 
 /// What `locus bench read` needs.
 #[derive(Clone, Debug)]
@@ -111,13 +83,6 @@ pub struct Row {
     pub median_mib_s: f64,
     /// CPU time of the whole machine (every process and the kernel) per run, where measured.
     pub machine_cpu_s: Vec<f64>,
-}
-
-pub(crate) fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = s.len();
-    if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 }
 }
 
 fn row(name: &str, size: u64, seconds: Vec<f64>) -> Row {
@@ -238,19 +203,16 @@ impl ReadBench {
             }
             w.close().await?;
         }
-        let mut cfg = Config::default();
-        cfg.master.rpc_address = "127.0.0.1:0".into();
-        cfg.master.web_address = "127.0.0.1:0".into();
+        let mut cfg = loopback_config();
         cfg.master.block_size = ByteSize::b(self.block_size);
-        cfg.worker.data_address = "127.0.0.1:0".into();
         cfg.worker.tiers = vec![TierConfig {
             alias: TierAlias::MEM,
             dir: shm.join("mem"),
             quota: ByteSize::b(self.size * 2 + (256 << 20)),
         }];
-        let cluster = LocalCluster::start(cfg, &self.work_dir, 1, None).await?;
-        let result = self.measure(&cluster, &ufs, &key, &opts, &tmpfs_copy).await;
-        cluster.shutdown().await;
+        let result =
+            with_cluster(cfg, &self.work_dir, false, async |c| self.measure(c, &ufs, &key, &opts, &tmpfs_copy).await)
+                .await;
         let _ = ufs.delete(&key, false).await;
         let _ = std::fs::remove_dir_all(&shm);
         result
@@ -265,18 +227,9 @@ impl ReadBench {
         tmpfs_copy: &std::path::Path,
     ) -> Result<(Vec<Row>, BTreeMap<String, f64>)> {
         let local = cluster.client(ClientConfig::default())?;
-        // The timed Locus reads run on a runtime of their own, as a client process would:
-        // sharing the cluster's two runtime threads, a read could be scheduled on the
-        // thread the worker's send of the same stream needs.
-        let client_rt = ClientRuntime(Some(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("bench-client")
-                .enable_all()
-                .build()
-                .map_err(|e| Error::io("start the client runtime", e))?,
-        ));
-        let client_rt = client_rt.0.as_ref().expect("runtime");
+        // The timed Locus reads run on a runtime of their own (see ClientRuntime).
+        let client_rt = ClientRuntime::new(1)?;
+        let client_rt = client_rt.get();
         let reader = |locality| -> Result<Arc<locus_client::Client>> {
             let _rt = client_rt.enter();
             Ok(Arc::new(cluster.client(ClientConfig { locality, ..Default::default() })?))
@@ -367,18 +320,6 @@ impl ReadBench {
     }
 }
 
-/// The clients' runtime, shut down without blocking when the benchmark ends (a runtime
-/// must not be dropped inside another).
-struct ClientRuntime(Option<tokio::runtime::Runtime>);
-
-impl Drop for ClientRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
 /// Seconds to stat and read the whole file with `c`, on the client's own runtime.
 async fn timed_read(rt: &tokio::runtime::Runtime, c: &Arc<locus_client::Client>, path: &str, size: u64) -> Result<f64> {
     let (c, path) = (c.clone(), path.to_string());
@@ -421,15 +362,13 @@ async fn wait_cached(c: &locus_client::Client, path: &str) -> Result<()> {
 /// Render the result as a Markdown table with the machine facts.
 pub fn markdown(b: &ReadBench, rows: &[Row], ratios: &BTreeMap<String, f64>) -> String {
     let mut s = String::new();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     s.push_str(&format!(
-        "File {} ({} blocks of {}), {} runs per path, medians. Machine: {cores} cores, kernel {}. UFS: {}.\n\n",
+        "File {} ({} blocks of {}), {} runs per path, medians. {} UFS: {}.\n\n",
         ByteSize::b(b.size).display().iec(),
         b.size.div_ceil(b.block_size),
         ByteSize::b(b.block_size).display().iec(),
         b.runs,
-        kernel.trim(),
+        machine(),
         b.minio.network
     ));
     s.push_str("| path | median s | median MiB/s | machine CPU s (median) | runs (s) |\n|---|---|---|---|---|\n");

@@ -1,0 +1,162 @@
+//! Cluster administration from the CLI: `locus report` and `locus fs mount`/`unmount`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use locus_client::Client;
+use locus_common::Error;
+use locus_proto::pb;
+use serde_json::json;
+
+use super::{Global, human, runtime};
+
+#[derive(Args)]
+pub struct MountArgs {
+    pub path: Option<String>,
+    pub uri: Option<String>,
+    /// key=value, e.g. endpoint=http://127.0.0.1:9000, access_key_id=..., secret_access_key=...
+    #[arg(long = "option")]
+    pub options: Vec<String>,
+    #[arg(long)]
+    pub readonly: bool,
+    /// How old metadata may get before it is checked against the UFS (e.g. 30s).
+    #[arg(long)]
+    pub sync_interval: Option<String>,
+    /// Default write type of writes under this mount (else the cluster's).
+    #[arg(long)]
+    pub write_type: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Mount a UFS at a path; with no path and URI, list the mounts.
+pub async fn mount(c: &Client, a: &MountArgs) -> Result<()> {
+    let MountArgs { path, uri, options, readonly, sync_interval, write_type, json: as_json } = a;
+    let (Some(path), Some(uri)) = (path, uri) else {
+        let t = c.mount_table().await?;
+        for m in t {
+            if *as_json {
+                println!(
+                    "{}",
+                    json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "options": m.options})
+                );
+            } else {
+                println!(
+                    "{}  on  {}  ({}sync {}ms)",
+                    m.uri,
+                    m.path,
+                    if m.readonly { "ro, " } else { "" },
+                    m.sync_interval_ms
+                );
+            }
+        }
+        return Ok(());
+    };
+    let mut opts = HashMap::new();
+    for o in options {
+        let (k, v) = o.split_once('=').ok_or_else(|| Error::invalid(format!("option {o:?} is not key=value")))?;
+        opts.insert(k.to_string(), v.to_string());
+    }
+    let sync_interval_ms = match sync_interval {
+        Some(s) => {
+            let d: Duration =
+                humantime::parse_duration(s).map_err(|e| Error::invalid(format!("bad --sync-interval {s:?}: {e}")))?;
+            d.as_millis().max(1) as u64
+        }
+        None => 0,
+    };
+    let m = c
+        .mount(pb::MountRequest {
+            path: path.clone(),
+            uri: uri.clone(),
+            options: opts,
+            readonly: *readonly,
+            sync_interval_ms,
+            write_type: write_type.clone().unwrap_or_default(),
+        })
+        .await?;
+    println!("mounted {} at {}", m.uri, m.path);
+    Ok(())
+}
+
+pub async fn unmount(c: &Client, path: &str) -> Result<()> {
+    c.unmount(path).await?;
+    println!("unmounted {path}");
+    Ok(())
+}
+
+/// `locus report`: workers, capacity, persist backlog, bytes read by source, the cache.
+pub fn report(g: &Global, as_json: bool) -> Result<()> {
+    let cfg = g.load_config([])?;
+    runtime()?.block_on(async move {
+        let c = Client::new(&cfg.master_address, cfg.client.clone())?;
+        let r = c.report().await?;
+        let mounts = c.mount_table().await?;
+        let j = locus_proto::report_json(&r, &mounts);
+        if as_json {
+            println!("{}", serde_json::to_string_pretty(&j)?);
+            return Ok(());
+        }
+        print_report(&j);
+        Ok(())
+    })
+}
+
+fn print_report(j: &serde_json::Value) {
+    println!("Workers: {} live", j["live_workers"]);
+    for w in j["workers"].as_array().into_iter().flatten() {
+        let tiers: Vec<String> = w["tiers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                let pooled = t["pooled"].as_u64().unwrap_or(0);
+                format!(
+                    "{} {}/{}{}",
+                    t["alias"].as_str().unwrap_or(""),
+                    human(t["used"].as_u64().unwrap_or(0)),
+                    human(t["capacity"].as_u64().unwrap_or(0)),
+                    if pooled > 0 { format!(" (+{} pooled)", human(pooled)) } else { String::new() }
+                )
+            })
+            .collect();
+        println!(
+            "  #{} {} {} {}  {}",
+            w["id"],
+            w["host"].as_str().unwrap_or(""),
+            w["data_address"].as_str().unwrap_or(""),
+            if w["live"].as_bool() == Some(true) { "live" } else { "LOST" },
+            tiers.join("  ")
+        );
+    }
+    println!("Capacity:");
+    for (k, v) in j["capacity"].as_object().into_iter().flatten() {
+        println!(
+            "  {k}: {} used of {}",
+            human(v["used"].as_u64().unwrap_or(0)),
+            human(v["capacity"].as_u64().unwrap_or(0))
+        );
+    }
+    let b = &j["persist_backlog"];
+    println!(
+        "Persist backlog: {} file(s), {}, oldest {:.1}s ({} queued UFS operation(s))",
+        b["files"],
+        human(b["bytes"].as_u64().unwrap_or(0)),
+        b["oldest_age_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+        b["queued_ops"]
+    );
+    println!("Bytes read by source:");
+    for k in ["short_circuit", "local_worker", "remote_worker", "ufs"] {
+        println!("  {k:<14} {}", human(j["bytes_read"][k].as_u64().unwrap_or(0)));
+    }
+    let c = &j["cache"];
+    println!(
+        "Cache: {} hits, {} misses, {} evictions, hit ratio {:.3}",
+        c["hits"],
+        c["misses"],
+        c["evictions"],
+        c["hit_ratio"].as_f64().unwrap_or(0.0)
+    );
+}

@@ -1,0 +1,431 @@
+//! `locus fs ...`: the file system commands (like `alluxio fs`), each one client call or a
+//! few, on a client configured by the command's read flags.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use locus_client::{Client, PutOptions, ReadOptions};
+use locus_common::config::{Locality, ReadType, WriteType};
+use locus_common::{Error, ErrorKind};
+use locus_proto::pb;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+
+use super::admin::{MountArgs, mount, unmount};
+use super::{Global, human, runtime};
+
+#[derive(Args)]
+pub struct FsArgs {
+    /// Read type: CACHE (default), CACHE_PROMOTE or NO_CACHE.
+    #[arg(long, global = true)]
+    pub read_type: Option<String>,
+    /// Never read short-circuit; co-located workers are read over the data path.
+    #[arg(long, global = true)]
+    pub no_short_circuit: bool,
+    /// Treat every worker as remote (forced remote reads).
+    #[arg(long, global = true)]
+    pub remote: bool,
+    #[command(subcommand)]
+    pub cmd: FsCmd,
+}
+
+#[derive(Subcommand)]
+pub enum FsCmd {
+    /// List a directory.
+    Ls {
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        path: String,
+    },
+    /// Size, fingerprint, blocks with workers and tiers, cached fraction.
+    Stat {
+        #[arg(long)]
+        json: bool,
+        path: String,
+    },
+    /// Print a file.
+    Cat { path: String },
+    /// Count the lines and bytes of a file (like `wc -l -c`), reading it through the
+    /// cache: short-circuit when a worker shares this host. Prints `LINES BYTES PATH`.
+    Wc {
+        /// Read the file this many times, each after a fresh lookup of its blocks, and
+        /// report the time of each read (how benchmarks time first and repeated access).
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Print {"path", "lines", "bytes", "seconds": [one per read]} instead.
+        #[arg(long)]
+        json: bool,
+        path: String,
+    },
+    /// Print the first bytes of a file.
+    Head {
+        /// Bytes to print.
+        #[arg(short = 'c', long, default_value_t = 1024)]
+        bytes: u64,
+        path: String,
+    },
+    /// Copy a file to the local file system.
+    Get { path: String, local: PathBuf },
+    /// Copy a local file (or - for stdin) into Locus.
+    Put {
+        local: String,
+        path: String,
+        #[arg(long)]
+        overwrite: bool,
+        /// MUST_CACHE, CACHE_THROUGH, THROUGH or ASYNC_THROUGH (default: the client's,
+        /// else the mount's, else the cluster's: ASYNC_THROUGH).
+        #[arg(long)]
+        write_type: Option<String>,
+        /// Workers that must hold the blocks before the write is acknowledged
+        /// (ASYNC_THROUGH, MUST_CACHE). Default client.replication.durable: min(2, live).
+        #[arg(long)]
+        durable: Option<u32>,
+    },
+    /// Write a MUST_CACHE file to the UFS, and wait until it is persisted.
+    Persist {
+        path: String,
+        /// Return once the persist is queued.
+        #[arg(long)]
+        no_wait: bool,
+        /// Give up waiting after this long.
+        #[arg(long, default_value = "10m")]
+        timeout: String,
+    },
+    /// Set how many copies of each block Locus keeps (min) and allows (max, 0 = any).
+    #[command(name = "setReplication", alias = "set-replication")]
+    SetReplication {
+        #[arg(long, default_value_t = 1)]
+        min: u32,
+        #[arg(long, default_value_t = 0)]
+        max: u32,
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        path: String,
+    },
+    /// Create a directory.
+    Mkdir {
+        #[arg(short = 'p', long)]
+        parents: bool,
+        path: String,
+    },
+    /// Remove a file or, with -R, a directory tree (from the UFS too).
+    Rm {
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        path: String,
+    },
+    /// Rename.
+    Mv { src: String, dst: String },
+    /// Cache a file (or a tree with -R) on the workers, with a progress bar.
+    Load {
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        path: String,
+    },
+    /// Drop cached blocks.
+    Free {
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        path: String,
+    },
+    /// Keep a file's blocks from eviction.
+    Pin {
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        path: String,
+    },
+    /// Undo pin.
+    Unpin {
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        path: String,
+    },
+    /// Mount a UFS (s3://bucket/prefix or file:///dir) at a path; with no arguments, list mounts.
+    Mount(MountArgs),
+    /// Remove a mount (the UFS is untouched).
+    Unmount { path: String },
+}
+
+pub fn run(g: &Global, fs: &FsArgs) -> Result<()> {
+    let read_type = match &fs.read_type {
+        Some(rt) => Some(ReadType::parse(rt).ok_or_else(|| Error::invalid(format!("unknown read type {rt:?}")))?),
+        None => None,
+    };
+    let cfg = g.load_config([
+        ("client.read_type", read_type.map(|rt| json!(rt))),
+        ("client.short_circuit", fs.no_short_circuit.then_some(json!(false))),
+        ("client.locality", fs.remote.then(|| json!(Locality::Remote))),
+    ])?;
+    runtime()?.block_on(async move {
+        let c = Client::new(&cfg.master_address, cfg.client.clone())?;
+        run_fs(&c, &fs.cmd).await
+    })
+}
+
+fn entry_json(e: &pb::FileInfo) -> serde_json::Value {
+    json!({
+        "path": e.path, "name": e.name, "is_dir": e.is_dir, "length": e.length,
+        "mtime_ms": e.mtime_ms, "fingerprint": e.fingerprint, "pinned": e.pinned,
+        "persist_state": e.persist_state,
+    })
+}
+
+fn stat_json(fi: &pb::FileInfo, workers: &HashMap<u64, String>) -> serde_json::Value {
+    let cached: u64 = fi.blocks.iter().filter(|b| !b.locations.is_empty()).map(|b| b.length).sum();
+    json!({
+        "path": fi.path, "name": fi.name, "is_dir": fi.is_dir, "length": fi.length,
+        "block_size": fi.block_size, "fingerprint": fi.fingerprint, "mtime_ms": fi.mtime_ms,
+        "pinned": fi.pinned, "mount_point": fi.mount_point, "ufs_path": fi.ufs_path,
+        "persist_state": fi.persist_state, "replication_min": fi.replication_min, "replication_max": fi.replication_max,
+        "cached_fraction": if fi.length == 0 { 0.0 } else { cached as f64 / fi.length as f64 },
+        "blocks": fi.blocks.iter().map(|b| json!({
+            "id": b.block_id, "offset": b.offset, "length": b.length,
+            "locations": b.locations.iter().map(|l| json!({"worker_id": l.worker_id, "host": workers.get(&l.worker_id).cloned().unwrap_or_default(), "tier": l.tier})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
+    let opts = ReadOptions::default();
+    match cmd {
+        FsCmd::Ls { recursive, json: as_json, path } => {
+            let mut out = std::io::stdout().lock();
+            use std::io::Write;
+            let mut werr = None;
+            c.list_each(path, *recursive, |e| {
+                let r = if *as_json {
+                    writeln!(out, "{}", entry_json(e))
+                } else {
+                    writeln!(
+                        out,
+                        "{:>12}  {}  {}",
+                        if e.is_dir { "-".into() } else { e.length.to_string() },
+                        if e.is_dir { "d" } else { "-" },
+                        e.path
+                    )
+                };
+                if let Err(e) = r {
+                    werr.get_or_insert(e);
+                }
+            })
+            .await?;
+            if let Some(e) = werr
+                && e.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                return Err(e.into());
+            }
+        }
+        FsCmd::Stat { json: as_json, path } => {
+            let fi = c.status(path, true).await?;
+            let r = c.report().await?;
+            let hosts: HashMap<u64, String> =
+                r.workers.iter().filter_map(|w| w.address.as_ref()).map(|a| (a.worker_id, a.host.clone())).collect();
+            let j = stat_json(&fi, &hosts);
+            if *as_json {
+                println!("{}", serde_json::to_string_pretty(&j)?);
+            } else {
+                println!("path         {}", fi.path);
+                println!("type         {}", if fi.is_dir { "directory" } else { "file" });
+                println!("size         {} ({})", fi.length, human(fi.length));
+                println!("fingerprint  {}", fi.fingerprint);
+                println!("mount        {} (ufs path {:?})", fi.mount_point, fi.ufs_path);
+                println!("pinned       {}", fi.pinned);
+                if !fi.is_dir {
+                    println!("persisted    {}", fi.persist_state);
+                    println!("cached       {:.1}%", j["cached_fraction"].as_f64().unwrap_or(0.0) * 100.0);
+                    for b in &fi.blocks {
+                        let locs: Vec<String> = b
+                            .locations
+                            .iter()
+                            .map(|l| {
+                                format!(
+                                    "worker {} ({}) {}",
+                                    l.worker_id,
+                                    hosts.get(&l.worker_id).cloned().unwrap_or_default(),
+                                    l.tier
+                                )
+                            })
+                            .collect();
+                        println!(
+                            "  block {} @{} len {}: {}",
+                            b.block_id,
+                            b.offset,
+                            b.length,
+                            if locs.is_empty() { "not cached".into() } else { locs.join(", ") }
+                        );
+                    }
+                }
+            }
+        }
+        FsCmd::Cat { path } => {
+            let fi = c.status(path, true).await?;
+            let mut out = tokio::io::stdout();
+            c.read_to(&fi, 0, fi.length, opts, &mut out).await?;
+        }
+        FsCmd::Wc { repeat, json: as_json, path } => {
+            let mut seconds = Vec::new();
+            let mut counted = LineCounter::default();
+            for _ in 0..(*repeat).max(1) {
+                let start = std::time::Instant::now();
+                let fi = c.status(path, true).await?;
+                counted = LineCounter::default();
+                c.read_to(&fi, 0, fi.length, opts, &mut counted).await?;
+                seconds.push(start.elapsed().as_secs_f64());
+            }
+            if *as_json {
+                println!(
+                    "{}",
+                    json!({"path": path, "lines": counted.lines, "bytes": counted.bytes, "seconds": seconds})
+                );
+            } else {
+                println!("{} {} {path}", counted.lines, counted.bytes);
+            }
+        }
+        FsCmd::Head { bytes, path } => {
+            let fi = c.status(path, true).await?;
+            let mut out = tokio::io::stdout();
+            c.read_to(&fi, 0, *bytes, opts, &mut out).await?;
+        }
+        FsCmd::Get { path, local } => {
+            let fi = c.status(path, true).await?;
+            let f = tokio::fs::File::create(local).await.with_context(|| format!("create {}", local.display()))?;
+            let mut w = tokio::io::BufWriter::with_capacity(4 << 20, f);
+            c.read_to(&fi, 0, fi.length, opts, &mut w).await?;
+            w.shutdown().await?;
+        }
+        FsCmd::Put { local, path, overwrite, write_type, durable } => {
+            let popts = PutOptions {
+                overwrite: *overwrite,
+                write_type: write_type.as_deref().map(WriteType::parse_or_err).transpose()?,
+                durable_replicas: *durable,
+                ..Default::default()
+            };
+            let fi = if local == "-" {
+                c.put_with(path, &mut tokio::io::stdin(), &popts, |_| Ok(pb::ObjectMeta::default())).await?
+            } else {
+                let mut f = tokio::fs::File::open(local).await.map_err(|e| Error::io(format!("open {local}"), e))?;
+                c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await?
+            };
+            println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state);
+        }
+        FsCmd::Persist { path, no_wait, timeout } => {
+            let limit: Duration = humantime::parse_duration(timeout)
+                .map_err(|e| Error::invalid(format!("bad --timeout {timeout:?}: {e}")))?;
+            let mut fi = c.persist(path).await?;
+            let start = std::time::Instant::now();
+            while !*no_wait && fi.persist_state != "PERSISTED" {
+                if fi.persist_state == "LOST" {
+                    return Err(
+                        Error::new(ErrorKind::Corrupt, format!("{path} was lost before it was persisted")).into()
+                    );
+                }
+                if start.elapsed() > limit {
+                    return Err(
+                        Error::unavailable(format!("{path} is still {} after {timeout}", fi.persist_state)).into()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                fi = c.status(path, false).await?;
+            }
+            println!("{path}: {}", fi.persist_state);
+        }
+        FsCmd::SetReplication { min, max, recursive, path } => {
+            let n = c.set_replication(path, *min, *max, *recursive).await?;
+            println!(
+                "set replication of {n} file(s) to min {min}, max {}",
+                if *max == 0 { "any".into() } else { max.to_string() }
+            );
+        }
+        FsCmd::Mkdir { parents, path } => c.mkdir(path, *parents).await?,
+        FsCmd::Rm { recursive, path } => c.delete(path, *recursive).await?,
+        FsCmd::Mv { src, dst } => c.rename(src, dst).await?,
+        FsCmd::Load { recursive, path } => {
+            let mut files = Vec::new();
+            let root = c.status(path, false).await?;
+            if root.is_dir {
+                if !*recursive {
+                    return Err(Error::invalid(format!("{path} is a directory (use -R)")).into());
+                }
+                c.list_each(path, true, |e| {
+                    if !e.is_dir {
+                        files.push(e.path.clone());
+                    }
+                })
+                .await?;
+            } else {
+                files.push(root.path.clone());
+            }
+            let mut infos = Vec::new();
+            for f in &files {
+                infos.push(c.status(f, true).await?);
+            }
+            let total: u64 = infos.iter().map(|f| f.length).sum();
+            let pb = indicatif::ProgressBar::new(total);
+            pb.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+                )
+                .unwrap(),
+            );
+            for fi in &infos {
+                pb.set_message(fi.name.clone());
+                c.load(fi, |n| pb.inc(n)).await?;
+            }
+            pb.finish_with_message(format!("loaded {} file(s)", infos.len()));
+        }
+        FsCmd::Free { recursive, path } => {
+            let n = c.free(path, *recursive).await?;
+            println!("freed {n} block(s)");
+        }
+        FsCmd::Pin { recursive, path } => {
+            let n = c.set_pinned(path, true, *recursive).await?;
+            println!("pinned {n} file(s)");
+        }
+        FsCmd::Unpin { recursive, path } => {
+            let n = c.set_pinned(path, false, *recursive).await?;
+            println!("unpinned {n} file(s)");
+        }
+        FsCmd::Mount(a) => mount(c, a).await?,
+        FsCmd::Unmount { path } => unmount(c, path).await?,
+    }
+    Ok(())
+}
+
+/// An output that counts lines and bytes instead of storing them (`fs wc`).
+#[derive(Default)]
+struct LineCounter {
+    lines: u64,
+    bytes: u64,
+}
+
+impl tokio::io::AsyncWrite for LineCounter {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        // Pieces come in 256 KiB (short-circuit and data path alike), still in the CPU
+        // cache: one SIMD pass each.
+        self.lines += bytecount::count(buf, b'\n') as u64;
+        self.bytes += buf.len() as u64;
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,120 @@
+//! What every command family shares: the global flags and the configuration they load,
+//! the Tokio runtime, the stop signal, tier specs, sizes for humans, and the one mapping
+//! from errors to exit codes.
+
+pub mod admin;
+pub mod bench;
+pub mod fs;
+pub mod local;
+pub mod server;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use figment::providers::Serialized;
+use locus_common::config::{Config, GatewayConfig, TierAlias, TierConfig};
+use locus_common::{Error, ErrorKind};
+use serde_json::Value;
+
+/// The flags every command takes.
+#[derive(Args)]
+pub struct Global {
+    /// TOML configuration file (also LOCUS_CONFIG). Flags override the file and LOCUS_* variables.
+    #[arg(long, global = true, env = "LOCUS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Master RPC address host:port (also LOCUS_MASTER; default 127.0.0.1:19998).
+    #[arg(long, global = true)]
+    pub master: Option<String>,
+}
+
+impl Global {
+    /// The configuration: defaults, the file, LOCUS_* variables, `--master`, then `flags`
+    /// (config keys set by the command's own flags; `None` where a flag was not given).
+    pub fn load_config<'a>(&self, flags: impl IntoIterator<Item = (&'a str, Option<Value>)>) -> Result<Config> {
+        let mut f = figment::Figment::new();
+        if let Some(m) = &self.master {
+            f = f.merge(Serialized::default("master_address", m));
+        }
+        for (k, v) in flags {
+            if let Some(v) = v {
+                f = f.merge(Serialized::default(k, v));
+            }
+        }
+        Ok(Config::load(self.config.as_deref(), f)?)
+    }
+}
+
+/// A flag's value for [`Global::load_config`], if it was given.
+pub fn flag<T: serde::Serialize>(v: &Option<T>) -> Option<Value> {
+    v.as_ref().map(|v| serde_json::json!(v))
+}
+
+/// The one mapping from errors to exit codes: a Locus error by its kind, anything else 1.
+/// Returns the code and the one-line message printed on stderr.
+pub fn exit_code(e: &anyhow::Error) -> (i32, String) {
+    let Some(le) = e.downcast_ref::<Error>() else {
+        return (1, format!("{e:#}"));
+    };
+    let code = match le.kind() {
+        ErrorKind::InvalidArgument => 2,
+        ErrorKind::NotFound => 3,
+        ErrorKind::AlreadyExists => 4,
+        ErrorKind::PermissionDenied => 5,
+        ErrorKind::ResourceExhausted => 6,
+        ErrorKind::Unavailable => 7,
+        _ => 1,
+    };
+    (code, le.to_string())
+}
+
+/// A tier as ALIAS:DIR:QUOTA.
+pub fn parse_tier(s: &str) -> Result<TierConfig> {
+    let mut it = s.splitn(3, ':');
+    let (a, d, q) = (it.next().unwrap_or(""), it.next(), it.next());
+    let (Some(d), Some(q)) = (d, q) else {
+        return Err(Error::invalid(format!("tier {s:?} is not ALIAS:DIR:QUOTA")).into());
+    };
+    let alias = TierAlias::parse(a).ok_or_else(|| Error::invalid(format!("unknown tier {a:?} (MEM, SSD, HDD)")))?;
+    let quota = q.parse().map_err(|e| Error::invalid(format!("bad quota {q:?}: {e}")))?;
+    Ok(TierConfig { alias, dir: PathBuf::from(d), quota })
+}
+
+/// Every tier of `specs` (ALIAS:DIR:QUOTA each).
+pub fn parse_tiers(specs: &[String]) -> Result<Vec<TierConfig>> {
+    specs.iter().map(|t| parse_tier(t)).collect()
+}
+
+pub fn print_gateway_auth(g: &GatewayConfig) {
+    if g.access_key_id.is_empty() {
+        println!(
+            "  s3 auth      {}",
+            if g.anonymous { "anonymous access" } else { "no keys: every request is refused" }
+        );
+    } else {
+        let warn = if g.access_key_id == "locusadmin" && g.secret_access_key == "locusadmin" {
+            " (the public default: set gateway.access_key_id/secret_access_key)"
+        } else {
+            ""
+        };
+        println!("  s3 auth      access key {}{warn}", g.access_key_id);
+    }
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+/// Until Ctrl-C or SIGTERM.
+pub async fn wait_for_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}
+
+/// Bytes in IEC units (`1.5 GiB`).
+pub fn human(b: u64) -> String {
+    bytesize::ByteSize::b(b).display().iec().to_string()
+}
