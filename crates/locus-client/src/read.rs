@@ -311,7 +311,6 @@ impl Client {
         Ok(())
     }
 
-    /// Have a worker cache one block (no bytes come back). Returns the worker's id.
     /// Have a worker fill block `b` of `fi` from the UFS into its cache (a no-op where it is
     /// cached). Returns the worker that holds it.
     pub async fn load_block(&self, fi: &pb::FileInfo, b: &pb::BlockInfo) -> Result<u64> {

@@ -34,6 +34,7 @@ mod write;
 use read::FillState;
 use server::{serve_tcp, serve_uds};
 
+/// What this worker served, by source, as the heartbeat reports it.
 #[derive(Default)]
 struct Counters {
     short_circuit: AtomicU64,
@@ -46,6 +47,8 @@ struct Counters {
     corrupt: AtomicU64,
 }
 
+/// The state every handler shares: the block store, the master, the mounts' UFSes and
+/// the fills in progress.
 struct Inner {
     cfg: WorkerConfig,
     store: BlockStore,
@@ -213,6 +216,7 @@ impl Inner {
         self.master.clone()
     }
 
+    /// The UFS of a mount (asked of the master once, then kept).
     async fn ufs(&self, mount_id: u64) -> Result<Ufs> {
         if let Some(u) = self.ufs.lock().get(&mount_id) {
             return Ok(u.clone());
