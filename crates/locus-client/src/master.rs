@@ -1,0 +1,135 @@
+//! The master's RPCs: metadata, the namespace and its mounts, pins, replication, the
+//! report, and creating empty files (no worker involved).
+
+use locus_common::Result;
+use locus_common::config::WriteType;
+use locus_proto::pb;
+
+use crate::Client;
+
+impl Client {
+    pub async fn status(&self, path: &str, with_blocks: bool) -> Result<pb::FileInfo> {
+        let r = pb::GetStatusRequest { path: path.into(), with_blocks };
+        Ok(self.m().get_status(r).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
+    /// One page of a listing: entries after `start_after` (or from it, when `inclusive`)
+    /// in name order.
+    pub async fn list_page(
+        &self,
+        path: &str,
+        start_after: &str,
+        inclusive: bool,
+        limit: u32,
+    ) -> Result<(Vec<pb::FileInfo>, bool)> {
+        let r = pb::ListStatusRequest { path: path.into(), start_after: start_after.into(), limit, inclusive };
+        let r = self.m().list_status(r).await.map_err(|s| self.err(s))?.into_inner();
+        Ok((r.entries, r.truncated))
+    }
+
+    /// Visit every entry of a listing, page by page (optionally recursing into directories).
+    pub async fn list_each(&self, path: &str, recursive: bool, mut f: impl FnMut(&pb::FileInfo)) -> Result<()> {
+        let mut dirs = vec![path.to_string()];
+        while let Some(d) = dirs.pop() {
+            let mut after = String::new();
+            let mut subdirs = Vec::new();
+            loop {
+                let (page, more) = self.list_page(&d, &after, false, 0).await?;
+                for e in &page {
+                    f(e);
+                    if recursive && e.is_dir && e.path != d {
+                        subdirs.push(e.path.clone());
+                    }
+                }
+                match (more, page.last()) {
+                    (true, Some(l)) => after = l.name.clone(),
+                    _ => break,
+                }
+            }
+            subdirs.reverse();
+            dirs.extend(subdirs);
+        }
+        Ok(())
+    }
+
+    pub async fn mkdir(&self, path: &str, recursive: bool) -> Result<()> {
+        self.m().create_directory(pb::PathRequest { path: path.into(), recursive }).await.map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
+        self.m().delete(pb::PathRequest { path: path.into(), recursive }).await.map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
+        self.m().rename(pb::RenameRequest { src: src.into(), dst: dst.into() }).await.map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
+        Ok(self.m().mount(req).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
+    pub async fn unmount(&self, path: &str) -> Result<()> {
+        self.m().unmount(pb::PathRequest { path: path.into(), recursive: false }).await.map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    pub async fn mount_table(&self) -> Result<Vec<pb::MountInfo>> {
+        Ok(self.m().get_mount_table(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner().mounts)
+    }
+
+    pub async fn set_pinned(&self, path: &str, pinned: bool, recursive: bool) -> Result<u64> {
+        let r = pb::SetPinnedRequest { path: path.into(), pinned, recursive };
+        Ok(self.m().set_pinned(r).await.map_err(|s| self.err(s))?.into_inner().count)
+    }
+
+    /// Queue the persist of a MUST_CACHE file; returns its status (see `persist_state`).
+    pub async fn persist(&self, path: &str) -> Result<pb::FileInfo> {
+        let r = pb::PathRequest { path: path.into(), recursive: false };
+        Ok(self.m().persist(r).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
+    pub async fn set_replication(&self, path: &str, min: u32, max: u32, recursive: bool) -> Result<u64> {
+        let r = pb::SetReplicationRequest { path: path.into(), min, max, recursive };
+        Ok(self.m().set_replication(r).await.map_err(|s| self.err(s))?.into_inner().count)
+    }
+
+    pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
+        let r = pb::PathRequest { path: path.into(), recursive };
+        Ok(self.m().free(r).await.map_err(|s| self.err(s))?.into_inner().count)
+    }
+
+    /// Replace the object metadata of a file or directory (`tags_only`: just its tags).
+    /// Default metadata clears it.
+    pub async fn set_object_meta(&self, path: &str, meta: pb::ObjectMeta, tags_only: bool) -> Result<pb::FileInfo> {
+        let r = pb::SetObjectMetaRequest { path: path.into(), meta: Some(meta), tags_only };
+        Ok(self.m().set_object_meta(r).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
+    pub async fn report(&self) -> Result<pb::Report> {
+        Ok(self.m().get_report(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
+    /// Create an empty file: one master call, no worker involved.
+    pub async fn touch(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
+        let wt = write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
+        let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: true };
+        Ok(self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner())
+    }
+
+    /// Create an empty file the way a data write does: CreateFile, then CompleteFile.
+    pub async fn create_and_complete_empty(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
+        let wt = write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
+        let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: false };
+        let target = self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner();
+        let req = pb::CompleteFileRequest {
+            path: target.path,
+            version: target.version,
+            write_type: target.write_type,
+            ..Default::default()
+        };
+        Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
+    }
+}

@@ -1,0 +1,135 @@
+//! Choosing workers and reaching them: the live-worker list, which workers share this
+//! host, the worker for a block or a write's pipeline, and the cache of data connections.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use locus_common::config::Locality;
+use locus_common::{Error, Result};
+use locus_proto::{exchange, pb};
+use tokio::io::{BufReader, BufWriter};
+use tokio::net::{TcpStream, UnixStream};
+
+use crate::Client;
+
+/// How long the worker list is trusted before it is fetched again.
+const WORKER_LIST_TTL: Duration = Duration::from_secs(2);
+
+pub(crate) type DataConn = BufReader<BufWriter<TcpStream>>;
+
+#[derive(Default)]
+pub(crate) struct WorkerCache {
+    list: Vec<pb::WorkerAddress>,
+    fetched: Option<Instant>,
+    /// worker id → whether its Unix socket answered as that worker (co-located).
+    local: HashMap<u64, bool>,
+}
+
+impl Client {
+    /// The live workers (cached for 2 s unless `refresh`).
+    pub async fn workers(&self, refresh: bool) -> Result<Vec<pb::WorkerAddress>> {
+        {
+            let c = self.workers.lock();
+            if !refresh && c.fetched.is_some_and(|t| t.elapsed() < WORKER_LIST_TTL) && !c.list.is_empty() {
+                return Ok(c.list.clone());
+            }
+        }
+        let list = self.m().get_workers(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner().workers;
+        let mut c = self.workers.lock();
+        c.list = list.clone();
+        c.fetched = Some(Instant::now());
+        Ok(list)
+    }
+
+    /// Whether worker `w` shares this host: its Unix socket answers as that worker.
+    pub(crate) async fn is_local(&self, w: &pb::WorkerAddress) -> bool {
+        if self.cfg.locality == Locality::Remote || w.uds_path.is_empty() {
+            return false;
+        }
+        if let Some(v) = self.workers.lock().local.get(&w.worker_id) {
+            return *v;
+        }
+        let v = async {
+            let mut s = UnixStream::connect(&w.uds_path).await.ok()?;
+            let r = exchange(&mut s, pb::data_request::Req::Hello(pb::Empty {})).await.ok()?;
+            Some(r.worker_id == w.worker_id)
+        }
+        .await
+        .unwrap_or(false);
+        self.workers.lock().local.insert(w.worker_id, v);
+        v
+    }
+
+    /// Worker to fill a block that no worker holds: a co-located one if any, else one
+    /// chosen by hashing the block id (so repeated reads meet the same cache).
+    pub(crate) async fn pick_worker(&self, block_id: u64, exclude: &HashSet<u64>) -> Result<pb::WorkerAddress> {
+        let ws: Vec<pb::WorkerAddress> =
+            self.workers(!exclude.is_empty()).await?.into_iter().filter(|w| !exclude.contains(&w.worker_id)).collect();
+        if ws.is_empty() {
+            return Err(Error::unavailable("no live workers"));
+        }
+        for w in &ws {
+            if self.is_local(w).await {
+                return Ok(w.clone());
+            }
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        block_id.hash(&mut h);
+        Ok(ws[(h.finish() % ws.len() as u64) as usize].clone())
+    }
+
+    /// Workers for a write that must end on `copies` of them (0 = min(2, live)): a
+    /// co-located worker first, then others in an order that spreads files. Waits up to
+    /// `client.replication.wait` for enough live workers.
+    pub(crate) async fn write_pipeline(&self, path: &str, copies: u32) -> Result<Vec<pb::WorkerAddress>> {
+        let rc = &self.cfg.replication;
+        let deadline = Instant::now() + rc.wait;
+        let mut refresh = false;
+        loop {
+            let ws = self.workers(refresh).await?;
+            refresh = true;
+            let want = if copies == 0 { ws.len().min(2) } else { copies as usize };
+            let enough = want > 0 && ws.len() >= want;
+            let timed_out = Instant::now() >= deadline;
+            if enough || (timed_out && rc.allow_fewer && !ws.is_empty()) {
+                let mut order: Vec<(u8, u64, pb::WorkerAddress)> = Vec::new();
+                for w in ws {
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    (path, w.worker_id).hash(&mut h);
+                    let local = self.is_local(&w).await;
+                    order.push(((!local) as u8, h.finish(), w));
+                }
+                order.sort_by_key(|o| (o.0, o.1));
+                return Ok(order.into_iter().take(want.max(1)).map(|o| o.2).collect());
+            }
+            if timed_out {
+                return Err(Error::unavailable(format!(
+                    "the write needs {} worker copies but {} workers are live (waited {:?}; \
+                     client.replication.allow_fewer lets it go on with fewer)",
+                    want.max(1),
+                    ws.len(),
+                    rc.wait
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub(crate) async fn conn(&self, addr: &str) -> Result<DataConn> {
+        if let Some(c) = self.conns.lock().get_mut(addr).and_then(|v| v.pop()) {
+            return Ok(c);
+        }
+        let s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
+        let _ = s.set_nodelay(true);
+        Ok(BufReader::with_capacity(256 << 10, BufWriter::new(s)))
+    }
+
+    pub(crate) fn put_conn(&self, addr: &str, c: DataConn) {
+        let mut m = self.conns.lock();
+        let v = m.entry(addr.to_string()).or_default();
+        if v.len() < 8 {
+            v.push(c);
+        }
+    }
+}

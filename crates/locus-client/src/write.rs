@@ -1,0 +1,124 @@
+//! The write path: a new file's bytes through a worker (and down its replication
+//! pipeline) to the cache and/or the UFS, then completed at the master.
+
+use std::collections::HashMap;
+
+use locus_common::config::WriteType;
+use locus_common::{Error, Result};
+use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::Client;
+
+/// Bytes per write frame sent to a worker.
+const WRITE_CHUNK: usize = 4 << 20;
+
+/// Per-write options.
+#[derive(Clone, Debug, Default)]
+pub struct PutOptions {
+    /// Replace an existing file.
+    pub overwrite: bool,
+    /// Stored with the object in an S3 UFS (and in the namespace, via the sealed meta).
+    pub content_type: String,
+    pub user_metadata: HashMap<String, String>,
+    /// Overrides the client's (and the mount's, and the cluster's) write type.
+    pub write_type: Option<WriteType>,
+    /// Overrides `client.replication.durable` (0 = min(2, live workers)).
+    pub durable_replicas: Option<u32>,
+    /// ASYNC_THROUGH: start the background persist only this much later, unless the path
+    /// changes first (a file deleted by then is never written to the UFS). The S3
+    /// gateway sets it for multipart parts, which CompleteMultipartUpload copies into the
+    /// object and deletes. It never delays the acknowledgement.
+    pub persist_wait: Option<std::time::Duration>,
+}
+
+impl Client {
+    /// Write a new file from `input`, through a worker to the UFS.
+    pub async fn put<R: AsyncRead + Unpin>(&self, path: &str, input: &mut R, overwrite: bool) -> Result<pb::FileInfo> {
+        let opts = PutOptions { overwrite, ..Default::default() };
+        self.put_with(path, input, &opts, |_| Ok(pb::ObjectMeta::default())).await
+    }
+
+    /// Write a new file from `input`. Once `input` is exhausted, `seal` checks it (for
+    /// example against a checksum the writer sent) and returns the object metadata to
+    /// record; if `seal` fails, the write is abandoned and the UFS keeps its old object.
+    pub async fn put_with<R: AsyncRead + Unpin>(
+        &self,
+        path: &str,
+        input: &mut R,
+        opts: &PutOptions,
+        seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
+    ) -> Result<pb::FileInfo> {
+        let write_type = opts.write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
+        let target = self
+            .m()
+            .create_file(pb::CreateFileRequest {
+                path: path.into(),
+                overwrite: opts.overwrite,
+                write_type,
+                complete_empty: false,
+            })
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        let wt = WriteType::parse_or_err(&target.write_type)?;
+        let copies =
+            if wt.needs_durable_copies() { opts.durable_replicas.unwrap_or(self.cfg.replication.durable) } else { 1 };
+        let mut pipeline = self.write_pipeline(path, copies).await?;
+        let w = pipeline.remove(0);
+        let mut c = self.conn(&w.data_address).await?;
+        let req = pb::WriteFileRequest {
+            mount_id: target.mount_id,
+            ufs_path: target.ufs_path.clone(),
+            content_type: opts.content_type.clone(),
+            user_metadata: opts.user_metadata.clone(),
+            write_type: target.write_type.clone(),
+            version: target.version,
+            block_size: target.block_size,
+            pipeline,
+            pin_epoch: target.pin_epoch,
+        };
+        exchange(&mut c, pb::data_request::Req::Write(req)).await?;
+        // Any error before the closing frame drops the connection, which the worker takes
+        // as an abort.
+        let mut buf = vec![0u8; WRITE_CHUNK];
+        loop {
+            let mut n = 0;
+            while n < buf.len() {
+                let k = input.read(&mut buf[n..]).await.map_err(input_err)?;
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            if n == 0 {
+                break;
+            }
+            write_chunk(&mut c, &buf[..n]).await.map_err(|e| Error::io("send", e))?;
+        }
+        let meta = seal(input)?;
+        end_chunks(&mut c).await.map_err(|e| Error::io("send", e))?;
+        let r = read_response(&mut c).await?;
+        self.put_conn(&w.data_address, c);
+        let req = pb::CompleteFileRequest {
+            path: target.path,
+            length: r.length,
+            etag: r.etag,
+            mtime_ms: r.mtime_ms,
+            meta: Some(meta),
+            version: target.version,
+            write_type: if r.write_type.is_empty() { target.write_type } else { r.write_type },
+            persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
+        };
+        Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
+    }
+}
+
+/// A failed read of a write's input keeps the error the input gave, when it is ours (a
+/// front end's stream carries a Locus error inside the `io::Error`).
+fn input_err(e: std::io::Error) -> Error {
+    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
+        return *e.into_inner().unwrap().downcast::<Error>().unwrap();
+    }
+    Error::io("read input", e).set_retryable(false)
+}

@@ -1,0 +1,175 @@
+//! Whole-block copies: persisting a file's blocks to the UFS, and re-replicating a block
+//! from a peer; both (and a write that spills to the UFS) read blocks through
+//! [`BlockSource`], from this worker's store or from another worker.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use locus_blockstore::Lease;
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::{exchange, pb, write_frame};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+use crate::Inner;
+
+impl Inner {
+    /// Write a file's cached blocks to the UFS (the master's persist scheduler asks).
+    pub(crate) async fn handle_persist(&self, sock: &mut TcpStream, p: pb::PersistRequest) -> Result<()> {
+        let ufs = self.ufs(p.mount_id).await?;
+        let addrs: HashMap<u64, String> = p.workers.iter().map(|w| (w.worker_id, w.data_address.clone())).collect();
+        let mut writer = ufs.writer(&p.ufs_path, &p.content_type, &p.user_metadata).await?;
+        let res: Result<u64> = async {
+            let mut total = 0;
+            if p.from_ufs {
+                // The object stays whole in the UFS until the new one replaces it at close.
+                let mut s = Box::pin(ufs.read_range(&p.ufs_path, 0, p.length, 8 << 20, 2).await?);
+                while let Some(chunk) = s.next().await {
+                    let chunk = chunk?;
+                    total += chunk.len() as u64;
+                    writer.write(chunk).await?;
+                }
+            }
+            for b in &p.blocks {
+                let sources: Vec<String> =
+                    b.locations.iter().filter_map(|l| addrs.get(&l.worker_id).cloned()).collect();
+                let mut src = self.open_block(b.block_id, b.length, &sources).await?;
+                while let Some(chunk) = src.next().await? {
+                    total += chunk.len() as u64;
+                    writer.write(chunk).await?;
+                }
+            }
+            locus_common::fail::fail_point!("worker.persist.before_commit", |_| Err(Error::internal("failpoint")));
+            Ok(total)
+        }
+        .await;
+        let total = match res {
+            Ok(t) => t,
+            Err(e) => {
+                writer.abort().await;
+                return Err(e);
+            }
+        };
+        let st = writer.close().await?;
+        if st.length != total {
+            return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after persisting {total}", st.length)));
+        }
+        write_frame(
+            sock,
+            &pb::DataResponse { length: st.length, etag: st.etag, mtime_ms: st.mtime_ms, ..Default::default() },
+        )
+        .await
+    }
+
+    /// Copy a block from another worker into this one's store (re-replication).
+    pub(crate) async fn handle_replicate(&self, sock: &mut TcpStream, r: pb::ReplicateRequest) -> Result<()> {
+        if !self.store.contains(r.block_id) {
+            let mut src = self.open_block(r.block_id, r.length, &r.sources).await?;
+            let temp = self.store.create(r.block_id, r.length)?;
+            let mut f = temp.open()?;
+            let (mut n, mut crc) = (0u64, 0u32);
+            while let Some(chunk) = src.next().await? {
+                std::io::Write::write_all(&mut f, &chunk).map_err(|e| Error::io("write block file", e))?;
+                crc = crc32c::crc32c_append(crc, &chunk);
+                n += chunk.len() as u64;
+            }
+            if let Some(want) = src.crc() {
+                if want != crc {
+                    self.counters.corrupt.fetch_add(1, Relaxed);
+                    return Err(Error::new(
+                        ErrorKind::Corrupt,
+                        format!("block {} arrived with crc32c {crc:08x}, not {want:08x}", r.block_id),
+                    ));
+                }
+            }
+            temp.commit(n, Some(crc))?;
+            self.commit_changes().await?;
+        }
+        write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await
+    }
+
+    /// A block's bytes: from this worker's store, else from the first of `sources` (data
+    /// addresses of other holders) that serves it.
+    pub(crate) async fn open_block(&self, block_id: u64, length: u64, sources: &[String]) -> Result<BlockSource> {
+        if let Some(lease) = self.store.lease(block_id, false)? {
+            if lease.len != length {
+                return Err(Error::new(
+                    ErrorKind::Corrupt,
+                    format!("block {block_id} has {} bytes, not {length}", lease.len),
+                ));
+            }
+            let file = std::fs::File::open(&lease.path).map_err(|e| Error::io("open block", e))?;
+            return Ok(BlockSource::Local { file, left: length, _lease: lease });
+        }
+        let mut last = Error::unavailable(format!("no live copy of block {block_id}"));
+        for addr in sources.iter().filter(|a| **a != self.data_address) {
+            let req = pb::ReadBlockRequest {
+                block_id,
+                offset: 0,
+                length,
+                block_length: length,
+                read_type: "NO_CACHE".into(),
+                // Never filled from the UFS: these bytes are not there (yet).
+                fingerprint: locus_common::UNPERSISTED_FINGERPRINT.into(),
+                ..Default::default()
+            };
+            let r = async {
+                let s =
+                    TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
+                let _ = s.set_nodelay(true);
+                let mut s = tokio::io::BufReader::with_capacity(1 << 20, s);
+                let r = exchange(&mut s, pb::data_request::Req::Read(req)).await?;
+                Ok(BlockSource::Peer { sock: s, left: length, crc: r.has_crc.then_some(r.crc32c) })
+            }
+            .await;
+            match r {
+                Ok(src) => return Ok(src),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// Where [`Inner::open_block`] reads a block from.
+pub(crate) enum BlockSource {
+    Local { file: std::fs::File, left: u64, _lease: Lease },
+    Peer { sock: tokio::io::BufReader<TcpStream>, left: u64, crc: Option<u32> },
+}
+
+impl BlockSource {
+    /// The checksum the holder recorded for the block, when it sent one.
+    fn crc(&self) -> Option<u32> {
+        match self {
+            BlockSource::Local { .. } => None,
+            BlockSource::Peer { crc, .. } => *crc,
+        }
+    }
+
+    /// The next chunk (at most 4 MiB), or `None` at the end of the block.
+    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>> {
+        const CHUNK: u64 = 4 << 20;
+        match self {
+            BlockSource::Local { file, left, .. } => {
+                if *left == 0 {
+                    return Ok(None);
+                }
+                let mut buf = vec![0u8; CHUNK.min(*left) as usize];
+                std::io::Read::read_exact(file, &mut buf).map_err(|e| Error::io("read block file", e))?;
+                *left -= buf.len() as u64;
+                Ok(Some(Bytes::from(buf)))
+            }
+            BlockSource::Peer { sock, left, .. } => {
+                if *left == 0 {
+                    return Ok(None);
+                }
+                let mut buf = vec![0u8; CHUNK.min(*left) as usize];
+                sock.read_exact(&mut buf).await.map_err(|e| Error::unavailable(format!("peer stream broke: {e}")))?;
+                *left -= buf.len() as u64;
+                Ok(Some(Bytes::from(buf)))
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Keeping the master informed: registration with the full block report, heartbeats
+//! (usage, counters, pins, removals) and block commits.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use locus_blockstore::Change;
+use locus_common::{Error, Result};
+use locus_proto::{from_status, pb};
+
+use crate::Inner;
+
+impl Inner {
+    fn tier_usage(&self) -> Vec<pb::TierUsage> {
+        self.store
+            .usage()
+            .into_iter()
+            .map(|u| pb::TierUsage {
+                alias: u.alias.as_str().into(),
+                capacity: u.capacity,
+                used: u.used,
+                blocks: u.blocks,
+                pooled: u.pooled,
+            })
+            .collect()
+    }
+
+    /// Register with the master and send the full block report. Blocks written under
+    /// another cluster (a master whose namespace is gone: their ids name other data now)
+    /// are dropped first, when the master says so, before anything can read or write them.
+    async fn register(&self) -> Result<()> {
+        for _ in 0..2 {
+            let cluster_id = self.store.cluster_id();
+            let blocks = self
+                .store
+                .report()
+                .into_iter()
+                .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: t.as_str().into(), length: len })
+                .collect();
+            self.store.drain_changes(); // the full report covers them
+            let req = pb::RegisterWorkerRequest {
+                worker_id: self.id.load(Relaxed),
+                address: Some(pb::WorkerAddress {
+                    worker_id: 0,
+                    host: self.cfg.host.clone(),
+                    data_address: self.data_address.clone(),
+                    uds_path: self.uds_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                }),
+                tiers: self.tier_usage(),
+                blocks,
+                cluster_id,
+            };
+            let resp = self.master().register_worker(req).await.map_err(from_status)?.into_inner();
+            if resp.cluster_id == 0 {
+                return Err(Error::internal("the master named no cluster id"));
+            }
+            let dropped = self.store.adopt_cluster(resp.cluster_id)?;
+            if resp.worker_id == 0 {
+                tracing::warn!(dropped, cluster = resp.cluster_id, "dropped the blocks of another cluster");
+                continue; // the next full report covers the removals
+            }
+            self.id.store(resp.worker_id, Relaxed);
+            let _ = std::fs::write(self.cfg.data_dir.join("worker_id"), resp.worker_id.to_string());
+            return Ok(());
+        }
+        Err(Error::unavailable("the master refused this worker's block report twice"))
+    }
+
+    pub(crate) async fn heartbeat(&self) -> Result<()> {
+        if self.id.load(Relaxed) == 0 || self.pin_epoch.load(Relaxed) == u64::MAX {
+            self.register().await?;
+            self.pin_epoch.store(0, Relaxed);
+        }
+        self.commit_changes().await?;
+        self.store.trim_file_pool();
+        let c = &self.counters;
+        let req = pb::HeartbeatRequest {
+            worker_id: self.id.load(Relaxed),
+            tiers: self.tier_usage(),
+            counters: Some(pb::ReadCounters {
+                short_circuit: c.short_circuit.load(Relaxed),
+                local_worker: c.local_worker.load(Relaxed),
+                remote_worker: c.remote_worker.load(Relaxed),
+                ufs: c.ufs.load(Relaxed),
+                cache_hits: c.cache_hits.load(Relaxed),
+                cache_misses: c.cache_misses.load(Relaxed),
+                evictions: self.store.evictions(),
+                corrupt_blocks: self.store.corrupt_blocks() + c.corrupt.load(Relaxed),
+            }),
+            pin_epoch: self.pin_epoch.load(Relaxed),
+        };
+        let resp = self.master().worker_heartbeat(req).await.map_err(from_status)?.into_inner();
+        if resp.reregister {
+            self.register().await?;
+            return Ok(());
+        }
+        if resp.pins_changed {
+            self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect(), resp.pin_epoch);
+            self.pin_epoch.store(resp.pin_epoch, Relaxed);
+        }
+        for b in resp.remove_blocks {
+            self.store.remove(b)?;
+        }
+        self.commit_changes().await
+    }
+
+    /// Send block additions and removals to the master.
+    pub(crate) async fn commit_changes(&self) -> Result<()> {
+        let changes = self.store.drain_changes();
+        if changes.is_empty() || self.id.load(Relaxed) == 0 {
+            return Ok(());
+        }
+        let mut req = pb::CommitBlocksRequest { worker_id: self.id.load(Relaxed), ..Default::default() };
+        for c in changes {
+            match c {
+                Change::Stored { block_id, tier, len } => {
+                    req.added.push(pb::BlockReport { block_id, tier: tier.as_str().into(), length: len })
+                }
+                Change::Removed { block_id } => req.removed.push(block_id),
+            }
+        }
+        if let Err(s) = self.master().commit_blocks(req).await {
+            // The master lost track of us: the next heartbeat re-registers with a full report.
+            self.pin_epoch.store(u64::MAX, Relaxed);
+            return Err(from_status(s));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,463 @@
+//! The read path: a block served from the cache (sendfile), from a fill of the UFS in
+//! progress (concurrent misses on one block cost one UFS read: readers follow the fill's
+//! file as it grows), or straight from the UFS; and the co-located reader's reads and
+//! short-circuit leases over the Unix socket.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use locus_blockstore::Lease;
+use locus_common::config::ReadType;
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::{pb, write_frame};
+use locus_ufs::Ufs;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::watch;
+
+use crate::Inner;
+
+/// Largest block the data path accepts.
+const MAX_BLOCK: u64 = 1 << 40;
+/// A fill publishes its progress to waiting readers every this many bytes.
+const FILL_NOTIFY: u64 = 1 << 20;
+
+/// Progress of one block fill, as the leader publishes it.
+#[derive(Clone, Default)]
+pub(crate) struct FillState {
+    /// The block's temporary file, once created (its bytes `..filled` are final).
+    path: Option<PathBuf>,
+    /// Where that file goes when the block is committed.
+    final_path: Option<PathBuf>,
+    filled: u64,
+    /// Set when the fill ends: whether the block was cached.
+    done: Option<bool>,
+    /// A lease on the cached block, held for the readers that follow the fill's file
+    /// (they read it without a lease of their own) until the last of them is done: the
+    /// block is neither evicted nor its file reused under them.
+    lease: Option<Arc<Lease>>,
+}
+
+/// A block fill a reader joined ([`Inner::fill_or_join`]): its progress, and when this
+/// reader started it, the task running it.
+enum Fill {
+    Leader(watch::Receiver<FillState>, tokio::task::JoinHandle<Result<()>>),
+    Waiter(watch::Receiver<FillState>),
+}
+
+/// Where a block read ends in its block, or why the request is bad.
+fn read_end(r: &pb::ReadBlockRequest) -> Result<u64> {
+    match r.offset.checked_add(r.length) {
+        Some(end) if r.block_length > 0 && r.block_length <= MAX_BLOCK && end <= r.block_length => Ok(end),
+        _ => Err(Error::invalid(format!(
+            "bad read range {}+{} of a block of {} bytes",
+            r.offset, r.length, r.block_length
+        ))),
+    }
+}
+
+/// Wait until a fill has more than `pos` bytes of its block: how many it has then, or
+/// why it never will.
+async fn fill_past(rx: &mut watch::Receiver<FillState>, block_id: u64, pos: u64) -> Result<u64> {
+    let got = rx.wait_for(|s| s.filled > pos || s.done.is_some()).await.map(|s| (s.filled, s.done));
+    // A leader gone without a verdict failed.
+    let (filled, done) = got.unwrap_or_else(|_| (rx.borrow().filled, Some(false)));
+    if filled <= pos {
+        return Err(Error::unavailable(match done {
+            Some(true) => format!("block {block_id} is shorter than the read"),
+            _ => format!("the fill of block {block_id} failed"),
+        }));
+    }
+    Ok(filled)
+}
+
+/// What keeps a block in place for a co-located reader between its requests (held for
+/// its `Drop`).
+#[allow(dead_code)]
+pub(crate) enum Held {
+    Lease(Lease),
+    /// A fill the reader followed: its receiver keeps the lease the fill took at commit.
+    Fill(watch::Receiver<FillState>),
+}
+
+impl Inner {
+    /// The UFS of the read's mount, after checking that the file still has the
+    /// fingerprint the client's metadata carries: a file changed behind Locus's back is
+    /// refused (before any byte is sent), never served as a mix of versions.
+    async fn checked_ufs(&self, r: &pb::ReadBlockRequest) -> Result<Ufs> {
+        let ufs = self.ufs(r.mount_id).await?;
+        if !r.fingerprint.is_empty() {
+            let now = ufs.stat(&r.ufs_path).await?.map(|s| s.fingerprint()).unwrap_or_default();
+            if now != r.fingerprint {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "{} changed in the UFS since its metadata was loaded ({} -> {}); it is re-read after the mount's sync interval",
+                        r.ufs_path,
+                        r.fingerprint,
+                        if now.is_empty() { "deleted" } else { now.as_str() }
+                    ),
+                ));
+            }
+        }
+        Ok(ufs)
+    }
+
+    fn count_served(&self, local: bool, n: u64) {
+        if local {
+            self.counters.local_worker.fetch_add(n, Relaxed);
+        } else {
+            self.counters.remote_worker.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// A short-circuit lease over the Unix socket: the cached block's file and length for
+    /// the client to read itself, and the lease that keeps it in place meanwhile.
+    pub(crate) fn grant_lease(&self, l: &pb::LeaseRequest) -> Result<(pb::DataResponse, Held)> {
+        let lease = self
+            .store
+            .lease(l.block_id, l.promote)?
+            .ok_or_else(|| Error::not_found(format!("block {} is not cached here", l.block_id)))?;
+        self.counters.cache_hits.fetch_add(1, Relaxed);
+        self.counters.short_circuit.fetch_add(l.length.min(lease.len), Relaxed);
+        let r = pb::DataResponse { path: lease.path.display().to_string(), length: lease.len, ..Default::default() };
+        Ok((r, Held::Lease(lease)))
+    }
+
+    /// Serve one read request on a data connection.
+    /// `hdr` becomes true once a response header went out: after that an error can only
+    /// close the connection (the client sees a short read).
+    pub(crate) async fn handle_read(
+        self: &Arc<Self>,
+        sock: &mut TcpStream,
+        r: pb::ReadBlockRequest,
+        hdr: &mut bool,
+    ) -> Result<()> {
+        read_end(&r)?;
+        let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
+        let promote = read_type == ReadType::CACHE_PROMOTE;
+        let mut first = true;
+        loop {
+            if let Some(lease) = self.store.lease(r.block_id, promote)? {
+                if first {
+                    self.counters.cache_hits.fetch_add(1, Relaxed);
+                }
+                return self.send_cached(sock, &r, lease, hdr).await;
+            }
+            if first {
+                self.counters.cache_misses.fetch_add(1, Relaxed);
+                first = false;
+            }
+            if r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT {
+                // Only worker copies exist: the reader must try another holder.
+                return Err(Error::unavailable(format!(
+                    "block {} is not here (it may have failed its checksum), and the file is not persisted",
+                    r.block_id
+                )));
+            }
+            if read_type == ReadType::NO_CACHE {
+                return self.send_from_ufs(sock, &r, hdr).await;
+            }
+            let fill = match self.fill_or_join(&r) {
+                Ok(f) => f,
+                // A full cache still serves the read, uncached.
+                Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
+                    tracing::warn!(block = r.block_id, error = %e, "cannot cache block; serving it uncached");
+                    return self.send_from_ufs(sock, &r, hdr).await;
+                }
+                Err(e) => return Err(e),
+            };
+            match fill {
+                Fill::Leader(mut rx, task) => {
+                    let joined = !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await?;
+                    let res = task.await.unwrap_or_else(|e| Err(Error::internal(format!("block fill task: {e}"))));
+                    if joined {
+                        // The reader has its bytes, whatever became of the rest of the block.
+                        return Ok(());
+                    }
+                    res?;
+                    if r.load_only {
+                        return write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await;
+                    }
+                    // cached meanwhile (the fill ended before this reader joined)
+                }
+                Fill::Waiter(mut rx) => {
+                    if !r.load_only && self.join_fill(sock, &r, &mut rx, hdr).await? {
+                        return Ok(());
+                    }
+                    let _ = rx.wait_for(|v| v.done.is_some()).await;
+                }
+            }
+        }
+    }
+
+    /// Become the filler of a missing block (the fill runs on a task of its own, so no
+    /// reader, this one included, can hold it back: every reader follows the block file
+    /// as it grows), or join the fill in progress. Fails when the block cannot be cached
+    /// (`ResourceExhausted`: no room).
+    fn fill_or_join(self: &Arc<Self>, r: &pb::ReadBlockRequest) -> Result<Fill> {
+        let tx = {
+            let mut inflight = self.inflight.lock();
+            if let Some(rx) = inflight.get(&r.block_id) {
+                return Ok(Fill::Waiter(rx.clone()));
+            }
+            let (tx, rx) = watch::channel(FillState::default());
+            inflight.insert(r.block_id, rx);
+            tx
+        };
+        // Reserve the space first.
+        let temp = match self.store.create(r.block_id, r.block_length) {
+            Ok(t) => t,
+            Err(e) => {
+                self.inflight.lock().remove(&r.block_id);
+                tx.send_modify(|s| s.done = Some(false));
+                return Err(e);
+            }
+        };
+        let rx = tx.subscribe();
+        let (me, req) = (self.clone(), r.clone());
+        let task = tokio::spawn(async move {
+            let res = me.fill(&req, temp, &tx).await;
+            me.inflight.lock().remove(&req.block_id);
+            tx.send_modify(|s| s.done = Some(res.is_ok()));
+            // The master learns of the block before any reader is told it is
+            // cached, so `load` (or a read) followed by `stat` shows it.
+            let _ = me.commit_changes().await;
+            res
+        });
+        Ok(Fill::Leader(rx, task))
+    }
+
+    /// A co-located client's read, over the Unix socket: no bytes go through the socket.
+    /// A cached block is leased, as for a short-circuit read; a miss joins or starts the
+    /// block's fill, and the reader gets the fill's file and frames telling how far it
+    /// has grown, and reads the file itself (one copy less than the data path, and no
+    /// socket). Returns what keeps the block in place until the reader's next request
+    /// or until it hangs up.
+    pub(crate) async fn follow_read(self: &Arc<Self>, sock: &mut UnixStream, r: pb::ReadBlockRequest) -> Result<Held> {
+        let end = read_end(&r)?;
+        let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
+        let mut first = true;
+        loop {
+            if let Some(lease) = self.store.lease(r.block_id, read_type == ReadType::CACHE_PROMOTE)? {
+                if lease.len < end {
+                    return Err(Error::new(
+                        ErrorKind::Corrupt,
+                        format!("cached block {} is shorter than requested", r.block_id),
+                    ));
+                }
+                if first {
+                    self.counters.cache_hits.fetch_add(1, Relaxed);
+                }
+                self.counters.short_circuit.fetch_add(r.length, Relaxed);
+                let path = lease.path.display().to_string();
+                let resp = pb::DataResponse {
+                    filled: lease.len,
+                    block_path: path.clone(),
+                    path,
+                    length: lease.len,
+                    cached: true,
+                    ..Default::default()
+                };
+                write_frame(sock, &resp).await?;
+                return Ok(Held::Lease(lease));
+            }
+            if first {
+                self.counters.cache_misses.fetch_add(1, Relaxed);
+                first = false;
+            }
+            if read_type == ReadType::NO_CACHE || r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT {
+                // Bytes that are not to be cached, or only other workers have: the data path.
+                return Err(Error::not_found(format!("block {} is not cached here", r.block_id)));
+            }
+            let mut rx = match self.fill_or_join(&r)? {
+                Fill::Leader(rx, _) | Fill::Waiter(rx) => rx,
+            };
+            let st = match rx.wait_for(|s| s.path.is_some() || s.done.is_some()).await {
+                Ok(s) => s.clone(),
+                Err(_) => FillState { done: Some(false), ..Default::default() },
+            };
+            let (Some(path), Some(block_path)) = (st.path, st.final_path) else {
+                if st.done == Some(true) {
+                    continue; // cached before it had a file to follow: lease it
+                }
+                return Err(Error::unavailable(format!("the fill of block {} failed", r.block_id)));
+            };
+            let head = pb::DataResponse {
+                path: path.display().to_string(),
+                block_path: block_path.display().to_string(),
+                length: r.block_length,
+                filled: st.filled,
+                ..Default::default()
+            };
+            write_frame(sock, &head).await?;
+            let mut told = st.filled;
+            while told < end {
+                let filled = fill_past(&mut rx, r.block_id, told).await?;
+                write_frame(sock, &pb::DataResponse { filled, ..Default::default() }).await?;
+                told = filled;
+            }
+            self.counters.short_circuit.fetch_add(r.length, Relaxed);
+            // The fill's lease (taken at its commit) lives as long as this receiver.
+            return Ok(Held::Fill(rx));
+        }
+    }
+
+    /// Serve a read from a fill in progress: what the leader has written so far at once,
+    /// the rest as it arrives (so a reader never waits for a whole block to land). Returns
+    /// false, having sent nothing, when the fill has no file to follow (not created yet
+    /// and then failed, or already committed): the caller then takes the cached copy.
+    async fn join_fill(
+        &self,
+        sock: &mut TcpStream,
+        r: &pb::ReadBlockRequest,
+        rx: &mut watch::Receiver<FillState>,
+        hdr: &mut bool,
+    ) -> Result<bool> {
+        let path = match rx.wait_for(|s| s.path.is_some() || s.done.is_some()).await {
+            Ok(s) => s.path.clone(),
+            Err(_) => None,
+        };
+        // The open descriptor stays valid across the commit's rename.
+        let Some(file) = path.and_then(|p| std::fs::File::open(p).ok()) else { return Ok(false) };
+        write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
+        *hdr = true;
+        let (mut pos, end) = (r.offset, r.offset + r.length);
+        while pos < end {
+            let filled = fill_past(rx, r.block_id, pos).await?;
+            let n = sendfile(sock, &file, pos, filled.min(end) - pos).await.map_err(|e| Error::io("send block", e))?;
+            pos += n;
+            self.count_served(r.client_local, n);
+        }
+        Ok(true)
+    }
+
+    async fn send_cached(
+        &self,
+        sock: &mut TcpStream,
+        r: &pb::ReadBlockRequest,
+        lease: Lease,
+        hdr: &mut bool,
+    ) -> Result<()> {
+        if r.load_only {
+            return write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await;
+        }
+        if r.offset + r.length > lease.len {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("cached block {} is shorter than requested", r.block_id),
+            ));
+        }
+        let file = std::fs::File::open(&lease.path).map_err(|e| Error::io("open block", e))?;
+        let crc = if r.offset == 0 && r.length == lease.len { self.store.crc(r.block_id) } else { None };
+        let head = pb::DataResponse {
+            length: r.length,
+            cached: true,
+            has_crc: crc.is_some(),
+            crc32c: crc.unwrap_or(0),
+            ..Default::default()
+        };
+        write_frame(sock, &head).await?;
+        *hdr = true;
+        if r.length == 0 {
+            return Ok(());
+        }
+        // Zero-copy from the block file to the socket. The lease keeps the file in place.
+        let (mut off, mut left) = (r.offset, r.length);
+        while left > 0 {
+            let n = sendfile(sock, &file, off, left.min(self.cfg.chunk_size.as_u64()))
+                .await
+                .map_err(|e| Error::io("send block", e))?;
+            off += n;
+            left -= n;
+            self.count_served(r.client_local, n);
+        }
+        drop(lease);
+        Ok(())
+    }
+
+    /// NO_CACHE miss: stream the range from the UFS without keeping it.
+    async fn send_from_ufs(&self, sock: &mut TcpStream, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
+        let ufs = self.checked_ufs(r).await?;
+        let mut s = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset + r.offset, r.length, 8 << 20, 4).await?);
+        write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
+        *hdr = true;
+        let mut sent = 0;
+        while let Some(b) = s.next().await {
+            let b = b?;
+            self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
+            sock.write_all(&b).await.map_err(|e| Error::io("send block", e))?;
+            self.count_served(r.client_local, b.len() as u64);
+            sent += b.len() as u64;
+        }
+        if sent != r.length {
+            return Err(Error::new(ErrorKind::Ufs, format!("UFS returned {sent} of {} bytes (changed?)", r.length)));
+        }
+        Ok(())
+    }
+
+    /// Cache miss: read the whole block from the UFS into `temp`, publishing progress so
+    /// that readers stream it as it arrives (`join_fill`).
+    async fn fill(
+        &self,
+        r: &pb::ReadBlockRequest,
+        temp: locus_blockstore::TempBlock,
+        progress: &watch::Sender<FillState>,
+    ) -> Result<()> {
+        let ufs = self.checked_ufs(r).await?;
+        let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
+        let mut file = temp.open()?;
+        progress.send_modify(|s| {
+            s.path = Some(temp.path.clone());
+            s.final_path = Some(temp.final_path.clone());
+        });
+        let mut pos = 0u64;
+        let mut crc = 0u32;
+        while let Some(b) = stream.next().await {
+            let b: Bytes = b?;
+            std::io::Write::write_all(&mut file, &b).map_err(|e| Error::io("write block file", e))?;
+            crc = crc32c::crc32c_append(crc, &b);
+            self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
+            pos += b.len() as u64;
+            // Readers are woken per FILL_NOTIFY bytes, not per network chunk (tens of KiB):
+            // fewer wake-ups and larger sendfile calls.
+            if pos - progress.borrow().filled >= FILL_NOTIFY {
+                progress.send_modify(|st| st.filled = pos);
+            }
+        }
+        progress.send_if_modified(|st| std::mem::replace(&mut st.filled, pos) != pos);
+        if pos != r.block_length {
+            return Err(Error::new(
+                ErrorKind::Ufs,
+                format!("UFS returned {pos} of {} bytes for block {} (file changed?)", r.block_length, r.block_id),
+            ));
+        }
+        locus_common::fail::fail_point!("worker.fill.before_commit", |_| Err(Error::internal("failpoint")));
+        let lease = temp.commit_leased(pos, Some(crc))?;
+        progress.send_modify(|s| s.lease = Some(Arc::new(lease)));
+        Ok(())
+    }
+}
+
+/// `sendfile(2)` up to `len` bytes of `file` at `off` to the socket; returns the bytes sent.
+async fn sendfile(sock: &TcpStream, file: &std::fs::File, off: u64, len: u64) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    loop {
+        sock.writable().await?;
+        let r = sock.try_io(tokio::io::Interest::WRITABLE, || {
+            let mut o = off as libc::off_t;
+            // SAFETY: both descriptors are open for the duration of the call.
+            let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut o, len as usize) };
+            if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as u64) }
+        });
+        match r {
+            Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}

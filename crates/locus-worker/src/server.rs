@@ -1,0 +1,138 @@
+//! The data-path server: the TCP and Unix-socket accept loops and the dispatch of each
+//! connection's requests to the read, write, persist and replication handlers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use locus_common::{Error, ErrorKind};
+use locus_proto::{pb, read_frame, write_frame};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::watch;
+
+use crate::Inner;
+use crate::read::Held;
+
+pub(crate) async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    loop {
+        let (sock, _) = tokio::select! {
+            r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "accept"); continue } },
+            _ = stop.changed() => return,
+        };
+        let _ = sock.set_nodelay(true);
+        let inner = inner.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let mut s = sock;
+            // A stopping worker drops its connections mid-stream, as a crash would.
+            tokio::select! {
+                _ = serve_conn(inner, &mut s) => {}
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}
+
+async fn serve_conn(inner: Arc<Inner>, s: &mut TcpStream) {
+    loop {
+        let req: pb::DataRequest = match read_frame(s).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => return send_error(s, &e).await,
+        };
+        let mut hdr = false;
+        let res = match req.req {
+            Some(pb::data_request::Req::Read(r)) => inner.handle_read(s, r, &mut hdr).await,
+            Some(pb::data_request::Req::Write(w)) => inner.handle_write(s, w).await,
+            Some(pb::data_request::Req::Persist(p)) => inner.handle_persist(s, p).await,
+            Some(pb::data_request::Req::Replicate(r)) => inner.handle_replicate(s, r).await,
+            Some(pb::data_request::Req::Hello(_)) => write_frame(s, &inner.hello()).await,
+            Some(pb::data_request::Req::Lease(_)) => {
+                Err(Error::invalid("leases are granted over the Unix socket only"))
+            }
+            None => Err(Error::invalid("empty data request")),
+        };
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "data request failed");
+            if hdr {
+                // Bytes were already streamed: close, the client sees a short read and retries.
+                let _ = s.flush().await;
+                return;
+            }
+            send_error(s, &e).await;
+            if e.kind() == ErrorKind::InvalidArgument {
+                return;
+            }
+            continue;
+        }
+        if s.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+pub(crate) async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut stop: watch::Receiver<bool>) {
+    loop {
+        let (mut sock, _) = tokio::select! {
+            r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "uds accept"); continue } },
+            _ = stop.changed() => return,
+        };
+        let inner = inner.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = serve_lease_conn(inner, &mut sock) => {}
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}
+
+async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
+    // What a reply hands out lives as long as the client keeps it: until its next
+    // request or until it closes the connection (which also covers a client crash).
+    let mut held: Option<Held> = None;
+    loop {
+        let req: pb::DataRequest = match read_frame(sock).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => return send_error(sock, &e).await,
+        };
+        drop(held.take());
+        let resp = match req.req {
+            Some(pb::data_request::Req::Read(r)) => match inner.follow_read(sock, r).await {
+                Ok(h) => {
+                    held = Some(h);
+                    continue;
+                }
+                Err(e) => pb::DataResponse::error(&e),
+            },
+            Some(pb::data_request::Req::Lease(l)) => match inner.grant_lease(&l) {
+                Ok((r, lease)) => {
+                    held = Some(lease);
+                    r
+                }
+                Err(e) => pb::DataResponse::error(&e),
+            },
+            Some(pb::data_request::Req::Hello(_)) => inner.hello(),
+            _ => pb::DataResponse::error(&Error::invalid("only reads, leases and hello on the Unix socket")),
+        };
+        if write_frame(sock, &resp).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Answer a request that failed before its handler could (best effort: the connection
+/// is closed or reused by the caller either way).
+async fn send_error<S: AsyncWrite + Unpin>(s: &mut S, e: &Error) {
+    let _ = write_frame(s, &pb::DataResponse::error(e)).await;
+    let _ = s.flush().await;
+}
+
+impl Inner {
+    /// The answer to a hello: who this worker is.
+    fn hello(&self) -> pb::DataResponse {
+        pb::DataResponse { worker_id: self.id.load(Relaxed), ..Default::default() }
+    }
+}

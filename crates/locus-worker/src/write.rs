@@ -1,0 +1,290 @@
+//! The write path: a file's bytes into this worker's cache (as blocks of the new version)
+//! and/or the UFS, forwarded down the replication pipeline as they arrive.
+
+use bytes::Bytes;
+use locus_blockstore::BlockStore;
+use locus_common::config::WriteType;
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk, write_frame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::Inner;
+
+impl Inner {
+    /// Take a write: chunk frames follow the request, a zero-length frame ends them. The
+    /// bytes go to this worker's cache (as blocks of the new version) and/or the UFS, as
+    /// the write type says, and down the replication pipeline: each chunk is forwarded to
+    /// the next worker while it is stored here. The answer comes once every worker of the
+    /// pipeline holds the blocks and has reported them to the master.
+    pub(crate) async fn handle_write(&self, sock: &mut TcpStream, w: pb::WriteFileRequest) -> Result<()> {
+        let wt = if w.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&w.write_type)? };
+        let mut blocks = if wt.caches() {
+            if w.version == 0 || w.block_size == 0 {
+                return Err(Error::invalid("a cached write needs a file version and a block size"));
+            }
+            if wt.needs_durable_copies() {
+                self.store.pin_written(w.version, w.pin_epoch);
+            }
+            Some(BlockWriter {
+                store: self.store.clone(),
+                version: w.version,
+                block_size: w.block_size,
+                index: 0,
+                cur: None,
+                crc: 0,
+            })
+        } else {
+            None
+        };
+        let mut ufs_writer = match wt.writes_ufs() {
+            true => Some(self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?),
+            false => None,
+        };
+        // The rest of the pipeline, fed by a task so that forwarding overlaps local writes.
+        let mut down = None;
+        if wt.caches() && !w.pipeline.is_empty() {
+            let next = w.pipeline[0].clone();
+            let req = pb::WriteFileRequest {
+                pipeline: w.pipeline[1..].to_vec(),
+                write_type: if wt.writes_ufs() { WriteType::MUST_CACHE.as_str().into() } else { w.write_type.clone() },
+                ..w.clone()
+            };
+            match forward_write(next, req).await {
+                Ok(d) => down = Some(d),
+                Err(e) => {
+                    if let Some(u) = ufs_writer.take() {
+                        u.abort().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        write_frame(sock, &pb::DataResponse::default()).await?; // ready
+        sock.flush().await.map_err(|e| Error::io("send", e))?;
+        let mut spilled = false;
+        let res: Result<u64> = async {
+            let mut total = 0u64;
+            loop {
+                let mut lenb = [0u8; 4];
+                sock.read_exact(&mut lenb).await.map_err(|e| Error::io("read write chunk", e))?;
+                let len = u32::from_be_bytes(lenb) as usize;
+                if len == 0 {
+                    break;
+                }
+                if len > 64 << 20 {
+                    return Err(Error::invalid("write chunk larger than 64 MiB"));
+                }
+                // Read into unzeroed memory, woken per RECV_LOWAT rather than per segment.
+                // (Never more than the chunk's unread rest: the writer may be waiting.)
+                let mut buf = bytes::BytesMut::with_capacity(len);
+                let mut lowat = 1;
+                while buf.len() < len {
+                    let want = (len - buf.len()) as u64;
+                    locus_proto::expect_bytes(sock, &mut lowat, want);
+                    let n = (&mut *sock)
+                        .take(want)
+                        .read_buf(&mut buf)
+                        .await
+                        .map_err(|e| Error::io("read write chunk", e))?;
+                    if n == 0 {
+                        return Err(Error::io("read write chunk", std::io::ErrorKind::UnexpectedEof.into()));
+                    }
+                }
+                locus_proto::expect_bytes(sock, &mut lowat, 0);
+                let mut buf = buf.freeze();
+                let before = total;
+                total += len as u64;
+                if let Some((tx, _)) = &down {
+                    // A broken pipeline shows in its task's result below.
+                    let _ = tx.send(buf.clone()).await;
+                }
+                if let Some(b) = &mut blocks {
+                    match b.write(&buf) {
+                        Ok(()) => {}
+                        // A write that outgrows the cache goes on through to the UFS
+                        // (MUST_CACHE has no UFS to go to: it fails).
+                        Err(e) if e.kind() == ErrorKind::ResourceExhausted && wt != WriteType::MUST_CACHE => {
+                            let b = blocks.take().unwrap();
+                            let stored = b.stored();
+                            if ufs_writer.is_none() {
+                                tracing::info!(path = %w.ufs_path, at = stored, "cache full: the write goes on through to the UFS");
+                                let mut u = self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
+                                let r = self.replay(&b, &mut u).await;
+                                if let Err(e) = r {
+                                    u.abort().await;
+                                    return Err(e);
+                                }
+                                ufs_writer = Some(u);
+                                spilled = true;
+                                if let Some((_, task)) = down.take() {
+                                    task.abort(); // the replicas drop their partial copies
+                                }
+                                // The replay sent this chunk's first bytes already.
+                                buf = buf.slice((stored - before) as usize..);
+                            }
+                            // (CACHE_THROUGH streams every byte to the UFS anyway: it
+                            // just stops caching.)
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                if let Some(u) = &mut ufs_writer {
+                    u.write(buf).await?;
+                }
+            }
+            if let Some(b) = blocks.take() {
+                b.finish()?;
+            }
+            Ok(total)
+        }
+        .await;
+        let total = match res {
+            Ok(t) => t,
+            Err(e) => {
+                if let Some(u) = ufs_writer.take() {
+                    u.abort().await;
+                }
+                return Err(e);
+            }
+        };
+        let mut replicas = u32::from(wt.caches());
+        if let Some((tx, task)) = down.take() {
+            drop(tx);
+            let r = task.await.map_err(|e| Error::internal(format!("pipeline task: {e}")))?;
+            match r {
+                Ok(r) => replicas += r.replicas,
+                Err(e) => {
+                    if let Some(u) = ufs_writer.take() {
+                        u.abort().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut resp = pb::DataResponse { length: total, replicas, ..Default::default() };
+        if spilled {
+            resp.write_type = WriteType::CACHE_THROUGH.as_str().into();
+        }
+        if let Some(u) = ufs_writer {
+            let st = u.close().await?;
+            if st.length != total {
+                return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after writing {total}", st.length)));
+            }
+            resp.etag = st.etag;
+            resp.mtime_ms = st.mtime_ms;
+        }
+        locus_common::fail::fail_point!("worker.write.before_ack", |_| Err(Error::internal("failpoint")));
+        // The master learns of the blocks before the writer is told they are stored.
+        if wt.caches() {
+            self.commit_changes().await?;
+        }
+        write_frame(sock, &resp).await
+    }
+
+    /// Send what a write stored in blocks so far to the UFS writer taking over.
+    async fn replay(&self, b: &BlockWriter, u: &mut locus_ufs::UfsWriter) -> Result<()> {
+        for i in 0..b.index {
+            let id = locus_common::block_id(b.version, i);
+            let mut src = self.open_block(id, b.block_size, &[]).await?;
+            while let Some(chunk) = src.next().await? {
+                u.write(chunk).await?;
+            }
+        }
+        if let Some((t, _, n)) = &b.cur {
+            let mut f = std::fs::File::open(&t.path).map_err(|e| Error::io("open block file", e))?;
+            let mut left = *n;
+            while left > 0 {
+                let mut buf = vec![0u8; left.min(4 << 20) as usize];
+                std::io::Read::read_exact(&mut f, &mut buf).map_err(|e| Error::io("read block file", e))?;
+                left -= buf.len() as u64;
+                u.write(Bytes::from(buf)).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits a write into blocks of the new version in the store.
+struct BlockWriter {
+    store: BlockStore,
+    version: u64,
+    block_size: u64,
+    index: u64,
+    cur: Option<(locus_blockstore::TempBlock, std::fs::File, u64)>,
+    crc: u32,
+}
+
+impl BlockWriter {
+    fn write(&mut self, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            if self.cur.is_none() {
+                let t = self.store.create(locus_common::block_id(self.version, self.index), self.block_size)?;
+                let f = t.open()?;
+                self.cur = Some((t, f, 0));
+            }
+            let (_, f, n) = self.cur.as_mut().unwrap();
+            let k = data.len().min((self.block_size - *n) as usize);
+            std::io::Write::write_all(f, &data[..k]).map_err(|e| Error::io("write block file", e))?;
+            self.crc = crc32c::crc32c_append(self.crc, &data[..k]);
+            *n += k as u64;
+            data = &data[k..];
+            if *n == self.block_size {
+                let (t, _, n) = self.cur.take().unwrap();
+                t.commit(n, Some(std::mem::take(&mut self.crc)))?;
+                self.index += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes stored so far (committed blocks and the one in progress).
+    fn stored(&self) -> u64 {
+        self.index * self.block_size + self.cur.as_ref().map(|c| c.2).unwrap_or(0)
+    }
+
+    fn finish(mut self) -> Result<()> {
+        match self.cur.take() {
+            Some((t, _, n)) if n > 0 => t.commit(n, Some(self.crc)),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn replica_err(worker: u64, e: Error) -> Error {
+    let retryable = e.is_retryable();
+    Error::new(e.kind(), format!("replica worker {worker}: {e}")).set_retryable(retryable)
+}
+
+type Forward = (tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<Result<pb::DataResponse>>);
+
+/// Open the write to the next worker of a pipeline; chunks sent to the returned channel
+/// go to it, and the task's result is its answer once the channel closes.
+async fn forward_write(next: pb::WorkerAddress, req: pb::WriteFileRequest) -> Result<Forward> {
+    let id = next.worker_id;
+    let ctx = move |e: Error| replica_err(id, e);
+    let s = TcpStream::connect(&next.data_address)
+        .await
+        .map_err(|e| Error::io(format!("connect to replica worker {}", next.data_address), e))?;
+    let _ = s.set_nodelay(true);
+    let mut s = tokio::io::BufWriter::with_capacity(1 << 20, s);
+    exchange(&mut s, pb::data_request::Req::Write(req)).await.map_err(ctx)?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let task = tokio::spawn(async move {
+        let mut broken = None;
+        while let Some(b) = rx.recv().await {
+            if broken.is_some() {
+                continue; // drain, so the sender never blocks on a dead pipeline
+            }
+            if let Err(e) = write_chunk(&mut s, &b).await {
+                broken = Some(e);
+            }
+        }
+        if let Some(e) = broken {
+            return Err(Error::unavailable(format!("replica worker {} went away mid-write: {e}", next.worker_id)));
+        }
+        end_chunks(&mut s).await.map_err(|e| Error::io("send", e))?;
+        read_response(&mut s).await.map_err(ctx)
+    });
+    Ok((tx, task))
+}
