@@ -10,6 +10,7 @@ use locus_proto::pb;
 use locus_ufs::UfsStatus;
 use redb::WriteTransaction;
 
+use crate::namespace::Effects;
 use crate::store::*;
 use crate::*;
 
@@ -118,11 +119,8 @@ impl Master {
             let parent = self.must_resolve(parent_path).await?;
             return self.commit_complete(req, path.clone(), parent.id, wt, m, rel).await;
         }
-        let me = self.clone();
         let (version, pin_epoch) = self
-            .inner
-            .store
-            .mutate(move |w| {
+            .commit(move |me, w, _| {
                 let version = next_id(w, "version", 1)?;
                 w.open_table(VERSIONS).map_err(db_err)?.insert(version, 0).map_err(db_err)?;
                 w.open_table(PENDING_WRITES).map_err(db_err)?.insert(version, now_ms()).map_err(db_err)?;
@@ -170,13 +168,10 @@ impl Master {
         rel: String,
     ) -> Result<pb::FileInfo> {
         let now = now_ms();
-        let me = self.clone();
         let name = lpath::split_parent(&path).map(|(_, n)| n.to_string()).unwrap_or_default();
         let p2 = path.clone();
-        let (rec, dropped, ops) =
-            self.inner.store.mutate(move |w| me.complete_in(w, &req, &p2, parent_id, &name, wt, &m, &rel, now)).await?;
-        self.queue_removals(dropped);
-        self.track(ops);
+        let rec =
+            self.commit(move |me, w, fx| me.complete_in(w, &req, &p2, parent_id, &name, wt, &m, &rel, now, fx)).await?;
         self.file_info(&path, &rec, false)
     }
 
@@ -193,7 +188,8 @@ impl Master {
         m: &MountEntry,
         rel: &str,
         now: i64,
-    ) -> Result<(pb::InodeRecord, Vec<(u64, u64)>, Vec<pb::PersistOp>)> {
+        fx: &mut Effects,
+    ) -> Result<pb::InodeRecord> {
         let version = if req.version == 0 {
             next_id(w, "version", 1)?
         } else {
@@ -205,8 +201,6 @@ impl Master {
             }
             req.version
         };
-        let mut dropped = Vec::new();
-        let mut ops = Vec::new();
         let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent_id, name)?;
         let mut rec = match existing {
             Some(id) => {
@@ -214,7 +208,7 @@ impl Master {
                 if old.is_dir {
                     return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
                 }
-                self.drop_version(w, &old, &mut dropped)?;
+                self.drop_version(w, &old, fx)?;
                 old
             }
             None => self.new_inode(w, parent_id, name, false, 0, String::new(), now, now, Some(version))?,
@@ -254,7 +248,7 @@ impl Master {
                 if wait_ms > 0 {
                     op.not_before_ms = now + wait_ms.min(i64::MAX as u64 / 2) as i64;
                 }
-                ops.push(self.enqueue(w, op)?);
+                fx.ops.push(self.enqueue(w, op)?);
             }
             WriteType::MUST_CACHE => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
@@ -269,7 +263,7 @@ impl Master {
             w.open_table(REPLICATED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
         }
         put_inode(w, &rec)?;
-        Ok((rec, dropped, ops))
+        Ok(rec)
     }
 
     /// Queue the persist of a file written MUST_CACHE (a no-op for one persisted or
@@ -291,14 +285,16 @@ impl Master {
             }
             _ => return self.file_info(&path, &rec, false),
         }
-        let w = self.inner.store.write()?;
-        let mut rec = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?
-            .ok_or_else(|| Error::not_found(format!("{path} does not exist")))?;
-        rec.persist_state = TO_BE_PERSISTED.into();
-        let op = self.enqueue(&w, self.persist_op(&rec, &m, &rel, &path))?;
-        put_inode(&w, &rec)?;
-        w.commit().map_err(db_err)?;
-        self.track(vec![op]);
+        let (id, p2) = (rec.id, path.clone());
+        let rec = self
+            .commit(move |me, w, fx| {
+                let mut rec = load_inode(w, id)?.ok_or_else(|| Error::not_found(format!("{p2} does not exist")))?;
+                rec.persist_state = TO_BE_PERSISTED.into();
+                fx.ops.push(me.enqueue(w, me.persist_op(&rec, &m, &rel, &p2))?);
+                put_inode(w, &rec)?;
+                Ok(rec)
+            })
+            .await?;
         self.file_info(&path, &rec, false)
     }
 
@@ -309,56 +305,59 @@ impl Master {
         }
         let path = normalize(path)?;
         let ids = self.file_ids(&path, recursive).await?;
-        let w = self.inner.store.write()?;
-        for id in &ids {
-            if let Some(mut r) = load_inode(&w, *id)? {
-                r.replication_min = min;
-                r.replication_max = max;
-                put_inode(&w, &r)?;
-                let mut t = w.open_table(REPLICATED).map_err(db_err)?;
-                if min != 0 || max != 0 {
-                    t.insert(r.version, ()).map_err(db_err)?;
-                } else {
-                    t.remove(r.version).map_err(db_err)?;
+        let n = ids.len() as u64;
+        self.commit(move |_, w, _| {
+            for id in &ids {
+                if let Some(mut r) = load_inode(w, *id)? {
+                    r.replication_min = min;
+                    r.replication_max = max;
+                    put_inode(w, &r)?;
+                    let mut t = w.open_table(REPLICATED).map_err(db_err)?;
+                    if min != 0 || max != 0 {
+                        t.insert(r.version, ()).map_err(db_err)?;
+                    } else {
+                        t.remove(r.version).map_err(db_err)?;
+                    }
                 }
             }
-        }
-        w.commit().map_err(db_err)?;
-        Ok(ids.len() as u64)
+            Ok(())
+        })
+        .await?;
+        Ok(n)
     }
 
     /// Replace the object metadata of a file or directory (or only its tags).
     pub async fn set_object_meta(&self, path: &str, meta: pb::ObjectMeta, tags_only: bool) -> Result<pb::FileInfo> {
         let path = normalize(path)?;
         let rec = self.must_resolve(&path).await?;
-        self.writable(&path)?;
-        let w = self.inner.store.write()?;
-        let mut rec = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?
-            .ok_or_else(|| Error::not_found(format!("{path} does not exist")))?;
-        if tags_only {
-            rec.meta.get_or_insert_with(Default::default).tags = meta.tags;
-        } else {
-            rec.meta = Some(meta);
-        }
-        if rec.meta.as_ref().is_some_and(|m| *m == pb::ObjectMeta::default()) {
-            rec.meta = None;
-        }
-        // A persisted object in a store that keeps metadata gets it too (a file still
-        // to be persisted takes it with its persist).
-        let mut ops = Vec::new();
-        let (m, rel) = self.mount_for(&path)?;
-        if !rec.is_dir && is_persisted(&rec) && m.ufs.stores_metadata() {
-            let op = pb::PersistOp {
-                kind: "META".into(),
-                inode_id: rec.id,
-                version: rec.version,
-                ..self.op_for(&m, &rel, &path)
-            };
-            ops.push(self.enqueue(&w, op)?);
-        }
-        put_inode(&w, &rec)?;
-        w.commit().map_err(db_err)?;
-        self.track(ops);
+        let (m, rel) = self.writable(&path)?;
+        let (id, p2) = (rec.id, path.clone());
+        let rec = self
+            .commit(move |me, w, fx| {
+                let mut rec = load_inode(w, id)?.ok_or_else(|| Error::not_found(format!("{p2} does not exist")))?;
+                if tags_only {
+                    rec.meta.get_or_insert_with(Default::default).tags = meta.tags.clone();
+                } else {
+                    rec.meta = Some(meta.clone());
+                }
+                if rec.meta.as_ref().is_some_and(|m| *m == pb::ObjectMeta::default()) {
+                    rec.meta = None;
+                }
+                // A persisted object in a store that keeps metadata gets it too (a file
+                // still to be persisted takes it with its persist).
+                if !rec.is_dir && is_persisted(&rec) && m.ufs.stores_metadata() {
+                    let op = pb::PersistOp {
+                        kind: "META".into(),
+                        inode_id: rec.id,
+                        version: rec.version,
+                        ..me.op_for(&m, &rel, &p2)
+                    };
+                    fx.ops.push(me.enqueue(w, op)?);
+                }
+                put_inode(w, &rec)?;
+                Ok(rec)
+            })
+            .await?;
         self.file_info(&path, &rec, false)
     }
 
@@ -414,28 +413,31 @@ impl Master {
     pub async fn set_pinned(&self, path: &str, pinned: bool, recursive: bool) -> Result<u64> {
         let path = normalize(path)?;
         let ids = self.file_ids(&path, recursive).await?;
-        let w = self.inner.store.write()?;
-        for id in &ids {
-            let Some(mut r) = load_inode(&w, *id)? else {
-                continue;
-            };
-            r.pinned = pinned;
-            put_inode(&w, &r)?;
-            let mut p = w.open_table(PINNED).map_err(db_err)?;
-            if pinned {
-                p.insert(r.version, ()).map_err(db_err)?;
-            } else if is_persisted(&r) {
-                // Bytes not persisted yet stay pinned whatever the user says.
-                p.remove(r.version).map_err(db_err)?;
-            }
-        }
-        self.bump_pin_epoch(&w)?;
-        let epoch = get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
-        w.commit().map_err(db_err)?;
+        let n = ids.len() as u64;
+        let epoch = self
+            .commit(move |me, w, _| {
+                for id in &ids {
+                    let Some(mut r) = load_inode(w, *id)? else {
+                        continue;
+                    };
+                    r.pinned = pinned;
+                    put_inode(w, &r)?;
+                    let mut p = w.open_table(PINNED).map_err(db_err)?;
+                    if pinned {
+                        p.insert(r.version, ()).map_err(db_err)?;
+                    } else if is_persisted(&r) {
+                        // Bytes not persisted yet stay pinned whatever the user says.
+                        p.remove(r.version).map_err(db_err)?;
+                    }
+                }
+                me.bump_pin_epoch(w)?;
+                get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")
+            })
+            .await?;
         // Return once every live worker knows the new pins, so loads right after a pin
         // cannot evict the pinned blocks.
         self.await_workers(|_, s| s.pin_epoch >= epoch).await;
-        Ok(ids.len() as u64)
+        Ok(n)
     }
 
     /// Drop the cached blocks of files at or below `path`. Returns the blocks freed.
@@ -459,23 +461,27 @@ impl Master {
             Ok(())
         })
         .await?;
-        let w = self.inner.store.write_soft()?;
-        let mut dropped = Vec::new();
-        for r in &recs {
-            self.drop_version(&w, r, &mut dropped)?;
-            // the version stays valid: only its cached copies go
-            w.open_table(VERSIONS).map_err(db_err)?.insert(r.version, r.id).map_err(db_err)?;
-            if r.replication_min != 0 || r.replication_max != 0 {
-                w.open_table(REPLICATED).map_err(db_err)?.insert(r.version, ()).map_err(db_err)?;
-            }
-        }
-        w.commit().map_err(db_err)?;
+        // Cached copies are soft state: no fsync (see `Store::mutate_soft`).
+        let dropped = self
+            .commit_soft(move |me, w, fx| {
+                for r in &recs {
+                    me.drop_version(w, r, fx)?;
+                    // the version stays valid: only its cached copies go
+                    w.open_table(VERSIONS).map_err(db_err)?.insert(r.version, r.id).map_err(db_err)?;
+                    if r.replication_min != 0 || r.replication_max != 0 {
+                        w.open_table(REPLICATED).map_err(db_err)?.insert(r.version, ()).map_err(db_err)?;
+                    }
+                }
+                Ok(fx.dropped.clone())
+            })
+            .await?;
         let n = dropped.len() as u64;
+        // Counted from after the removals were queued: the heartbeat after the one that
+        // takes them shows they are done.
         let targets: HashMap<u64, u64> = {
             let ws = self.inner.workers.lock();
             dropped.iter().filter_map(|(wk, _)| ws.get(wk).map(|s| (*wk, s.beats + 2))).collect()
         };
-        self.queue_removals(dropped);
         // Return once the workers have deleted the blocks: a read right after `free`
         // must fill the cache again, not hit blocks about to go.
         self.await_workers(|id, s| targets.get(&id).is_none_or(|b| s.beats >= *b)).await;

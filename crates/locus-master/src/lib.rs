@@ -86,7 +86,10 @@ impl MasterBuilder {
     /// Open the metadata store (recovering mounts and namespace) and mount the root UFS
     /// on first start.
     pub async fn build(self) -> Result<Master> {
-        let store = Store::open(&self.cfg.meta_dir, self.cfg.meta_cache_size.as_u64() as usize)?;
+        let (dir, cache) = (self.cfg.meta_dir.clone(), self.cfg.meta_cache_size.as_u64() as usize);
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir, cache))
+            .await
+            .map_err(|e| Error::internal(format!("open the metadata store: {e}")))??;
         let inner = Arc::new(Inner {
             cfg: self.cfg,
             store,

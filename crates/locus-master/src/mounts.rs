@@ -85,10 +85,8 @@ impl Master {
         } else {
             req.sync_interval_ms
         };
-        let w = self.inner.store.write()?;
-        let id = next_id(&w, "mount", 1)?;
         let info = pb::MountInfo {
-            id,
+            id: 0,
             path: path.clone(),
             uri: req.uri,
             options: req.options,
@@ -96,13 +94,21 @@ impl Master {
             sync_interval_ms: sync,
             write_type: req.write_type.to_ascii_uppercase(),
         };
-        w.open_table(MOUNTS).map_err(db_err)?.insert(id, info.encode_to_vec().as_slice()).map_err(db_err)?;
-        if let Some((parent_path, name)) = lpath::split_parent(&path) {
-            let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?
-                .ok_or_else(|| Error::not_found(parent_path.to_string()))?;
-            self.new_inode(&w, parent, name, true, 0, String::new(), 0, 0, None)?;
-        }
-        w.commit().map_err(db_err)?;
+        let info = self
+            .commit(move |me, w, _| {
+                let info = pb::MountInfo { id: next_id(w, "mount", 1)?, ..info.clone() };
+                w.open_table(MOUNTS)
+                    .map_err(db_err)?
+                    .insert(info.id, info.encode_to_vec().as_slice())
+                    .map_err(db_err)?;
+                if let Some((parent_path, name)) = lpath::split_parent(&info.path) {
+                    let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?
+                        .ok_or_else(|| Error::not_found(parent_path.to_string()))?;
+                    me.new_inode(w, parent, name, true, 0, String::new(), 0, 0, None)?;
+                }
+                Ok(info)
+            })
+            .await?;
         let mut mounts = self.inner.mounts.write();
         mounts.push(MountEntry { info: info.clone(), ufs });
         mounts.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
@@ -133,16 +139,18 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} has mounts below it")));
         }
         let (parent_path, name) = lpath::split_parent(&path).unwrap();
-        let w = self.inner.store.write()?;
-        let mut dropped = Vec::new();
-        let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?;
-        if let Some(parent) = parent {
-            self.remove_subtree(&w, parent, name, &mut dropped)?;
-        }
-        w.open_table(MOUNTS).map_err(db_err)?.remove(m.info.id).map_err(db_err)?;
-        w.commit().map_err(db_err)?;
-        self.inner.mounts.write().retain(|e| e.info.id != m.info.id);
-        self.queue_removals(dropped);
+        let (parent_path, name, id) = (parent_path.to_string(), name.to_string(), m.info.id);
+        let ((), fx) = self
+            .mutate(move |me, w, fx| {
+                if let Some(parent) = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)? {
+                    me.remove_subtree(w, parent, &name, fx)?;
+                }
+                w.open_table(MOUNTS).map_err(db_err)?.remove(id).map_err(db_err)?;
+                Ok(())
+            })
+            .await?;
+        self.inner.mounts.write().retain(|e| e.info.id != id);
+        self.apply(fx);
         Ok(())
     }
 

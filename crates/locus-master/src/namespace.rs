@@ -1,5 +1,12 @@
-//! The namespace records: the inode-table edits every change shares, and the one path by
-//! which a change commits and then carries out its effects.
+//! The namespace records: the one path by which a change commits and then carries out
+//! its effects, and the inode-table edits changes share.
+//!
+//! Every durable change runs as a closure on the store's committer thread
+//! ([`Store::mutate`]), group committed with the changes that arrive meanwhile, and its
+//! caller hears back once it is on disk; nothing waits for redb's lock or its fsync on
+//! the async runtime. A closure may run more than once (when another change of its group
+//! fails), so it reads what it checks inside its transaction and records what is left to
+//! do after the commit in its [`Effects`], never acting outside the transaction itself.
 
 use locus_common::Result;
 use locus_proto::pb;
@@ -8,7 +15,73 @@ use redb::{ReadableTable, WriteTransaction};
 use crate::store::*;
 use crate::*;
 
+/// What a committed namespace change leaves to do: see [`Master::apply`].
+#[derive(Default)]
+pub(crate) struct Effects {
+    /// (worker, block) copies their workers must delete.
+    pub dropped: Vec<(u64, u64)>,
+    /// Persist-queue operations journaled by the change, for the scheduler.
+    pub ops: Vec<pb::PersistOp>,
+    /// Entries loaded from a UFS (counted in the metrics).
+    pub loaded: u64,
+}
+
 impl Master {
+    /// Apply `f` in a durable, group-committed transaction (see the module doc); returns
+    /// its value and its effects, not carried out yet (see [`Master::apply`]).
+    pub(crate) async fn mutate<T: Send + 'static>(
+        &self,
+        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<(T, Effects)> {
+        let me = self.clone();
+        self.inner
+            .store
+            .mutate(move |w| {
+                let mut fx = Effects::default();
+                let v = f(&me, w, &mut fx)?;
+                Ok((v, fx))
+            })
+            .await
+    }
+
+    /// [`Master::mutate`], then carry out the change's effects.
+    pub(crate) async fn commit<T: Send + 'static>(
+        &self,
+        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (v, fx) = self.mutate(f).await?;
+        self.apply(fx);
+        Ok(v)
+    }
+
+    /// Change soft state (block locations) without an fsync ([`Store::mutate_soft`]), then
+    /// carry out the change's effects.
+    pub(crate) async fn commit_soft<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let me = self.clone();
+        let (v, fx) = self
+            .inner
+            .store
+            .mutate_soft(move |w| {
+                let mut fx = Effects::default();
+                let v = f(&me, w, &mut fx)?;
+                Ok((v, fx))
+            })
+            .await?;
+        self.apply(fx);
+        Ok(v)
+    }
+
+    /// Carry out what a committed change left to do: tell workers to delete dropped
+    /// blocks, hand journaled operations to the persist scheduler, count loaded entries.
+    pub(crate) fn apply(&self, fx: Effects) {
+        self.queue_removals(fx.dropped);
+        self.track(fx.ops);
+        self.inner.metrics.files_loaded.inc_by(fx.loaded);
+    }
+
     pub(crate) fn block_count(len: u64, bs: u64) -> u64 {
         len.div_ceil(bs.max(1))
     }
@@ -57,14 +130,9 @@ impl Master {
         Ok(rec)
     }
 
-    /// Forget every cached block of a file version; `dropped` collects (worker, block)
-    /// pairs whose workers must delete the block.
-    pub(crate) fn drop_version(
-        &self,
-        w: &WriteTransaction,
-        rec: &pb::InodeRecord,
-        dropped: &mut Vec<(u64, u64)>,
-    ) -> Result<()> {
+    /// Forget every cached block of a file version; the workers holding them must delete
+    /// them (`fx.dropped`).
+    pub(crate) fn drop_version(&self, w: &WriteTransaction, rec: &pb::InodeRecord, fx: &mut Effects) -> Result<()> {
         if rec.is_dir {
             return Ok(());
         }
@@ -75,7 +143,7 @@ impl Master {
             for wk in second_keys(&loc, b)? {
                 loc.remove((b, wk)).map_err(db_err)?;
                 wb.remove((wk, b)).map_err(db_err)?;
-                dropped.push((wk, b));
+                fx.dropped.push((wk, b));
             }
         }
         w.open_table(VERSIONS).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
@@ -91,13 +159,7 @@ impl Master {
     }
 
     /// Remove `name` under `parent` and everything below it from the namespace.
-    pub(crate) fn remove_subtree(
-        &self,
-        w: &WriteTransaction,
-        parent: u64,
-        name: &str,
-        dropped: &mut Vec<(u64, u64)>,
-    ) -> Result<()> {
+    pub(crate) fn remove_subtree(&self, w: &WriteTransaction, parent: u64, name: &str, fx: &mut Effects) -> Result<()> {
         let Some(id) = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, name)? else {
             return Ok(());
         };
@@ -119,7 +181,7 @@ impl Master {
                         stack.push(c);
                     }
                 } else {
-                    self.drop_version(w, &rec, dropped)?;
+                    self.drop_version(w, &rec, fx)?;
                 }
                 w.open_table(INODES).map_err(db_err)?.remove(id).map_err(db_err)?;
             }

@@ -1,10 +1,16 @@
-//! Namespace operations with a UFS side: mkdir, delete and rename, which share one
-//! "apply it to the UFS now, or queue it behind the changes pending on its paths" path.
+//! Namespace operations with a UFS side: mkdir, delete and rename. They share one path,
+//! [`Master::ufs_change`]: the UFS change is made now, or, while changes queued earlier
+//! overlap its paths, journaled behind them in the same transaction as the namespace
+//! change.
+
+use std::future::Future;
 
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
+use redb::WriteTransaction;
 
+use crate::namespace::Effects;
 use crate::store::*;
 use crate::*;
 
@@ -15,6 +21,60 @@ impl Master {
             return Err(Error::new(ErrorKind::PermissionDenied, format!("mount {} is read-only", m.info.path)));
         }
         Ok((m, rel))
+    }
+
+    /// Make a namespace change whose UFS side is `ufs`, on `paths` (relative to the root
+    /// of mount `mount_id`). With no queued change on those paths, `ufs` runs first
+    /// (registered, so nothing queued meanwhile overtakes it), then the namespace change
+    /// commits. Otherwise `ufs` does not run: the namespace change commits together with
+    /// the queue record `change` returns (`None`: nothing to do in the UFS), behind the
+    /// queued changes. `change` applies the namespace side inside the transaction, told
+    /// whether the UFS side is queued.
+    ///
+    /// A rename (`paths` = [source, destination], `renamed_to` its destination path)
+    /// queued that way takes along the persists still queued for what it moves, queued
+    /// again at their new paths behind the rename (see [`Master::claim_persists`]).
+    async fn ufs_change(
+        &self,
+        mount_id: u64,
+        paths: &[&str],
+        renamed_to: Option<&str>,
+        ufs: impl Future<Output = Result<()>>,
+        change: impl Fn(&Master, &WriteTransaction, bool, &mut Effects) -> Result<Option<pb::PersistOp>> + Send + 'static,
+    ) -> Result<()> {
+        let guard = self.begin_ufs_op(mount_id, paths);
+        let queued = guard.is_none();
+        let moved = match (renamed_to, paths) {
+            (Some(dst), [src_rel, dst_rel]) if queued => self
+                .claim_persists(mount_id, src_rel, dst_rel)
+                .map(|c| (c, src_rel.to_string(), dst.to_string(), dst_rel.to_string())),
+            _ => None,
+        };
+        if !queued {
+            ufs.await?;
+        }
+        let claimed =
+            moved.as_ref().map(|(c, srel, dst, drel)| (c.seqs.clone(), srel.clone(), dst.clone(), drel.clone()));
+        let ((), fx) = self
+            .mutate(move |me, w, fx| {
+                let op = change(me, w, queued, fx)?;
+                if queued {
+                    if let Some(op) = op {
+                        fx.ops.push(me.enqueue(w, op)?);
+                    }
+                    if let Some((seqs, srel, dst, drel)) = &claimed {
+                        fx.ops.extend(me.requeue_claimed(w, seqs, srel, (dst, drel))?);
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        if let Some((c, ..)) = moved {
+            c.requeued();
+        }
+        self.apply(fx);
+        drop(guard);
+        Ok(())
     }
 
     pub async fn create_directory(&self, path: &str, recursive: bool) -> Result<()> {
@@ -37,26 +97,22 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
         }
         let (m, rel) = self.writable(&path)?;
-        // Behind queued changes to an overlapping path, the mkdir queues too (in order).
-        let guard = self.begin_ufs_op(m.info.id, &[&rel]);
-        if guard.is_some() {
-            m.ufs.create_dir(&rel).await?;
-        }
-        let w = self.inner.store.write()?;
-        let mut ops = Vec::new();
-        if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, name)?.is_none() {
-            let mut rec = self.new_inode(&w, parent.id, name, true, 0, String::new(), now_ms(), now_ms(), None)?;
-            rec.children_loaded = true;
-            if guard.is_none() {
-                rec.persist_state = TO_BE_PERSISTED.into();
-                let op = pb::PersistOp { kind: "MKDIR".into(), inode_id: rec.id, ..self.op_for(&m, &rel, &path) };
-                ops.push(self.enqueue(&w, op)?);
+        let op = pb::PersistOp { kind: "MKDIR".into(), ..self.op_for(&m, &rel, &path) };
+        let name = name.to_string();
+        self.ufs_change(m.info.id, &[&rel], None, m.ufs.create_dir(&rel), move |me, w, queued, _| {
+            if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, &name)?.is_some() {
+                return Ok(None);
             }
-            put_inode(&w, &rec)?;
-        }
-        w.commit().map_err(db_err)?;
-        self.track(ops);
-        Ok(())
+            let now = now_ms();
+            let mut rec = me.new_inode(w, parent.id, &name, true, 0, String::new(), now, now, None)?;
+            rec.children_loaded = true;
+            if queued {
+                rec.persist_state = TO_BE_PERSISTED.into();
+            }
+            put_inode(w, &rec)?;
+            Ok(Some(pb::PersistOp { inode_id: rec.id, ..op.clone() }))
+        })
+        .await
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
@@ -78,28 +134,18 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} contains a mount point")));
         }
         let (m, rel) = self.writable(&path)?;
+        let op = pb::PersistOp { kind: "DELETE".into(), is_dir: rec.is_dir, ..self.op_for(&m, &rel, &path) };
+        let (parent_path, name) = lpath::split_parent(&path).unwrap();
+        let (parent_path, name) = (parent_path.to_string(), name.to_string());
         // The UFS delete happens even for bytes never persisted: an older version may be
         // there, and must not come back at the next sync.
-        let guard = self.begin_ufs_op(m.info.id, &[&rel]);
-        if guard.is_some() {
-            m.ufs.delete(&rel, rec.is_dir).await?;
-        }
-        let (parent_path, name) = lpath::split_parent(&path).unwrap();
-        let w = self.inner.store.write()?;
-        let mut dropped = Vec::new();
-        let mut ops = Vec::new();
-        let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?;
-        if let Some(parent) = parent {
-            self.remove_subtree(&w, parent, name, &mut dropped)?;
-        }
-        if guard.is_none() {
-            let op = pb::PersistOp { kind: "DELETE".into(), is_dir: rec.is_dir, ..self.op_for(&m, &rel, &path) };
-            ops.push(self.enqueue(&w, op)?);
-        }
-        w.commit().map_err(db_err)?;
-        self.queue_removals(dropped);
-        self.track(ops);
-        Ok(())
+        self.ufs_change(m.info.id, &[&rel], None, m.ufs.delete(&rel, rec.is_dir), move |me, w, _, fx| {
+            if let Some(parent) = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)? {
+                me.remove_subtree(w, parent, &name, fx)?;
+            }
+            Ok(Some(op.clone()))
+        })
+        .await
     }
 
     pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
@@ -125,42 +171,30 @@ impl Master {
         if sm.info.id != dm.info.id {
             return Err(Error::invalid("rename across mounts is not supported"));
         }
-        let guard = self.begin_ufs_op(sm.info.id, &[&srel, &drel]);
-        // Persists still queued for what moves are moved with it (then run after the UFS rename).
-        let claim = if guard.is_none() { self.claim_persists(sm.info.id, &srel, &drel) } else { None };
-        if guard.is_some() {
+        let persisted = is_persisted(&rec);
+        let ufs = async {
             match sm.ufs.rename(&srel, &drel).await {
                 // Bytes not persisted yet have nothing to move in the UFS.
-                Err(e) if e.kind() == ErrorKind::NotFound && !is_persisted(&rec) => {}
-                r => r?,
+                Err(e) if e.kind() == ErrorKind::NotFound && !persisted => Ok(()),
+                r => r,
             }
-        }
+        };
+        let op = pb::PersistOp { kind: "RENAME".into(), dst_ufs_path: drel.clone(), ..self.op_for(&sm, &srel, &src) };
         let (sparent_path, sname) = lpath::split_parent(&src).unwrap();
-        let w = self.inner.store.write()?;
-        let mut ops = Vec::new();
-        if guard.is_none() {
-            let op =
-                pb::PersistOp { kind: "RENAME".into(), dst_ufs_path: drel.clone(), ..self.op_for(&sm, &srel, &src) };
-            ops.push(self.enqueue(&w, op)?);
-            if let Some(c) = &claim {
-                ops.extend(self.requeue_claimed(&w, c, &srel, (&dst, &drel))?);
+        let (sparent_path, sname, dname) = (sparent_path.to_string(), sname.to_string(), dname.to_string());
+        self.ufs_change(sm.info.id, &[&srel, &drel], Some(&dst), ufs, move |_, w, _, _| {
+            {
+                let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
+                let sparent = lookup(&ch, &sparent_path)?.ok_or_else(|| Error::not_found(sparent_path.clone()))?;
+                ch.remove((sparent, sname.as_str())).map_err(db_err)?;
+                ch.insert((dparent.id, dname.as_str()), rec.id).map_err(db_err)?;
             }
-        }
-        {
-            let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
-            let sparent = lookup(&ch, sparent_path)?.ok_or_else(|| Error::not_found(sparent_path.to_string()))?;
-            ch.remove((sparent, sname)).map_err(db_err)?;
-            ch.insert((dparent.id, dname), rec.id).map_err(db_err)?;
-        }
-        let mut r = rec.clone();
-        r.parent = dparent.id;
-        r.name = dname.to_string();
-        put_inode(&w, &r)?;
-        w.commit().map_err(db_err)?;
-        if let Some(c) = claim {
-            c.requeued();
-        }
-        self.track(ops);
-        Ok(())
+            let mut r = rec.clone();
+            r.parent = dparent.id;
+            r.name = dname.clone();
+            put_inode(w, &r)?;
+            Ok(Some(op.clone()))
+        })
+        .await
     }
 }

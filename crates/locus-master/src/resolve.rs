@@ -8,6 +8,7 @@ use locus_proto::pb;
 use locus_ufs::UfsStatus;
 use redb::{ReadableTable, WriteTransaction};
 
+use crate::namespace::Effects;
 use crate::store::*;
 use crate::*;
 
@@ -17,7 +18,7 @@ impl Master {
     }
 
     /// Insert or refresh `name` under `parent` from a UFS status. Returns the child id.
-    /// Inside `w`; returns the blocks to drop when a file's fingerprint changed.
+    /// Inside `w`; a file whose fingerprint changed drops its cached blocks (`fx`).
     pub(crate) fn upsert_from_ufs(
         &self,
         w: &WriteTransaction,
@@ -25,7 +26,7 @@ impl Master {
         name: &str,
         st: &UfsStatus,
         now: i64,
-        dropped: &mut Vec<(u64, u64)>,
+        fx: &mut Effects,
     ) -> Result<u64> {
         let existing = {
             let ch = w.open_table(CHILDREN).map_err(db_err)?;
@@ -43,11 +44,11 @@ impl Master {
             }
             if rec.is_dir != st.is_dir {
                 // A file became a directory or back: replace the entry.
-                self.remove_subtree(w, parent, name, dropped)?;
-                return self.upsert_from_ufs(w, parent, name, st, now, dropped);
+                self.remove_subtree(w, parent, name, fx)?;
+                return self.upsert_from_ufs(w, parent, name, st, now, fx);
             }
             if !rec.is_dir && rec.fingerprint != fp {
-                self.drop_version(w, &rec, dropped)?;
+                self.drop_version(w, &rec, fx)?;
                 rec.version = next_id(w, "version", 1)?;
                 w.open_table(VERSIONS).map_err(db_err)?.insert(rec.version, rec.id).map_err(db_err)?;
                 if rec.pinned {
@@ -65,7 +66,7 @@ impl Master {
             return Ok(id);
         }
         let rec = self.new_inode(w, parent, name, st.is_dir, st.length, fp, st.mtime_ms, now, None)?;
-        self.inner.metrics.files_loaded.inc();
+        fx.loaded += 1;
         Ok(rec.id)
     }
 
@@ -90,25 +91,27 @@ impl Master {
                 return Ok(Some(rec));
             }
             let st = m.ufs.stat(&rel).await?;
+            if st.is_none() {
+                tracing::info!(path, "file vanished from the UFS; dropping it");
+            }
             let (parent_path, name) = lpath::split_parent(path).unwrap();
-            let w = self.inner.store.write()?;
-            let mut dropped = Vec::new();
-            let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?;
-            let result = match (st, parent) {
-                (Some(st), Some(parent)) => {
-                    let id = self.upsert_from_ufs(&w, parent, name, &st, now_ms(), &mut dropped)?;
-                    get_inode(&w.open_table(INODES).map_err(db_err)?, id)?
-                }
-                (None, Some(parent)) => {
-                    tracing::info!(path, "file vanished from the UFS; dropping it");
-                    self.remove_subtree(&w, parent, name, &mut dropped)?;
-                    None
-                }
-                _ => None,
-            };
-            w.commit().map_err(db_err)?;
-            self.queue_removals(dropped);
-            return Ok(result);
+            let (parent_path, name, now) = (parent_path.to_string(), name.to_string(), now_ms());
+            return self
+                .commit(move |me, w, fx| {
+                    let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
+                    match (&st, parent) {
+                        (Some(st), Some(parent)) => {
+                            let id = me.upsert_from_ufs(w, parent, &name, st, now, fx)?;
+                            load_inode(w, id)
+                        }
+                        (None, Some(parent)) => {
+                            me.remove_subtree(w, parent, &name, fx)?;
+                            Ok(None)
+                        }
+                        _ => Ok(None),
+                    }
+                })
+                .await;
         }
         // Walk down, loading missing components from the UFS.
         let mut parent = ROOT_ID;
@@ -144,11 +147,8 @@ impl Master {
             let Some(st) = m.ufs.stat(&rel).await? else {
                 return Ok(None);
             };
-            let w = self.inner.store.write()?;
-            let mut dropped = Vec::new();
-            parent = self.upsert_from_ufs(&w, parent, comp, &st, now_ms(), &mut dropped)?;
-            w.commit().map_err(db_err)?;
-            self.queue_removals(dropped);
+            let (dir, name, now) = (parent, comp.to_string(), now_ms());
+            parent = self.commit(move |me, w, fx| me.upsert_from_ufs(w, dir, &name, &st, now, fx)).await?;
         }
         let r = self.inner.store.read()?;
         get_inode(&r.open_table(INODES).map_err(db_err)?, parent)
@@ -180,46 +180,46 @@ impl Master {
                 }
             }
             if batch.len() >= 1000 || (done && !batch.is_empty()) {
-                let w = self.inner.store.write()?;
-                let mut dropped = Vec::new();
-                for st in batch.drain(..) {
-                    self.upsert_from_ufs(&w, dir.id, &st.path.clone(), &st, start, &mut dropped)?;
-                }
-                w.commit().map_err(db_err)?;
-                self.queue_removals(dropped);
+                let (page, dir_id) = (std::mem::take(&mut batch), dir.id);
+                self.commit(move |me, w, fx| {
+                    for st in &page {
+                        me.upsert_from_ufs(w, dir_id, &st.path, st, start, fx)?;
+                    }
+                    Ok(())
+                })
+                .await?;
             }
             if done {
                 break;
             }
         }
         // Entries not seen in this listing are gone from the UFS (mount points excepted).
-        let w = self.inner.store.write()?;
-        let mut dropped = Vec::new();
-        let stale: Vec<String> = {
-            let ch = w.open_table(CHILDREN).map_err(db_err)?;
-            let inodes = w.open_table(INODES).map_err(db_err)?;
-            let mut v = Vec::new();
-            for e in ch.range((dir.id, "")..(dir.id + 1, "")).map_err(db_err)? {
-                let (k, id) = e.map_err(db_err)?;
-                let name = k.value().1.to_string();
-                if let Some(r) = get_inode(&inodes, id.value())? {
-                    if r.synced_ms < start && is_persisted(&r) && !self.is_mount_point(&lpath::join(path, &name)) {
-                        v.push(name);
+        let (path, dir) = (path.to_string(), dir.clone());
+        self.commit(move |me, w, fx| {
+            let stale: Vec<String> = {
+                let ch = w.open_table(CHILDREN).map_err(db_err)?;
+                let inodes = w.open_table(INODES).map_err(db_err)?;
+                let mut v = Vec::new();
+                for e in ch.range((dir.id, "")..(dir.id + 1, "")).map_err(db_err)? {
+                    let (k, id) = e.map_err(db_err)?;
+                    let name = k.value().1.to_string();
+                    if let Some(r) = get_inode(&inodes, id.value())? {
+                        if r.synced_ms < start && is_persisted(&r) && !me.is_mount_point(&lpath::join(&path, &name)) {
+                            v.push(name);
+                        }
                     }
                 }
+                v
+            };
+            for name in stale {
+                me.remove_subtree(w, dir.id, &name, fx)?;
             }
-            v
-        };
-        for name in stale {
-            self.remove_subtree(&w, dir.id, &name, &mut dropped)?;
-        }
-        let mut d = get_inode(&w.open_table(INODES).map_err(db_err)?, dir.id)?.unwrap_or_else(|| dir.clone());
-        d.children_loaded = true;
-        d.synced_ms = start;
-        put_inode(&w, &d)?;
-        w.commit().map_err(db_err)?;
-        self.queue_removals(dropped);
-        Ok(())
+            let mut d = load_inode(w, dir.id)?.unwrap_or_else(|| dir.clone());
+            d.children_loaded = true;
+            d.synced_ms = start;
+            put_inode(w, &d)
+        })
+        .await
     }
 
     /// One page of a directory listing, in name order after `start_after` (or from it,

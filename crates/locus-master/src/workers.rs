@@ -60,7 +60,7 @@ impl Master {
     /// registered) when its blocks were written under another cluster: their ids name
     /// other data in this namespace, so none of them may be recorded; the worker drops
     /// them and registers again.
-    pub fn register_worker(&self, req: pb::RegisterWorkerRequest) -> Result<u64> {
+    pub async fn register_worker(&self, req: pb::RegisterWorkerRequest) -> Result<u64> {
         let addr = req.address.ok_or_else(|| Error::invalid("register without an address"))?;
         if req.cluster_id != 0 && req.cluster_id != self.cluster_id() {
             tracing::warn!(
@@ -69,33 +69,37 @@ impl Master {
             );
             return Ok(0);
         }
-        let w = self.inner.store.write()?;
-        let known =
-            req.worker_id != 0 && w.open_table(WORKERS).map_err(db_err)?.get(req.worker_id).map_err(db_err)?.is_some();
-        let id = if known { req.worker_id } else { next_id(&w, "worker", 1)? };
-        let addr = pb::WorkerAddress { worker_id: id, ..addr };
-        w.open_table(WORKERS).map_err(db_err)?.insert(id, addr.encode_to_vec().as_slice()).map_err(db_err)?;
-        // Reconcile the full block report: it replaces what we knew of this worker.
-        let mut stale = Vec::new();
-        {
-            let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
-            let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
-            for b in second_keys(&wb, id)? {
-                wb.remove((id, b)).map_err(db_err)?;
-                loc.remove((b, id)).map_err(db_err)?;
-            }
-            let versions = w.open_table(VERSIONS).map_err(db_err)?;
-            for b in &req.blocks {
-                let (v, _) = locus_common::split_block_id(b.block_id);
-                if versions.get(v).map_err(db_err)?.is_some() {
-                    wb.insert((id, b.block_id), ()).map_err(db_err)?;
-                    loc.insert((b.block_id, id), b.tier.as_str()).map_err(db_err)?;
-                } else {
-                    stale.push(b.block_id);
+        let (worker_id, blocks) = (req.worker_id, req.blocks);
+        let nblocks = blocks.len();
+        let (addr, stale) = self
+            .commit(move |_, w, _| {
+                let known =
+                    worker_id != 0 && w.open_table(WORKERS).map_err(db_err)?.get(worker_id).map_err(db_err)?.is_some();
+                let id = if known { worker_id } else { next_id(w, "worker", 1)? };
+                let addr = pb::WorkerAddress { worker_id: id, ..addr.clone() };
+                w.open_table(WORKERS).map_err(db_err)?.insert(id, addr.encode_to_vec().as_slice()).map_err(db_err)?;
+                // Reconcile the full block report: it replaces what we knew of this worker.
+                let mut stale = Vec::new();
+                let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+                let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+                for b in second_keys(&wb, id)? {
+                    wb.remove((id, b)).map_err(db_err)?;
+                    loc.remove((b, id)).map_err(db_err)?;
                 }
-            }
-        }
-        w.commit().map_err(db_err)?;
+                let versions = w.open_table(VERSIONS).map_err(db_err)?;
+                for b in &blocks {
+                    let (v, _) = locus_common::split_block_id(b.block_id);
+                    if versions.get(v).map_err(db_err)?.is_some() {
+                        wb.insert((id, b.block_id), ()).map_err(db_err)?;
+                        loc.insert((b.block_id, id), b.tier.as_str()).map_err(db_err)?;
+                    } else {
+                        stale.push(b.block_id);
+                    }
+                }
+                Ok((addr, stale))
+            })
+            .await?;
+        let id = addr.worker_id;
         let mut ws = self.inner.workers.lock();
         let counters = ws.get(&id).map(|s| s.counters).unwrap_or_default();
         ws.insert(
@@ -110,7 +114,7 @@ impl Master {
                 pin_epoch: 0,
             },
         );
-        tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = req.blocks.len(), "worker registered");
+        tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = nblocks, "worker registered");
         Ok(id)
     }
 
@@ -155,16 +159,15 @@ impl Master {
         Ok(resp)
     }
 
-    pub fn commit_blocks(&self, req: pb::CommitBlocksRequest) -> Result<()> {
+    pub async fn commit_blocks(&self, req: pb::CommitBlocksRequest) -> Result<()> {
         if !self.inner.workers.lock().contains_key(&req.worker_id) {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
                 format!("worker {} is not registered", req.worker_id),
             ));
         }
-        let w = self.inner.store.write_soft()?;
-        let mut stale = Vec::new();
-        {
+        // Block locations are soft state: no fsync (see `Store::mutate_soft`).
+        self.commit_soft(move |_, w, fx| {
             let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
             let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
             let versions = w.open_table(VERSIONS).map_err(db_err)?;
@@ -174,17 +177,16 @@ impl Master {
                     wb.insert((req.worker_id, b.block_id), ()).map_err(db_err)?;
                     loc.insert((b.block_id, req.worker_id), b.tier.as_str()).map_err(db_err)?;
                 } else {
-                    stale.push((req.worker_id, b.block_id)); // the file changed or went meanwhile
+                    fx.dropped.push((req.worker_id, b.block_id)); // the file changed or went meanwhile
                 }
             }
             for b in &req.removed {
                 wb.remove((req.worker_id, *b)).map_err(db_err)?;
                 loc.remove((*b, req.worker_id)).map_err(db_err)?;
             }
-        }
-        w.commit().map_err(db_err)?;
-        self.queue_removals(stale);
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 
     pub fn workers(&self) -> Vec<pb::WorkerAddress> {
