@@ -142,7 +142,9 @@ impl Master {
         let (parent_path, name, id) = (parent_path.to_string(), name.to_string(), m.info.id);
         let ((), fx) = self
             .mutate(move |me, w, fx| {
-                if let Some(parent) = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)? {
+                // (the lookup's table closes before the removal opens it again)
+                let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
+                if let Some(parent) = parent {
                     me.remove_subtree(w, parent, &name, fx)?;
                 }
                 w.open_table(MOUNTS).map_err(db_err)?.remove(id).map_err(db_err)?;

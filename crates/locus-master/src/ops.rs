@@ -140,7 +140,9 @@ impl Master {
         // The UFS delete happens even for bytes never persisted: an older version may be
         // there, and must not come back at the next sync.
         self.ufs_change(m.info.id, &[&rel], None, m.ufs.delete(&rel, rec.is_dir), move |me, w, _, fx| {
-            if let Some(parent) = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)? {
+            // (the lookup's table closes before the removal opens it again)
+            let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
+            if let Some(parent) = parent {
                 me.remove_subtree(w, parent, &name, fx)?;
             }
             Ok(Some(op.clone()))
