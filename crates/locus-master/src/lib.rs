@@ -5,6 +5,13 @@
 //! The master is never on the data path: clients get block locations here and move
 //! bytes with workers directly. It depends on `locus-common`, `locus-proto` and
 //! `locus-ufs`, and must never depend on `locus-worker` or `locus-client`.
+//!
+//! Modules: `resolve` (path resolution, lazy loading and sync from the UFS, listings),
+//! `ops` (mkdir, delete, rename), `files` (writes, persist, pins, blocks), `mounts`,
+//! `workers` (registry and heartbeats), `metrics` (metrics and the report), `namespace`
+//! (the commit path and shared record edits), `store` (redb and its group committer),
+//! `persist` (the persist queue), `replication`, and the `service` and `web` front ends.
+//! Durable changes run on the store's committer thread, never on the async runtime.
 
 mod files;
 mod metrics;
@@ -102,13 +109,12 @@ impl MasterBuilder {
         let m = Master { inner };
         m.load_mounts()?;
         m.load_persist_queue()?;
-        if m.inner.mounts.read().is_empty() {
-            if let Some(uri) = self.root_ufs {
-                if let Some(dir) = uri.strip_prefix("file://") {
-                    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {dir}"), e))?;
-                }
-                m.mount(pb::MountRequest { path: "/".into(), uri, ..Default::default() }).await?;
+        let no_mounts = m.inner.mounts.read().is_empty(); // (the lock is not held on)
+        if no_mounts && let Some(uri) = self.root_ufs {
+            if let Some(dir) = uri.strip_prefix("file://") {
+                std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {dir}"), e))?;
             }
+            m.mount(pb::MountRequest { path: "/".into(), uri, ..Default::default() }).await?;
         }
         Ok(m)
     }

@@ -44,17 +44,18 @@ impl Master {
     ) -> Result<()> {
         let guard = self.begin_ufs_op(mount_id, paths);
         let queued = guard.is_none();
-        let moved = match (renamed_to, paths) {
-            (Some(dst), [src_rel, dst_rel]) if queued => self
-                .claim_persists(mount_id, src_rel, dst_rel)
-                .map(|c| (c, src_rel.to_string(), dst.to_string(), dst_rel.to_string())),
+        let claim = match (renamed_to, paths) {
+            (Some(_), [src_rel, dst_rel]) if queued => self.claim_persists(mount_id, src_rel, dst_rel),
             _ => None,
         };
         if !queued {
             ufs.await?;
         }
-        let claimed =
-            moved.as_ref().map(|(c, srel, dst, drel)| (c.seqs.clone(), srel.clone(), dst.clone(), drel.clone()));
+        // What the claimed persists need to be queued again at their new paths.
+        let requeue = claim
+            .as_ref()
+            .zip(renamed_to)
+            .map(|(c, dst)| (c.seqs.clone(), paths[0].to_string(), dst.to_string(), paths[1].to_string()));
         let ((), fx) = self
             .mutate(move |me, w, fx| {
                 let op = change(me, w, queued, fx)?;
@@ -62,14 +63,14 @@ impl Master {
                     if let Some(op) = op {
                         fx.ops.push(me.enqueue(w, op)?);
                     }
-                    if let Some((seqs, srel, dst, drel)) = &claimed {
+                    if let Some((seqs, srel, dst, drel)) = &requeue {
                         fx.ops.extend(me.requeue_claimed(w, seqs, srel, (dst, drel))?);
                     }
                 }
                 Ok(())
             })
             .await?;
-        if let Some((c, ..)) = moved {
+        if let Some(c) = claim {
             c.requeued();
         }
         self.apply(fx);

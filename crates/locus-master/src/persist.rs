@@ -415,13 +415,12 @@ impl Master {
         let (mkdir, inode_id) = (op.kind == "MKDIR", op.inode_id);
         self.commit(move |_, w, _| {
             remove_op(w, seq)?;
-            if mkdir {
-                if let Some(mut rec) = load_inode(w, inode_id)? {
-                    if rec.persist_state == TO_BE_PERSISTED {
-                        rec.persist_state.clear();
-                        put_inode(w, &rec)?;
-                    }
-                }
+            if mkdir
+                && let Some(mut rec) = load_inode(w, inode_id)?
+                && rec.persist_state == TO_BE_PERSISTED
+            {
+                rec.persist_state.clear();
+                put_inode(w, &rec)?;
             }
             Ok(())
         })

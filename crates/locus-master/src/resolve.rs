@@ -203,10 +203,12 @@ impl Master {
                 for e in ch.range((dir.id, "")..(dir.id + 1, "")).map_err(db_err)? {
                     let (k, id) = e.map_err(db_err)?;
                     let name = k.value().1.to_string();
-                    if let Some(r) = get_inode(&inodes, id.value())? {
-                        if r.synced_ms < start && is_persisted(&r) && !me.is_mount_point(&lpath::join(&path, &name)) {
-                            v.push(name);
-                        }
+                    if let Some(r) = get_inode(&inodes, id.value())?
+                        && r.synced_ms < start
+                        && is_persisted(&r)
+                        && !me.is_mount_point(&lpath::join(&path, &name))
+                    {
+                        v.push(name);
                     }
                 }
                 v
