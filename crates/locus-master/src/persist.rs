@@ -27,6 +27,7 @@ use redb::ReadableTable;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::namespace::Effects;
 use crate::store::*;
 use crate::{Master, MountEntry, TO_BE_PERSISTED, now_ms};
 
@@ -160,19 +161,20 @@ impl Master {
         Some(Claim { master: self.clone(), seqs })
     }
 
-    /// Inside the rename's transaction `w`: take the claimed persists off the queue and
+    /// Inside the rename's transaction `w`: take the claimed persists (`claimed`, the seqs
+    /// of a [`Claim`]) off the queue and
     /// queue them again with the source (mount-relative `srel`) replaced by `dst` (`drel`). A
     /// persist waiting out the staging wait keeps its wait while its new path is still in
     /// a committer's staging area, and starts at once when it leaves it.
     pub(crate) fn requeue_claimed(
         &self,
         w: &redb::WriteTransaction,
-        claim: &Claim,
+        claimed: &[u64],
         srel: &str,
         (dst, drel): (&str, &str),
     ) -> Result<Vec<pb::PersistOp>> {
         let mut out = Vec::new();
-        for &seq in &claim.seqs {
+        for &seq in claimed {
             let op: Option<pb::PersistOp> = {
                 let mut q = w.open_table(PERSIST_QUEUE).map_err(db_err)?;
                 let old = q.remove(seq).map_err(db_err)?;
@@ -362,11 +364,6 @@ impl Master {
         }
     }
 
-    fn remove_op(&self, w: &redb::WriteTransaction, seq: u64) -> Result<()> {
-        w.open_table(PERSIST_QUEUE).map_err(db_err)?.remove(seq).map_err(db_err)?;
-        Ok(())
-    }
-
     /// Carry out one queued operation and take it off the queue.
     async fn run_op(&self, seq: u64) -> Result<()> {
         let op: pb::PersistOp = {
@@ -380,9 +377,7 @@ impl Master {
         let mount = self.inner.mounts.read().iter().find(|m| m.info.id == op.mount_id).cloned();
         let Some(m) = mount else {
             tracing::info!(path = %op.path, "mount is gone; dropping its queued UFS change");
-            let w = self.inner.store.write()?;
-            self.remove_op(&w, seq)?;
-            return w.commit().map_err(db_err);
+            return self.commit(move |_, w, _| remove_op(w, seq)).await;
         };
         locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
         let count = |result: &str| self.inner.metrics.persist_ops.with_label_values(&[&op.kind, result]).inc();
@@ -417,17 +412,19 @@ impl Master {
                 "skipped"
             }
         };
-        let w = self.inner.store.write()?;
-        self.remove_op(&w, seq)?;
-        if op.kind == "MKDIR" {
-            if let Some(mut rec) = load_inode(&w, op.inode_id)? {
-                if rec.persist_state == TO_BE_PERSISTED {
-                    rec.persist_state.clear();
-                    put_inode(&w, &rec)?;
-                }
+        let (mkdir, inode_id) = (op.kind == "MKDIR", op.inode_id);
+        self.commit(move |_, w, _| {
+            remove_op(w, seq)?;
+            if mkdir
+                && let Some(mut rec) = load_inode(w, inode_id)?
+                && rec.persist_state == TO_BE_PERSISTED
+            {
+                rec.persist_state.clear();
+                put_inode(w, &rec)?;
             }
-        }
-        w.commit().map_err(db_err)?;
+            Ok(())
+        })
+        .await?;
         count(result);
         Ok(())
     }
@@ -442,9 +439,8 @@ impl Master {
         };
         let Some(rec) = rec.filter(|r| r.version == op.version && r.persist_state == TO_BE_PERSISTED) else {
             // Overwritten or deleted since: a later queue entry covers what is there now.
-            let w = self.inner.store.write()?;
-            self.remove_op(&w, op.seq)?;
-            return w.commit().map_err(db_err).map(|()| None);
+            let seq = op.seq;
+            return self.commit(move |_, w, _| remove_op(w, seq)).await.map(|()| None);
         };
         let meta = rec.meta.clone().unwrap_or_default();
         let user_metadata = locus_proto::ufs_user_metadata(&meta);
@@ -485,52 +481,64 @@ impl Master {
                 format!("persist of {} left {} bytes in the UFS, not {}", op.path, st.length, rec.length),
             ));
         }
-        let w = self.inner.store.write()?;
-        self.remove_op(&w, op.seq)?;
-        let mut dropped = Vec::new();
-        let mut ops = Vec::new();
-        let cur = get_inode(&w.open_table(INODES).map_err(db_err)?, rec.id)?;
-        if let Some(mut cur) = cur.filter(|c| c.version == rec.version && c.persist_state == TO_BE_PERSISTED) {
-            // Metadata changed while the bytes were on their way (PutObjectTagging during
-            // the persist): the object gets it in a rewrite, queued behind this entry.
-            if cur.meta != rec.meta && m.ufs.stores_metadata() {
-                let meta_op = pb::PersistOp {
-                    kind: "META".into(),
-                    inode_id: cur.id,
-                    version: cur.version,
-                    ..self.op_for(m, &op.ufs_path, &op.path)
-                };
-                ops.push(self.enqueue(&w, meta_op)?);
-            }
-            cur.fingerprint = st.fingerprint();
-            cur.persist_state.clear();
-            cur.synced_ms = now_ms();
-            put_inode(&w, &cur)?;
-            if !cur.pinned {
-                w.open_table(PINNED).map_err(db_err)?.remove(cur.version).map_err(db_err)?;
-                next_id(&w, "pin_epoch", 1)?;
-            }
-            // The extra copies were for durability until now.
-            let keep = if cur.replication_min == 0 { self.inner.cfg.replication_min } else { cur.replication_min };
-            let live = self.live_workers();
-            let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
-            let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
-            for i in 0..cur.length.div_ceil(cur.block_size.max(1)) {
-                let b = locus_common::block_id(cur.version, i);
-                let mut holders = second_keys(&loc, b)?;
-                holders.sort_by_key(|wk| (!live.contains_key(wk), *wk));
-                for wk in holders.into_iter().skip(keep.max(1) as usize) {
-                    loc.remove((b, wk)).map_err(db_err)?;
-                    wb.remove((wk, b)).map_err(db_err)?;
-                    dropped.push((wk, b));
-                }
-            }
-        }
-        w.commit().map_err(db_err)?;
-        self.track(ops);
-        self.queue_removals(dropped);
+        let (op2, m2, fingerprint) = (op.clone(), m.clone(), st.fingerprint());
+        self.commit(move |me, w, fx| me.persisted_in(w, &op2, &m2, &rec, &fingerprint, fx)).await?;
         tracing::debug!(path = %op.path, bytes = st.length, "persisted");
         Ok(Some(st.length))
+    }
+
+    /// The change that ends a persist (inside `w`): take the operation off the queue and,
+    /// when the file is still the version written, mark it persisted, unpin it and release
+    /// the copies beyond its minimum replication.
+    fn persisted_in(
+        &self,
+        w: &redb::WriteTransaction,
+        op: &pb::PersistOp,
+        m: &MountEntry,
+        rec: &pb::InodeRecord,
+        fingerprint: &str,
+        fx: &mut Effects,
+    ) -> Result<()> {
+        remove_op(w, op.seq)?;
+        let cur = load_inode(w, rec.id)?;
+        let Some(mut cur) = cur.filter(|c| c.version == rec.version && c.persist_state == TO_BE_PERSISTED) else {
+            return Ok(());
+        };
+        // Metadata changed while the bytes were on their way (PutObjectTagging during
+        // the persist): the object gets it in a rewrite, queued behind this entry.
+        if cur.meta != rec.meta && m.ufs.stores_metadata() {
+            let meta_op = pb::PersistOp {
+                kind: "META".into(),
+                inode_id: cur.id,
+                version: cur.version,
+                ..self.op_for(m, &op.ufs_path, &op.path)
+            };
+            fx.ops.push(self.enqueue(w, meta_op)?);
+        }
+        cur.fingerprint = fingerprint.to_string();
+        cur.persist_state.clear();
+        cur.synced_ms = now_ms();
+        put_inode(w, &cur)?;
+        if !cur.pinned {
+            w.open_table(PINNED).map_err(db_err)?.remove(cur.version).map_err(db_err)?;
+            next_id(w, "pin_epoch", 1)?;
+        }
+        // The extra copies were for durability until now.
+        let keep = if cur.replication_min == 0 { self.inner.cfg.replication_min } else { cur.replication_min };
+        let live = self.live_workers();
+        let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+        let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+        for i in 0..cur.length.div_ceil(cur.block_size.max(1)) {
+            let b = locus_common::block_id(cur.version, i);
+            let mut holders = second_keys(&loc, b)?;
+            holders.sort_by_key(|wk| (!live.contains_key(wk), *wk));
+            for wk in holders.into_iter().skip(keep.max(1) as usize) {
+                loc.remove((b, wk)).map_err(db_err)?;
+                wb.remove((wk, b)).map_err(db_err)?;
+                fx.dropped.push((wk, b));
+            }
+        }
+        Ok(())
     }
 
     /// Store a persisted file's new metadata (tags, after PutObjectTagging) with its UFS
@@ -541,10 +549,9 @@ impl Master {
             let r = self.inner.store.read()?;
             get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
         };
+        let seq = op.seq;
         let Some(rec) = rec.filter(|r| r.version == op.version && crate::is_persisted(r)) else {
-            let w = self.inner.store.write()?;
-            self.remove_op(&w, op.seq)?;
-            return w.commit().map_err(db_err).map(|()| false);
+            return self.commit(move |_, w, _| remove_op(w, seq)).await.map(|()| false);
         };
         let meta = rec.meta.clone().unwrap_or_default();
         let worker = self.workers().into_iter().next().ok_or_else(|| Error::unavailable("no live workers"))?;
@@ -559,19 +566,23 @@ impl Master {
         };
         let r = call_worker(&worker.data_address, pb::data_request::Req::Persist(req)).await?;
         let st = UfsStatus { path: String::new(), is_dir: false, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms };
-        let w = self.inner.store.write()?;
-        self.remove_op(&w, op.seq)?;
-        if let Some(mut cur) = load_inode(&w, rec.id)?.filter(|c| c.version == rec.version) {
-            // Same bytes, new object: the cached blocks stay valid.
-            cur.fingerprint = st.fingerprint();
-            cur.synced_ms = now_ms();
-            put_inode(&w, &cur)?;
-        }
-        w.commit().map_err(db_err).map(|()| true)
+        let fingerprint = st.fingerprint();
+        self.commit(move |_, w, _| {
+            remove_op(w, seq)?;
+            if let Some(mut cur) = load_inode(w, rec.id)?.filter(|c| c.version == rec.version) {
+                // Same bytes, new object: the cached blocks stay valid.
+                cur.fingerprint = fingerprint.clone();
+                cur.synced_ms = now_ms();
+                put_inode(w, &cur)?;
+            }
+            Ok(())
+        })
+        .await
+        .map(|()| true)
     }
 
     /// Drop writes created but never completed within `master.abandoned_write_timeout`.
-    fn reap_abandoned_writes(&self) -> Result<()> {
+    async fn reap_abandoned_writes(&self) -> Result<()> {
         let cutoff = now_ms() - self.inner.cfg.abandoned_write_timeout.as_millis() as i64;
         let stale: Vec<u64> = {
             let r = self.inner.store.read()?;
@@ -588,9 +599,8 @@ impl Master {
         if stale.is_empty() {
             return Ok(());
         }
-        let w = self.inner.store.write()?;
-        let mut dropped = Vec::new();
-        {
+        let n = stale.len();
+        self.commit(move |_, w, fx| {
             let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
             let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
             for v in &stale {
@@ -607,16 +617,22 @@ impl Master {
                 for (b, wk) in keys {
                     loc.remove((b, wk)).map_err(db_err)?;
                     wb.remove((wk, b)).map_err(db_err)?;
-                    dropped.push((wk, b));
+                    fx.dropped.push((wk, b));
                 }
             }
-        }
-        next_id(&w, "pin_epoch", 1)?;
-        w.commit().map_err(db_err)?;
-        tracing::info!(writes = stale.len(), "dropped abandoned writes");
-        self.queue_removals(dropped);
+            drop((loc, wb));
+            next_id(w, "pin_epoch", 1).map(|_| ())
+        })
+        .await?;
+        tracing::info!(writes = n, "dropped abandoned writes");
         Ok(())
     }
+}
+
+/// Take operation `seq` off the queue (inside `w`).
+fn remove_op(w: &redb::WriteTransaction, seq: u64) -> Result<()> {
+    w.open_table(PERSIST_QUEUE).map_err(db_err)?.remove(seq).map_err(db_err)?;
+    Ok(())
 }
 
 fn pending_of(op: &pb::PersistOp) -> Pending {
@@ -670,7 +686,7 @@ pub(crate) fn start(master: Master) -> Job {
             }
             if last_reap.elapsed() > Duration::from_secs(30) {
                 last_reap = Instant::now();
-                if let Err(e) = master.reap_abandoned_writes() {
+                if let Err(e) = master.reap_abandoned_writes().await {
                     tracing::warn!(error = %e, "reaping abandoned writes");
                 }
             }

@@ -36,7 +36,7 @@ struct Task {
 impl Master {
     /// Find blocks short of copies (and LOST files that are whole again); returns the
     /// copies to make.
-    fn replication_plan(&self) -> Result<Vec<Task>> {
+    async fn replication_plan(&self) -> Result<Vec<Task>> {
         let live: Vec<pb::WorkerAddress> = self.workers();
         if live.is_empty() {
             return Ok(Vec::new());
@@ -108,51 +108,58 @@ impl Master {
             }
         }
         if !lost.is_empty() || !found.is_empty() {
-            self.set_lost(&lost, &found)?;
+            self.set_lost(lost, found).await?;
         }
         if !excess.is_empty() {
-            let w = self.inner.store.write_soft()?;
-            {
+            // Cached copies are soft state: no fsync (see `Store::mutate_soft`).
+            self.commit_soft(move |_, w, fx| {
                 let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
                 let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
                 for (wk, b) in &excess {
                     loc.remove((*b, *wk)).map_err(db_err)?;
                     wb.remove((*wk, *b)).map_err(db_err)?;
                 }
-            }
-            w.commit().map_err(db_err)?;
-            self.queue_removals(excess);
+                fx.dropped = excess;
+                Ok(())
+            })
+            .await?;
         }
         Ok(tasks)
     }
 
     /// Mark files LOST, or (when their blocks are back) queue their persist again.
-    fn set_lost(&self, lost: &[u64], found: &[u64]) -> Result<()> {
-        let w = self.inner.store.write()?;
-        let mut ops = Vec::new();
-        for id in lost {
-            if let Some(mut rec) = load_inode(&w, *id)? {
-                tracing::error!(inode = id, name = %rec.name, "every copy of a block of a file not persisted is gone: LOST");
-                rec.lost_from = std::mem::replace(&mut rec.persist_state, LOST.into());
-                put_inode(&w, &rec)?;
-            }
-        }
-        for id in found {
-            if let Some(mut rec) = load_inode(&w, *id)? {
-                let Some(path) = self.path_of(&w, &rec)? else { continue };
-                let Ok((m, rel)) = self.mount_for(&path) else { continue };
-                tracing::info!(path, "the blocks of a LOST file are back");
-                rec.persist_state = std::mem::take(&mut rec.lost_from);
-                if rec.persist_state != TO_BE_PERSISTED {
-                    put_inode(&w, &rec)?;
-                    continue;
+    async fn set_lost(&self, lost: Vec<u64>, found: Vec<u64>) -> Result<()> {
+        let (lost, back) = self
+            .commit(move |me, w, fx| {
+                let (mut was_lost, mut back) = (Vec::new(), Vec::new());
+                for id in &lost {
+                    if let Some(mut rec) = load_inode(w, *id)? {
+                        rec.lost_from = std::mem::replace(&mut rec.persist_state, LOST.into());
+                        put_inode(w, &rec)?;
+                        was_lost.push((*id, rec.name));
+                    }
                 }
-                ops.push(self.enqueue(&w, self.persist_op(&rec, &m, &rel, &path))?);
-                put_inode(&w, &rec)?;
-            }
+                for id in &found {
+                    if let Some(mut rec) = load_inode(w, *id)? {
+                        let Some(path) = me.path_of(w, &rec)? else { continue };
+                        let Ok((m, rel)) = me.mount_for(&path) else { continue };
+                        rec.persist_state = std::mem::take(&mut rec.lost_from);
+                        if rec.persist_state == TO_BE_PERSISTED {
+                            fx.ops.push(me.enqueue(w, me.persist_op(&rec, &m, &rel, &path))?);
+                        }
+                        put_inode(w, &rec)?;
+                        back.push(path);
+                    }
+                }
+                Ok((was_lost, back))
+            })
+            .await?;
+        for (id, name) in lost {
+            tracing::error!(inode = id, name = %name, "every copy of a block of a file not persisted is gone: LOST");
         }
-        w.commit().map_err(db_err)?;
-        self.track(ops);
+        for path in back {
+            tracing::info!(path, "the blocks of a LOST file are back");
+        }
         Ok(())
     }
 
@@ -172,7 +179,8 @@ impl Master {
 
     /// One round: plan, then copy blocks (a few at a time).
     async fn replicate_round(&self, inflight: &mut HashSet<u64>) -> Result<()> {
-        let tasks: Vec<Task> = self.replication_plan()?.into_iter().filter(|t| inflight.insert(t.block_id)).collect();
+        let tasks: Vec<Task> =
+            self.replication_plan().await?.into_iter().filter(|t| inflight.insert(t.block_id)).collect();
         if tasks.is_empty() {
             return Ok(());
         }

@@ -102,12 +102,13 @@ impl pb::master_server::Master for Master {
     }
     async fn register_worker(&self, r: Request<pb::RegisterWorkerRequest>) -> R<pb::RegisterWorkerResponse> {
         ok(Master::register_worker(self, r.into_inner())
+            .await
             .map(|worker_id| pb::RegisterWorkerResponse { worker_id, cluster_id: self.cluster_id() }))
     }
     async fn worker_heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> R<pb::HeartbeatResponse> {
         ok(self.heartbeat(r.into_inner()))
     }
     async fn commit_blocks(&self, r: Request<pb::CommitBlocksRequest>) -> R<pb::Empty> {
-        ok(Master::commit_blocks(self, r.into_inner()).map(|_| pb::Empty {}))
+        ok(Master::commit_blocks(self, r.into_inner()).await.map(|_| pb::Empty {}))
     }
 }

@@ -67,7 +67,11 @@ impl Drop for Store {
     fn drop(&mut self) {
         self.ops.take();
         if let Some(t) = self.committer.take() {
-            let _ = t.join(); // the database closes once its last user is gone
+            // The committer may drop the last user itself (a change that captured it
+            // outlived its caller); it then ends on its own once the channel is closed.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join(); // the database closes once its last user is gone
+            }
         }
     }
 }
@@ -205,17 +209,30 @@ impl Store {
         Ok(*v.downcast::<T>().map_err(|_| Error::internal("metadata committer returned the wrong type"))?)
     }
 
-    /// A durable write transaction: committed changes survive a crash.
-    pub fn write(&self) -> Result<WriteTransaction> {
+    /// A durable write transaction, for [`Store::open`] only: every later change goes
+    /// through [`Store::mutate`] or [`Store::mutate_soft`], off the async runtime.
+    fn write(&self) -> Result<WriteTransaction> {
         self.db.begin_write().map_err(db_err)
     }
 
-    /// A write transaction for soft state (block locations): fast, made durable by the
-    /// next durable commit, and rebuilt from block reports after a crash anyway.
-    pub fn write_soft(&self) -> Result<WriteTransaction> {
-        let mut w = self.db.begin_write().map_err(db_err)?;
-        w.set_durability(Durability::None).map_err(db_err)?;
-        Ok(w)
+    /// Apply `f` to soft state (block locations) in a transaction without an fsync: made
+    /// durable by the next durable commit, and rebuilt from block reports after a crash
+    /// anyway. It runs on a blocking thread, since it still waits for redb's write lock,
+    /// which a durable commit holds through its fsync.
+    pub async fn mutate_soft<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut w = db.begin_write().map_err(db_err)?;
+            w.set_durability(Durability::None).map_err(db_err)?;
+            let v = f(&w)?;
+            w.commit().map_err(db_err)?;
+            Ok(v)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("metadata write: {e}")))?
     }
 
     pub fn read(&self) -> Result<redb::ReadTransaction> {

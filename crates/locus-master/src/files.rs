@@ -1,0 +1,490 @@
+//! Files and blocks: creating and completing writes, persist, pins, replication bounds,
+//! object metadata, freeing cached copies, and the `FileInfo` and block locations clients get.
+
+use std::collections::HashMap;
+
+use locus_common::config::WriteType;
+use locus_common::path::{self as lpath, normalize};
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb;
+use locus_ufs::UfsStatus;
+use redb::WriteTransaction;
+
+use crate::namespace::Effects;
+use crate::store::*;
+use crate::*;
+
+impl Master {
+    pub(crate) fn file_info(&self, path: &str, rec: &pb::InodeRecord, with_blocks: bool) -> Result<pb::FileInfo> {
+        let (m, rel) = self.mount_for(path)?;
+        let mut fi = pb::FileInfo {
+            id: rec.id,
+            path: path.to_string(),
+            name: rec.name.clone(),
+            is_dir: rec.is_dir,
+            length: rec.length,
+            block_size: rec.block_size,
+            fingerprint: rec.fingerprint.clone(),
+            mtime_ms: rec.mtime_ms,
+            pinned: rec.pinned,
+            version: rec.version,
+            mount_id: m.info.id,
+            ufs_path: rel,
+            blocks: Vec::new(),
+            mount_point: m.info.path.clone(),
+            meta: rec.meta.clone(),
+            persist_state: if is_persisted(rec) { PERSISTED.into() } else { rec.persist_state.clone() },
+            replication_min: if rec.replication_min == 0 {
+                self.inner.cfg.replication_min
+            } else {
+                rec.replication_min
+            },
+            replication_max: rec.replication_max,
+            ..Default::default()
+        };
+        if with_blocks && !rec.is_dir {
+            fi.blocks = self.block_infos(rec)?;
+        }
+        Ok(fi)
+    }
+
+    /// The blocks of a file with their live locations.
+    pub(crate) fn block_infos(&self, rec: &pb::InodeRecord) -> Result<Vec<pb::BlockInfo>> {
+        let live = self.live_workers();
+        let r = self.inner.store.read()?;
+        let loc = r.open_table(LOCATIONS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for i in 0..Self::block_count(rec.length, rec.block_size) {
+            let b = locus_common::block_id(rec.version, i);
+            let offset = i * rec.block_size;
+            let mut locations = Vec::new();
+            for e in loc.range((b, 0)..=(b, u64::MAX)).map_err(db_err)? {
+                let (k, v) = e.map_err(db_err)?;
+                let wk = k.value().1;
+                if live.contains_key(&wk) {
+                    locations.push(pb::BlockLocation { worker_id: wk, tier: v.value().to_string() });
+                }
+            }
+            out.push(pb::BlockInfo { block_id: b, offset, length: rec.block_size.min(rec.length - offset), locations });
+        }
+        Ok(out)
+    }
+
+    /// Check that `path` may be written and open a write: returns where its bytes go,
+    /// the write type that applies (the request's, else the mount's, else the cluster
+    /// default), and the new file version whose blocks the write creates.
+    /// With `complete_empty`, the file is created empty and complete in one step (one
+    /// durable change; THROUGH types write the empty object first).
+    pub async fn create_file(
+        &self,
+        path: &str,
+        overwrite: bool,
+        write_type: &str,
+        complete_empty: bool,
+    ) -> Result<pb::FileInfo> {
+        let path = normalize(path)?;
+        if path == "/" {
+            return Err(Error::invalid("cannot write to /"));
+        }
+        if let Some(rec) = self.resolve_with(&path, true).await? {
+            if rec.is_dir {
+                return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
+            }
+            if !overwrite {
+                return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists")));
+            }
+        }
+        let (parent_path, _) = lpath::split_parent(&path).unwrap();
+        self.create_directory(parent_path, true).await?;
+        let (m, rel) = self.writable(&path)?;
+        let wt = if !write_type.is_empty() {
+            WriteType::parse_or_err(write_type)?
+        } else if !m.info.write_type.is_empty() {
+            WriteType::parse_or_err(&m.info.write_type)?
+        } else {
+            self.inner.cfg.write_type
+        };
+        if wt.writes_ufs() {
+            // A synchronous UFS write must not race queued changes to the same path.
+            self.wait_ufs_quiet(m.info.id, &rel).await?;
+        }
+        if complete_empty {
+            let mut req =
+                pb::CompleteFileRequest { path: path.clone(), write_type: wt.as_str().into(), ..Default::default() };
+            if wt.writes_ufs() {
+                let st = m.ufs.writer(&rel, "", &Default::default()).await?.close().await?;
+                req.etag = st.etag;
+                req.mtime_ms = st.mtime_ms;
+            }
+            let parent = self.must_resolve(parent_path).await?;
+            return self.commit_complete(req, path.clone(), parent.id, wt, m, rel).await;
+        }
+        let (version, pin_epoch) = self
+            .commit(move |me, w, _| {
+                let version = next_id(w, "version", 1)?;
+                w.open_table(VERSIONS).map_err(db_err)?.insert(version, 0).map_err(db_err)?;
+                w.open_table(PENDING_WRITES).map_err(db_err)?.insert(version, now_ms()).map_err(db_err)?;
+                if wt.needs_durable_copies() {
+                    // Pinned from the start: the copies the write makes are the only ones.
+                    w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
+                    me.bump_pin_epoch(w)?;
+                }
+                let pin_epoch = get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
+                Ok((version, pin_epoch))
+            })
+            .await?;
+        Ok(pb::FileInfo {
+            path: path.clone(),
+            mount_id: m.info.id,
+            ufs_path: rel,
+            block_size: self.inner.cfg.block_size.as_u64(),
+            mount_point: m.info.path.clone(),
+            version,
+            write_type: wt.as_str().into(),
+            pin_epoch,
+            ..Default::default()
+        })
+    }
+
+    /// Record a written file: its bytes are in the UFS (THROUGH, CACHE_THROUGH), or in
+    /// worker caches (MUST_CACHE), or both until the persist queued here lands
+    /// (ASYNC_THROUGH). Replaces an older version of the file.
+    pub async fn complete_file(&self, req: pb::CompleteFileRequest) -> Result<pb::FileInfo> {
+        let path = normalize(&req.path)?;
+        let (parent_path, _) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
+        let parent = self.must_resolve(parent_path).await?;
+        let (m, rel) = self.writable(&path)?;
+        let wt = if req.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&req.write_type)? };
+        self.commit_complete(req, path, parent.id, wt, m, rel).await
+    }
+
+    pub(crate) async fn commit_complete(
+        &self,
+        req: pb::CompleteFileRequest,
+        path: String,
+        parent_id: u64,
+        wt: WriteType,
+        m: MountEntry,
+        rel: String,
+    ) -> Result<pb::FileInfo> {
+        let now = now_ms();
+        let name = lpath::split_parent(&path).map(|(_, n)| n.to_string()).unwrap_or_default();
+        let p2 = path.clone();
+        let rec =
+            self.commit(move |me, w, fx| me.complete_in(w, &req, &p2, parent_id, &name, wt, &m, &rel, now, fx)).await?;
+        self.file_info(&path, &rec, false)
+    }
+
+    /// The change [`Master::complete_file`] commits.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn complete_in(
+        &self,
+        w: &WriteTransaction,
+        req: &pb::CompleteFileRequest,
+        path: &str,
+        parent_id: u64,
+        name: &str,
+        wt: WriteType,
+        m: &MountEntry,
+        rel: &str,
+        now: i64,
+        fx: &mut Effects,
+    ) -> Result<pb::InodeRecord> {
+        let version = if req.version == 0 {
+            next_id(w, "version", 1)?
+        } else {
+            if w.open_table(PENDING_WRITES).map_err(db_err)?.remove(req.version).map_err(db_err)?.is_none() {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!("the write of {path} is unknown or was abandoned (see master.abandoned_write_timeout)"),
+                ));
+            }
+            req.version
+        };
+        let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent_id, name)?;
+        let mut rec = match existing {
+            Some(id) => {
+                let old = load_inode(w, id)?.ok_or_else(|| Error::internal("dangling child"))?;
+                if old.is_dir {
+                    return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
+                }
+                self.drop_version(w, &old, fx)?;
+                old
+            }
+            None => self.new_inode(w, parent_id, name, false, 0, String::new(), now, now, Some(version))?,
+        };
+        rec.version = version;
+        w.open_table(VERSIONS).map_err(db_err)?.insert(version, rec.id).map_err(db_err)?;
+        rec.length = req.length;
+        rec.block_size = self.inner.cfg.block_size.as_u64();
+        rec.mtime_ms = if req.mtime_ms > 0 { req.mtime_ms } else { now };
+        rec.meta = req.meta.clone().filter(|m| *m != pb::ObjectMeta::default());
+        rec.synced_ms = now;
+        match wt {
+            WriteType::THROUGH | WriteType::CACHE_THROUGH => {
+                let st = UfsStatus {
+                    path: name.into(),
+                    is_dir: false,
+                    length: req.length,
+                    etag: req.etag.clone(),
+                    mtime_ms: req.mtime_ms,
+                };
+                rec.fingerprint = st.fingerprint();
+                rec.persist_state = String::new();
+                // Pinned at create for an ASYNC_THROUGH write that went through instead.
+                if w.open_table(PINNED).map_err(db_err)?.remove(version).map_err(db_err)?.is_some() {
+                    self.bump_pin_epoch(w)?;
+                }
+            }
+            WriteType::ASYNC_THROUGH => {
+                rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
+                rec.persist_state = TO_BE_PERSISTED.into();
+                let mut op = self.persist_op(&rec, m, rel, path);
+                // The writer's wait, else the staging wait of a committer's `_temporary` file.
+                let wait_ms = match req.persist_wait_ms {
+                    0 if lpath::is_staged(path) => self.inner.cfg.staged_persist_wait.as_millis() as u64,
+                    ms => ms,
+                };
+                if wait_ms > 0 {
+                    op.not_before_ms = now + wait_ms.min(i64::MAX as u64 / 2) as i64;
+                }
+                fx.ops.push(self.enqueue(w, op)?);
+            }
+            WriteType::MUST_CACHE => {
+                rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
+                rec.persist_state = NOT_PERSISTED.into();
+            }
+        }
+        if rec.pinned {
+            w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
+            self.bump_pin_epoch(w)?;
+        }
+        if rec.replication_min != 0 || rec.replication_max != 0 {
+            w.open_table(REPLICATED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
+        }
+        put_inode(w, &rec)?;
+        Ok(rec)
+    }
+
+    /// Queue the persist of a file written MUST_CACHE (a no-op for one persisted or
+    /// queued already).
+    pub async fn persist(&self, path: &str) -> Result<pb::FileInfo> {
+        let path = normalize(path)?;
+        let rec = self.must_resolve(&path).await?;
+        if rec.is_dir {
+            return Err(Error::invalid(format!("{path} is a directory")));
+        }
+        let (m, rel) = self.writable(&path)?;
+        match rec.persist_state.as_str() {
+            NOT_PERSISTED => {}
+            LOST => {
+                return Err(Error::new(
+                    ErrorKind::Corrupt,
+                    format!("{path} was lost: every copy of a block went before it was persisted"),
+                ));
+            }
+            _ => return self.file_info(&path, &rec, false),
+        }
+        let (id, p2) = (rec.id, path.clone());
+        let rec = self
+            .commit(move |me, w, fx| {
+                let mut rec = load_inode(w, id)?.ok_or_else(|| Error::not_found(format!("{p2} does not exist")))?;
+                rec.persist_state = TO_BE_PERSISTED.into();
+                fx.ops.push(me.enqueue(w, me.persist_op(&rec, &m, &rel, &p2))?);
+                put_inode(w, &rec)?;
+                Ok(rec)
+            })
+            .await?;
+        self.file_info(&path, &rec, false)
+    }
+
+    /// Set the replication bounds of files at or below `path`. Returns the files changed.
+    pub async fn set_replication(&self, path: &str, min: u32, max: u32, recursive: bool) -> Result<u64> {
+        if max != 0 && min > max {
+            return Err(Error::invalid(format!("replication min {min} exceeds max {max}")));
+        }
+        let path = normalize(path)?;
+        let ids = self.file_ids(&path, recursive).await?;
+        let n = ids.len() as u64;
+        self.commit(move |_, w, _| {
+            for id in &ids {
+                if let Some(mut r) = load_inode(w, *id)? {
+                    r.replication_min = min;
+                    r.replication_max = max;
+                    put_inode(w, &r)?;
+                    let mut t = w.open_table(REPLICATED).map_err(db_err)?;
+                    if min != 0 || max != 0 {
+                        t.insert(r.version, ()).map_err(db_err)?;
+                    } else {
+                        t.remove(r.version).map_err(db_err)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(n)
+    }
+
+    /// Replace the object metadata of a file or directory (or only its tags).
+    pub async fn set_object_meta(&self, path: &str, meta: pb::ObjectMeta, tags_only: bool) -> Result<pb::FileInfo> {
+        let path = normalize(path)?;
+        let rec = self.must_resolve(&path).await?;
+        let (m, rel) = self.writable(&path)?;
+        let (id, p2) = (rec.id, path.clone());
+        let rec = self
+            .commit(move |me, w, fx| {
+                let mut rec = load_inode(w, id)?.ok_or_else(|| Error::not_found(format!("{p2} does not exist")))?;
+                if tags_only {
+                    rec.meta.get_or_insert_with(Default::default).tags = meta.tags.clone();
+                } else {
+                    rec.meta = Some(meta.clone());
+                }
+                if rec.meta.as_ref().is_some_and(|m| *m == pb::ObjectMeta::default()) {
+                    rec.meta = None;
+                }
+                // A persisted object in a store that keeps metadata gets it too (a file
+                // still to be persisted takes it with its persist).
+                if !rec.is_dir && is_persisted(&rec) && m.ufs.stores_metadata() {
+                    let op = pb::PersistOp {
+                        kind: "META".into(),
+                        inode_id: rec.id,
+                        version: rec.version,
+                        ..me.op_for(&m, &rel, &p2)
+                    };
+                    fx.ops.push(me.enqueue(w, op)?);
+                }
+                put_inode(w, &rec)?;
+                Ok(rec)
+            })
+            .await?;
+        self.file_info(&path, &rec, false)
+    }
+
+    /// The inode ids of the files at or below `path`.
+    pub(crate) async fn file_ids(&self, path: &str, recursive: bool) -> Result<Vec<u64>> {
+        let mut ids = Vec::new();
+        self.for_each_file(path, recursive, &mut |r| {
+            ids.push(r.id);
+            Ok(())
+        })
+        .await?;
+        Ok(ids)
+    }
+
+    /// Files at or below `path` (one level at a time, page by page).
+    pub(crate) async fn for_each_file(
+        &self,
+        path: &str,
+        recursive: bool,
+        f: &mut impl FnMut(&pb::InodeRecord) -> Result<()>,
+    ) -> Result<u64> {
+        let rec = self.must_resolve(path).await?;
+        if !rec.is_dir {
+            f(&rec)?;
+            return Ok(1);
+        }
+        if !recursive {
+            return Err(Error::invalid(format!("{path} is a directory (use -R)")));
+        }
+        let mut n = 0;
+        let mut dirs = vec![path.to_string()];
+        while let Some(d) = dirs.pop() {
+            let mut after = String::new();
+            loop {
+                let (page, more) = self.list_status(&d, &after, false, DEFAULT_LIST_PAGE).await?;
+                for e in &page {
+                    if e.is_dir {
+                        dirs.push(e.path.clone());
+                    } else if let Some(r) = self.read_inode_by_path(&e.path)? {
+                        f(&r)?;
+                        n += 1;
+                    }
+                }
+                match (more, page.last()) {
+                    (true, Some(l)) => after = l.name.clone(),
+                    _ => break,
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    pub async fn set_pinned(&self, path: &str, pinned: bool, recursive: bool) -> Result<u64> {
+        let path = normalize(path)?;
+        let ids = self.file_ids(&path, recursive).await?;
+        let n = ids.len() as u64;
+        let epoch = self
+            .commit(move |me, w, _| {
+                for id in &ids {
+                    let Some(mut r) = load_inode(w, *id)? else {
+                        continue;
+                    };
+                    r.pinned = pinned;
+                    put_inode(w, &r)?;
+                    let mut p = w.open_table(PINNED).map_err(db_err)?;
+                    if pinned {
+                        p.insert(r.version, ()).map_err(db_err)?;
+                    } else if is_persisted(&r) {
+                        // Bytes not persisted yet stay pinned whatever the user says.
+                        p.remove(r.version).map_err(db_err)?;
+                    }
+                }
+                me.bump_pin_epoch(w)?;
+                get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")
+            })
+            .await?;
+        // Return once every live worker knows the new pins, so loads right after a pin
+        // cannot evict the pinned blocks.
+        self.await_workers(|_, s| s.pin_epoch >= epoch).await;
+        Ok(n)
+    }
+
+    /// Drop the cached blocks of files at or below `path`. Returns the blocks freed.
+    pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
+        let path = normalize(path)?;
+        let mut recs = Vec::new();
+        self.for_each_file(&path, recursive, &mut |r| {
+            if r.pinned {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!("{} is pinned (unpin it first)", r.name),
+                ));
+            }
+            if !is_persisted(r) {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!("{} is not persisted: its cached blocks are its only copy (locus fs persist)", r.name),
+                ));
+            }
+            recs.push(r.clone());
+            Ok(())
+        })
+        .await?;
+        // Cached copies are soft state: no fsync (see `Store::mutate_soft`).
+        let dropped = self
+            .commit_soft(move |me, w, fx| {
+                for r in &recs {
+                    me.drop_version(w, r, fx)?;
+                    // the version stays valid: only its cached copies go
+                    w.open_table(VERSIONS).map_err(db_err)?.insert(r.version, r.id).map_err(db_err)?;
+                    if r.replication_min != 0 || r.replication_max != 0 {
+                        w.open_table(REPLICATED).map_err(db_err)?.insert(r.version, ()).map_err(db_err)?;
+                    }
+                }
+                Ok(fx.dropped.clone())
+            })
+            .await?;
+        let n = dropped.len() as u64;
+        // Counted from after the removals were queued: the heartbeat after the one that
+        // takes them shows they are done.
+        let targets: HashMap<u64, u64> = {
+            let ws = self.inner.workers.lock();
+            dropped.iter().filter_map(|(wk, _)| ws.get(wk).map(|s| (*wk, s.beats + 2))).collect()
+        };
+        // Return once the workers have deleted the blocks: a read right after `free`
+        // must fill the cache again, not hit blocks about to go.
+        self.await_workers(|id, s| targets.get(&id).is_none_or(|b| s.beats >= *b)).await;
+        Ok(n)
+    }
+}

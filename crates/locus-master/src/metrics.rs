@@ -1,0 +1,161 @@
+//! The master's Prometheus metrics and the cluster report (`locus report`, the status page).
+
+use std::collections::BTreeMap;
+
+use locus_proto::pb;
+
+use crate::*;
+use locus_common::metrics::{BYTES_READ, CACHE_REQUESTS, EVICTIONS};
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+pub(crate) struct Metrics {
+    pub(crate) registry: Registry,
+    pub(crate) bytes_read: IntCounterVec,
+    pub(crate) cache_requests: IntCounterVec,
+    pub(crate) evictions: IntCounter,
+    pub(crate) workers_live: IntGauge,
+    pub(crate) tier_capacity: IntGaugeVec,
+    pub(crate) tier_used: IntGaugeVec,
+    pub(crate) tier_pooled: IntGaugeVec,
+    pub(crate) hit_ratio: Gauge,
+    pub(crate) files_loaded: IntCounter,
+    pub(crate) corrupt_blocks: IntCounter,
+    /// Persist-queue operations carried out, by kind and result (`done`, or `skipped`: a
+    /// persist whose file was deleted or overwritten before its turn, no UFS write).
+    pub(crate) persist_ops: IntCounterVec,
+    /// Bytes of the files the persist queue has persisted (a retried persist counts once).
+    pub(crate) persisted_bytes: IntCounter,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Metrics {
+        let registry = Registry::new();
+        let bytes_read =
+            IntCounterVec::new(Opts::new(BYTES_READ, "Bytes delivered to readers, by source"), &["source"]).unwrap();
+        let cache_requests =
+            IntCounterVec::new(Opts::new(CACHE_REQUESTS, "Block reads by cache result"), &["result"]).unwrap();
+        let evictions = IntCounter::new(EVICTIONS, "Blocks evicted from a tier").unwrap();
+        let workers_live = IntGauge::new("locus_workers_live", "Workers with a recent heartbeat").unwrap();
+        let tier_capacity =
+            IntGaugeVec::new(Opts::new("locus_tier_capacity_bytes", "Cache capacity per tier"), &["tier"]).unwrap();
+        let tier_used =
+            IntGaugeVec::new(Opts::new("locus_tier_used_bytes", "Cache usage per tier"), &["tier"]).unwrap();
+        let hit_ratio = Gauge::new("locus_cache_hit_ratio", "Block cache hits over all block reads").unwrap();
+        let files_loaded =
+            IntCounter::new("locus_ufs_entries_loaded_total", "UFS entries loaded into the namespace").unwrap();
+        registry.register(Box::new(bytes_read.clone())).unwrap();
+        registry.register(Box::new(cache_requests.clone())).unwrap();
+        registry.register(Box::new(evictions.clone())).unwrap();
+        registry.register(Box::new(workers_live.clone())).unwrap();
+        registry.register(Box::new(tier_capacity.clone())).unwrap();
+        registry.register(Box::new(tier_used.clone())).unwrap();
+        let tier_pooled = IntGaugeVec::new(
+            Opts::new("locus_tier_pooled_bytes", "Free cache space held in pooled block files per tier"),
+            &["tier"],
+        )
+        .unwrap();
+        registry.register(Box::new(tier_pooled.clone())).unwrap();
+        registry.register(Box::new(hit_ratio.clone())).unwrap();
+        registry.register(Box::new(files_loaded.clone())).unwrap();
+        let corrupt_blocks = IntCounter::new(
+            "locus_block_corruptions_total",
+            "Bad block copies found by their crc32c (on a disk tier or in a transfer) and dropped",
+        )
+        .unwrap();
+        registry.register(Box::new(corrupt_blocks.clone())).unwrap();
+        let persist_ops = IntCounterVec::new(
+            Opts::new("locus_persist_ops_total", "Persist-queue operations carried out, by kind and result"),
+            &["kind", "result"],
+        )
+        .unwrap();
+        let persisted_bytes = IntCounter::new(
+            "locus_persisted_bytes_total",
+            "Bytes of the files persisted to UFSes by the persist queue",
+        )
+        .unwrap();
+        registry.register(Box::new(persist_ops.clone())).unwrap();
+        registry.register(Box::new(persisted_bytes.clone())).unwrap();
+        Metrics {
+            registry,
+            bytes_read,
+            cache_requests,
+            evictions,
+            workers_live,
+            tier_capacity,
+            tier_used,
+            tier_pooled,
+            hit_ratio,
+            files_loaded,
+            corrupt_blocks,
+            persist_ops,
+            persisted_bytes,
+        }
+    }
+}
+
+impl Master {
+    pub fn report(&self) -> pb::Report {
+        let timeout = self.inner.cfg.worker_timeout;
+        let ws = self.inner.workers.lock();
+        let mut rep = pb::Report { mounts: self.inner.mounts.read().len() as u64, ..Default::default() };
+        for s in ws.values() {
+            rep.workers.push(pb::WorkerReport {
+                address: Some(s.address.clone()),
+                live: s.last_heartbeat.elapsed() < timeout,
+                last_heartbeat_ms_ago: s.last_heartbeat.elapsed().as_millis() as u64,
+                tiers: s.tiers.clone(),
+                counters: Some(s.counters),
+            });
+        }
+        rep.workers.sort_by_key(|w| w.address.as_ref().map(|a| a.worker_id));
+        // Cluster totals come from the master's monotonic counters, which survive
+        // worker restarts.
+        let m = &self.inner.metrics;
+        let b = |s: &str| m.bytes_read.with_label_values(&[s]).get();
+        rep.totals = Some(pb::ReadCounters {
+            short_circuit: b("short_circuit"),
+            local_worker: b("local_worker"),
+            remote_worker: b("remote_worker"),
+            ufs: b("ufs"),
+            cache_hits: m.cache_requests.with_label_values(&["hit"]).get(),
+            cache_misses: m.cache_requests.with_label_values(&["miss"]).get(),
+            evictions: m.evictions.get(),
+            corrupt_blocks: m.corrupt_blocks.get(),
+        });
+        drop(ws);
+        let b = self.persist_backlog();
+        rep.persist_backlog_files = b.files;
+        rep.persist_backlog_bytes = b.bytes;
+        rep.persist_oldest_age_ms = b.oldest_age_ms;
+        rep.persist_queue_ops = b.ops;
+        rep
+    }
+
+    pub(crate) fn update_gauges(&self) {
+        let rep = self.report();
+        let m = &self.inner.metrics;
+        m.workers_live.set(rep.workers.iter().filter(|w| w.live).count() as i64);
+        let mut cap: BTreeMap<String, u64> = BTreeMap::new();
+        let mut used: BTreeMap<String, u64> = BTreeMap::new();
+        let mut pooled: BTreeMap<String, u64> = BTreeMap::new();
+        for w in rep.workers.iter().filter(|w| w.live) {
+            for t in &w.tiers {
+                *cap.entry(t.alias.clone()).or_default() += t.capacity;
+                *used.entry(t.alias.clone()).or_default() += t.used;
+                *pooled.entry(t.alias.clone()).or_default() += t.pooled;
+            }
+        }
+        for (t, v) in pooled {
+            m.tier_pooled.with_label_values(&[t.as_str()]).set(v as i64);
+        }
+        for (t, v) in cap {
+            m.tier_capacity.with_label_values(&[t.as_str()]).set(v as i64);
+        }
+        for (t, v) in used {
+            m.tier_used.with_label_values(&[t.as_str()]).set(v as i64);
+        }
+        let hits = m.cache_requests.with_label_values(&["hit"]).get();
+        let misses = m.cache_requests.with_label_values(&["miss"]).get();
+        m.hit_ratio.set(if hits + misses == 0 { 0.0 } else { hits as f64 / (hits + misses) as f64 });
+    }
+}

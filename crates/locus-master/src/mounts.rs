@@ -1,0 +1,184 @@
+//! The mount table: mounting and unmounting UFSes, and finding the mount of a path.
+
+use std::collections::BTreeMap;
+
+use locus_common::config::WriteType;
+use locus_common::path::{self as lpath, normalize};
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb;
+use locus_ufs::Ufs;
+use prost::Message;
+use redb::ReadableTable;
+
+use crate::store::*;
+use crate::*;
+
+#[derive(Clone)]
+pub(crate) struct MountEntry {
+    pub(crate) info: pb::MountInfo,
+    pub(crate) ufs: Ufs,
+}
+
+impl Master {
+    pub(crate) fn load_mounts(&self) -> Result<()> {
+        let r = self.inner.store.read()?;
+        let t = r.open_table(MOUNTS).map_err(db_err)?;
+        let mut v = Vec::new();
+        for e in t.iter().map_err(db_err)? {
+            let (_, val) = e.map_err(db_err)?;
+            let info: pb::MountInfo = decode(val.value())?;
+            let opts: BTreeMap<String, String> = info.options.clone().into_iter().collect();
+            let ufs = Ufs::new(&info.uri, &opts, self.inner.cfg.ufs_timeout)?;
+            v.push(MountEntry { info, ufs });
+        }
+        v.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
+        *self.inner.mounts.write() = v;
+        Ok(())
+    }
+
+    /// The mount holding `path` and the path relative to the mount's UFS root.
+    pub(crate) fn mount_for(&self, path: &str) -> Result<(MountEntry, String)> {
+        let mounts = self.inner.mounts.read();
+        for m in mounts.iter() {
+            if let Some(rel) = lpath::strip_prefix(path, &m.info.path) {
+                return Ok((m.clone(), rel.to_string()));
+            }
+        }
+        Err(Error::invalid(format!("path {path} is outside every mount")))
+    }
+
+    pub(crate) fn is_mount_point(&self, path: &str) -> bool {
+        self.inner.mounts.read().iter().any(|m| m.info.path == path)
+    }
+
+    pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
+        let path = normalize(&req.path)?;
+        let opts: BTreeMap<String, String> = req.options.clone().into_iter().collect();
+        let ufs = Ufs::new(&req.uri, &opts, self.inner.cfg.ufs_timeout)?;
+        if !req.write_type.is_empty() {
+            WriteType::parse_or_err(&req.write_type)?;
+        }
+        if self.inner.mounts.read().iter().any(|m| m.info.path == path) {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} is already a mount point")));
+        }
+        if path != "/" {
+            let (parent_path, _) = lpath::split_parent(&path).unwrap();
+            let parent = self.must_resolve(parent_path).await?;
+            if !parent.is_dir {
+                return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
+            }
+            match self.resolve(&path).await {
+                Ok(Some(_)) => {
+                    return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists; mount on a new path")));
+                }
+                // absent, or outside every mount (no root mount): free to mount
+                Ok(None) => {}
+                Err(e) if e.kind() == ErrorKind::InvalidArgument => {}
+                Err(e) => return Err(e),
+            }
+        }
+        tokio::time::timeout(self.inner.cfg.ufs_timeout, ufs.check()).await.map_err(|_| {
+            Error::unavailable(format!("{} did not answer within {:?}", req.uri, self.inner.cfg.ufs_timeout))
+        })??;
+        let sync = if req.sync_interval_ms == 0 {
+            self.inner.cfg.default_sync_interval.as_millis() as u64
+        } else {
+            req.sync_interval_ms
+        };
+        let info = pb::MountInfo {
+            id: 0,
+            path: path.clone(),
+            uri: req.uri,
+            options: req.options,
+            readonly: req.readonly,
+            sync_interval_ms: sync,
+            write_type: req.write_type.to_ascii_uppercase(),
+        };
+        let info = self
+            .commit(move |me, w, _| {
+                let info = pb::MountInfo { id: next_id(w, "mount", 1)?, ..info.clone() };
+                w.open_table(MOUNTS)
+                    .map_err(db_err)?
+                    .insert(info.id, info.encode_to_vec().as_slice())
+                    .map_err(db_err)?;
+                if let Some((parent_path, name)) = lpath::split_parent(&info.path) {
+                    let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?
+                        .ok_or_else(|| Error::not_found(parent_path.to_string()))?;
+                    me.new_inode(w, parent, name, true, 0, String::new(), 0, 0, None)?;
+                }
+                Ok(info)
+            })
+            .await?;
+        let mut mounts = self.inner.mounts.write();
+        mounts.push(MountEntry { info: info.clone(), ufs });
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
+        tracing::info!(path = %info.path, uri = %info.uri, "mounted");
+        Ok(info)
+    }
+
+    pub async fn unmount(&self, path: &str) -> Result<()> {
+        let path = normalize(path)?;
+        if path == "/" {
+            return Err(Error::invalid("cannot unmount the root mount"));
+        }
+        let m = self
+            .inner
+            .mounts
+            .read()
+            .iter()
+            .find(|m| m.info.path == path)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("{path} is not a mount point")))?;
+        if self
+            .inner
+            .mounts
+            .read()
+            .iter()
+            .any(|o| o.info.path != path && lpath::strip_prefix(&o.info.path, &path).is_some())
+        {
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} has mounts below it")));
+        }
+        let (parent_path, name) = lpath::split_parent(&path).unwrap();
+        let (parent_path, name, id) = (parent_path.to_string(), name.to_string(), m.info.id);
+        let ((), fx) = self
+            .mutate(move |me, w, fx| {
+                // (the lookup's table closes before the removal opens it again)
+                let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
+                if let Some(parent) = parent {
+                    me.remove_subtree(w, parent, &name, fx)?;
+                }
+                w.open_table(MOUNTS).map_err(db_err)?.remove(id).map_err(db_err)?;
+                Ok(())
+            })
+            .await?;
+        self.inner.mounts.write().retain(|e| e.info.id != id);
+        self.apply(fx);
+        Ok(())
+    }
+
+    /// The mount table; with `secrets` false, credentials are redacted.
+    pub fn mount_table(&self, secrets: bool) -> Vec<pb::MountInfo> {
+        let mut v: Vec<pb::MountInfo> = self.inner.mounts.read().iter().map(|m| m.info.clone()).collect();
+        if !secrets {
+            for m in &mut v {
+                for (k, val) in m.options.iter_mut() {
+                    if k.contains("secret") || k.contains("token") {
+                        *val = "***".into();
+                    }
+                }
+            }
+        }
+        v.sort_by(|a, b| a.path.cmp(&b.path));
+        v
+    }
+
+    pub fn get_mount(&self, id: u64) -> Result<pb::MountInfo> {
+        self.inner
+            .mounts
+            .read()
+            .iter()
+            .find(|m| m.info.id == id)
+            .map(|m| m.info.clone())
+            .ok_or_else(|| Error::not_found(format!("mount {id} does not exist")))
+    }
+}

@@ -1,0 +1,213 @@
+//! The namespace records: the one path by which a change commits and then carries out
+//! its effects, and the inode-table edits changes share.
+//!
+//! Every durable change runs as a closure on the store's committer thread
+//! ([`Store::mutate`]), group committed with the changes that arrive meanwhile, and its
+//! caller hears back once it is on disk; nothing waits for redb's lock or its fsync on
+//! the async runtime. A closure may run more than once (when another change of its group
+//! fails), so it reads what it checks inside its transaction and records what is left to
+//! do after the commit in its [`Effects`], never acting outside the transaction itself.
+
+use locus_common::Result;
+use locus_proto::pb;
+use redb::{ReadableTable, WriteTransaction};
+
+use crate::store::*;
+use crate::*;
+
+/// What a committed namespace change leaves to do: see [`Master::apply`].
+#[derive(Default)]
+pub(crate) struct Effects {
+    /// (worker, block) copies their workers must delete.
+    pub dropped: Vec<(u64, u64)>,
+    /// Persist-queue operations journaled by the change, for the scheduler.
+    pub ops: Vec<pb::PersistOp>,
+    /// Entries loaded from a UFS (counted in the metrics).
+    pub loaded: u64,
+}
+
+impl Master {
+    /// Apply `f` in a durable, group-committed transaction (see the module doc); returns
+    /// its value and its effects, not carried out yet (see [`Master::apply`]).
+    pub(crate) async fn mutate<T: Send + 'static>(
+        &self,
+        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<(T, Effects)> {
+        let me = self.clone();
+        self.inner
+            .store
+            .mutate(move |w| {
+                let mut fx = Effects::default();
+                let v = f(&me, w, &mut fx)?;
+                Ok((v, fx))
+            })
+            .await
+    }
+
+    /// [`Master::mutate`], then carry out the change's effects.
+    pub(crate) async fn commit<T: Send + 'static>(
+        &self,
+        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (v, fx) = self.mutate(f).await?;
+        self.apply(fx);
+        Ok(v)
+    }
+
+    /// Change soft state (block locations) without an fsync ([`Store::mutate_soft`]), then
+    /// carry out the change's effects.
+    pub(crate) async fn commit_soft<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let me = self.clone();
+        let (v, fx) = self
+            .inner
+            .store
+            .mutate_soft(move |w| {
+                let mut fx = Effects::default();
+                let v = f(&me, w, &mut fx)?;
+                Ok((v, fx))
+            })
+            .await?;
+        self.apply(fx);
+        Ok(v)
+    }
+
+    /// Carry out what a committed change left to do: tell workers to delete dropped
+    /// blocks, hand journaled operations to the persist scheduler, count loaded entries.
+    pub(crate) fn apply(&self, fx: Effects) {
+        self.queue_removals(fx.dropped);
+        self.track(fx.ops);
+        self.inner.metrics.files_loaded.inc_by(fx.loaded);
+    }
+
+    pub(crate) fn block_count(len: u64, bs: u64) -> u64 {
+        len.div_ceil(bs.max(1))
+    }
+
+    /// Insert a new entry; a file gets `version`, or a new one when `None`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_inode(
+        &self,
+        w: &WriteTransaction,
+        parent: u64,
+        name: &str,
+        is_dir: bool,
+        length: u64,
+        fingerprint: String,
+        mtime_ms: i64,
+        now: i64,
+        version: Option<u64>,
+    ) -> Result<pb::InodeRecord> {
+        let id = next_id(w, "inode", ROOT_ID + 1)?;
+        let version = match version {
+            _ if is_dir => 0,
+            Some(v) => v,
+            None => next_id(w, "version", 1)?,
+        };
+        let rec = pb::InodeRecord {
+            id,
+            parent,
+            name: name.into(),
+            is_dir,
+            length,
+            block_size: if is_dir { 0 } else { self.inner.cfg.block_size.as_u64() },
+            fingerprint,
+            mtime_ms,
+            pinned: false,
+            version,
+            synced_ms: now,
+            children_loaded: false,
+            meta: None,
+            ..Default::default()
+        };
+        put_inode(w, &rec)?;
+        w.open_table(CHILDREN).map_err(db_err)?.insert((parent, name), id).map_err(db_err)?;
+        if !is_dir {
+            w.open_table(VERSIONS).map_err(db_err)?.insert(version, id).map_err(db_err)?;
+        }
+        Ok(rec)
+    }
+
+    /// Forget every cached block of a file version; the workers holding them must delete
+    /// them (`fx.dropped`).
+    pub(crate) fn drop_version(&self, w: &WriteTransaction, rec: &pb::InodeRecord, fx: &mut Effects) -> Result<()> {
+        if rec.is_dir {
+            return Ok(());
+        }
+        let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+        let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+        for i in 0..Self::block_count(rec.length, rec.block_size) {
+            let b = locus_common::block_id(rec.version, i);
+            for wk in second_keys(&loc, b)? {
+                loc.remove((b, wk)).map_err(db_err)?;
+                wb.remove((wk, b)).map_err(db_err)?;
+                fx.dropped.push((wk, b));
+            }
+        }
+        w.open_table(VERSIONS).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
+        w.open_table(REPLICATED).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
+        if w.open_table(PINNED).map_err(db_err)?.remove(rec.version).map_err(db_err)?.is_some() {
+            self.bump_pin_epoch(w)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn bump_pin_epoch(&self, w: &WriteTransaction) -> Result<()> {
+        next_id(w, "pin_epoch", 1).map(|_| ())
+    }
+
+    /// Remove `name` under `parent` and everything below it from the namespace.
+    pub(crate) fn remove_subtree(&self, w: &WriteTransaction, parent: u64, name: &str, fx: &mut Effects) -> Result<()> {
+        let Some(id) = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, name)? else {
+            return Ok(());
+        };
+        w.open_table(CHILDREN).map_err(db_err)?.remove((parent, name)).map_err(db_err)?;
+        let mut stack = vec![id];
+        while let Some(id) = stack.pop() {
+            let rec = get_inode(&w.open_table(INODES).map_err(db_err)?, id)?;
+            if let Some(rec) = rec {
+                if rec.is_dir {
+                    let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
+                    let kids: Vec<(String, u64)> = ch
+                        .range((id, "")..(id + 1, ""))
+                        .map_err(db_err)?
+                        .map(|e| e.map(|(k, v)| (k.value().1.to_string(), v.value())))
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(db_err)?;
+                    for (n, c) in kids {
+                        ch.remove((id, n.as_str())).map_err(db_err)?;
+                        stack.push(c);
+                    }
+                } else {
+                    self.drop_version(w, &rec, fx)?;
+                }
+                w.open_table(INODES).map_err(db_err)?.remove(id).map_err(db_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tell workers (through their next heartbeat) to delete these blocks.
+    pub(crate) fn queue_removals(&self, dropped: Vec<(u64, u64)>) {
+        if dropped.is_empty() {
+            return;
+        }
+        let mut ws = self.inner.workers.lock();
+        for (wk, b) in dropped {
+            if let Some(s) = ws.get_mut(&wk) {
+                s.pending_remove.push(b);
+            }
+        }
+    }
+
+    pub(crate) fn read_inode_by_path(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
+        let r = self.inner.store.read()?;
+        let ch = r.open_table(CHILDREN).map_err(db_err)?;
+        let Some(id) = lookup(&ch, path)? else {
+            return Ok(None);
+        };
+        get_inode(&r.open_table(INODES).map_err(db_err)?, id)
+    }
+}

@@ -1,0 +1,203 @@
+//! Namespace operations with a UFS side: mkdir, delete and rename. They share one path,
+//! [`Master::ufs_change`]: the UFS change is made now, or, while changes queued earlier
+//! overlap its paths, journaled behind them in the same transaction as the namespace
+//! change.
+
+use std::future::Future;
+
+use locus_common::path::{self as lpath, normalize};
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb;
+use redb::WriteTransaction;
+
+use crate::namespace::Effects;
+use crate::store::*;
+use crate::*;
+
+impl Master {
+    pub(crate) fn writable(&self, path: &str) -> Result<(MountEntry, String)> {
+        let (m, rel) = self.mount_for(path)?;
+        if m.info.readonly {
+            return Err(Error::new(ErrorKind::PermissionDenied, format!("mount {} is read-only", m.info.path)));
+        }
+        Ok((m, rel))
+    }
+
+    /// Make a namespace change whose UFS side is `ufs`, on `paths` (relative to the root
+    /// of mount `mount_id`). With no queued change on those paths, `ufs` runs first
+    /// (registered, so nothing queued meanwhile overtakes it), then the namespace change
+    /// commits. Otherwise `ufs` does not run: the namespace change commits together with
+    /// the queue record `change` returns (`None`: nothing to do in the UFS), behind the
+    /// queued changes. `change` applies the namespace side inside the transaction, told
+    /// whether the UFS side is queued.
+    ///
+    /// A rename (`paths` = [source, destination], `renamed_to` its destination path)
+    /// queued that way takes along the persists still queued for what it moves, queued
+    /// again at their new paths behind the rename (see [`Master::claim_persists`]).
+    async fn ufs_change(
+        &self,
+        mount_id: u64,
+        paths: &[&str],
+        renamed_to: Option<&str>,
+        ufs: impl Future<Output = Result<()>>,
+        change: impl Fn(&Master, &WriteTransaction, bool, &mut Effects) -> Result<Option<pb::PersistOp>> + Send + 'static,
+    ) -> Result<()> {
+        let guard = self.begin_ufs_op(mount_id, paths);
+        let queued = guard.is_none();
+        let claim = match (renamed_to, paths) {
+            (Some(_), [src_rel, dst_rel]) if queued => self.claim_persists(mount_id, src_rel, dst_rel),
+            _ => None,
+        };
+        if !queued {
+            ufs.await?;
+        }
+        // What the claimed persists need to be queued again at their new paths.
+        let requeue = claim
+            .as_ref()
+            .zip(renamed_to)
+            .map(|(c, dst)| (c.seqs.clone(), paths[0].to_string(), dst.to_string(), paths[1].to_string()));
+        let ((), fx) = self
+            .mutate(move |me, w, fx| {
+                let op = change(me, w, queued, fx)?;
+                if queued {
+                    if let Some(op) = op {
+                        fx.ops.push(me.enqueue(w, op)?);
+                    }
+                    if let Some((seqs, srel, dst, drel)) = &requeue {
+                        fx.ops.extend(me.requeue_claimed(w, seqs, srel, (dst, drel))?);
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        if let Some(c) = claim {
+            c.requeued();
+        }
+        self.apply(fx);
+        drop(guard);
+        Ok(())
+    }
+
+    pub async fn create_directory(&self, path: &str, recursive: bool) -> Result<()> {
+        let path = normalize(path)?;
+        if let Some(rec) = self.resolve(&path).await? {
+            if rec.is_dir && recursive {
+                return Ok(());
+            }
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists")));
+        }
+        let (parent_path, name) = lpath::split_parent(&path).unwrap();
+        if self.resolve(parent_path).await?.is_none() {
+            if !recursive {
+                return Err(Error::not_found(format!("parent {parent_path} does not exist")));
+            }
+            Box::pin(self.create_directory(parent_path, true)).await?;
+        }
+        let parent = self.must_resolve(parent_path).await?;
+        if !parent.is_dir {
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
+        }
+        let (m, rel) = self.writable(&path)?;
+        let op = pb::PersistOp { kind: "MKDIR".into(), ..self.op_for(&m, &rel, &path) };
+        let name = name.to_string();
+        self.ufs_change(m.info.id, &[&rel], None, m.ufs.create_dir(&rel), move |me, w, queued, _| {
+            if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, &name)?.is_some() {
+                return Ok(None);
+            }
+            let now = now_ms();
+            let mut rec = me.new_inode(w, parent.id, &name, true, 0, String::new(), now, now, None)?;
+            rec.children_loaded = true;
+            if queued {
+                rec.persist_state = TO_BE_PERSISTED.into();
+            }
+            put_inode(w, &rec)?;
+            Ok(Some(pb::PersistOp { inode_id: rec.id, ..op.clone() }))
+        })
+        .await
+    }
+
+    pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
+        let path = normalize(path)?;
+        if path == "/" || self.is_mount_point(&path) {
+            return Err(Error::invalid(format!("cannot delete {path}: it is a mount point (unmount it instead)")));
+        }
+        let rec = self.must_resolve(&path).await?;
+        if rec.is_dir && !recursive {
+            let (entries, _) = self.list_status(&path, "", false, 1).await?;
+            if !entries.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!("{path} is a non-empty directory (use -R)"),
+                ));
+            }
+        }
+        if rec.is_dir && self.inner.mounts.read().iter().any(|m| lpath::strip_prefix(&m.info.path, &path).is_some()) {
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} contains a mount point")));
+        }
+        let (m, rel) = self.writable(&path)?;
+        let op = pb::PersistOp { kind: "DELETE".into(), is_dir: rec.is_dir, ..self.op_for(&m, &rel, &path) };
+        let (parent_path, name) = lpath::split_parent(&path).unwrap();
+        let (parent_path, name) = (parent_path.to_string(), name.to_string());
+        // The UFS delete happens even for bytes never persisted: an older version may be
+        // there, and must not come back at the next sync.
+        self.ufs_change(m.info.id, &[&rel], None, m.ufs.delete(&rel, rec.is_dir), move |me, w, _, fx| {
+            // (the lookup's table closes before the removal opens it again)
+            let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
+            if let Some(parent) = parent {
+                me.remove_subtree(w, parent, &name, fx)?;
+            }
+            Ok(Some(op.clone()))
+        })
+        .await
+    }
+
+    pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
+        let src = normalize(src)?;
+        let dst = normalize(dst)?;
+        if src == "/" || self.is_mount_point(&src) {
+            return Err(Error::invalid(format!("cannot rename mount point {src}")));
+        }
+        if lpath::strip_prefix(&dst, &src).is_some() {
+            return Err(Error::invalid(format!("cannot move {src} into itself")));
+        }
+        let rec = self.must_resolve(&src).await?;
+        if self.resolve_with(&dst, true).await?.is_some() {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("{dst} exists")));
+        }
+        let (dparent_path, dname) = lpath::split_parent(&dst).unwrap();
+        let dparent = self.must_resolve(dparent_path).await?;
+        if !dparent.is_dir {
+            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{dparent_path} is not a directory")));
+        }
+        let (sm, srel) = self.writable(&src)?;
+        let (dm, drel) = self.writable(&dst)?;
+        if sm.info.id != dm.info.id {
+            return Err(Error::invalid("rename across mounts is not supported"));
+        }
+        let persisted = is_persisted(&rec);
+        let ufs = async {
+            match sm.ufs.rename(&srel, &drel).await {
+                // Bytes not persisted yet have nothing to move in the UFS.
+                Err(e) if e.kind() == ErrorKind::NotFound && !persisted => Ok(()),
+                r => r,
+            }
+        };
+        let op = pb::PersistOp { kind: "RENAME".into(), dst_ufs_path: drel.clone(), ..self.op_for(&sm, &srel, &src) };
+        let (sparent_path, sname) = lpath::split_parent(&src).unwrap();
+        let (sparent_path, sname, dname) = (sparent_path.to_string(), sname.to_string(), dname.to_string());
+        self.ufs_change(sm.info.id, &[&srel, &drel], Some(&dst), ufs, move |_, w, _, _| {
+            {
+                let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
+                let sparent = lookup(&ch, &sparent_path)?.ok_or_else(|| Error::not_found(sparent_path.clone()))?;
+                ch.remove((sparent, sname.as_str())).map_err(db_err)?;
+                ch.insert((dparent.id, dname.as_str()), rec.id).map_err(db_err)?;
+            }
+            let mut r = rec.clone();
+            r.parent = dparent.id;
+            r.name = dname.clone();
+            put_inode(w, &r)?;
+            Ok(Some(op.clone()))
+        })
+        .await
+    }
+}

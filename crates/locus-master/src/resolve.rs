@@ -1,0 +1,270 @@
+//! Path resolution: looking paths up, loading them lazily from their UFS, re-syncing
+//! them once their mount's sync interval has passed, and directory listings.
+
+use futures::StreamExt;
+use locus_common::path::{self as lpath, normalize};
+use locus_common::{Error, Result};
+use locus_proto::pb;
+use locus_ufs::UfsStatus;
+use redb::{ReadableTable, WriteTransaction};
+
+use crate::namespace::Effects;
+use crate::store::*;
+use crate::*;
+
+impl Master {
+    pub(crate) fn sync_due(rec: &pb::InodeRecord, m: &MountEntry) -> bool {
+        now_ms() - rec.synced_ms >= m.info.sync_interval_ms as i64
+    }
+
+    /// Insert or refresh `name` under `parent` from a UFS status. Returns the child id.
+    /// Inside `w`; a file whose fingerprint changed drops its cached blocks (`fx`).
+    pub(crate) fn upsert_from_ufs(
+        &self,
+        w: &WriteTransaction,
+        parent: u64,
+        name: &str,
+        st: &UfsStatus,
+        now: i64,
+        fx: &mut Effects,
+    ) -> Result<u64> {
+        let existing = {
+            let ch = w.open_table(CHILDREN).map_err(db_err)?;
+            get_child(&ch, parent, name)?
+        };
+        let fp = st.fingerprint();
+        if let Some(id) = existing {
+            let mut rec = {
+                let t = w.open_table(INODES).map_err(db_err)?;
+                get_inode(&t, id)?.ok_or_else(|| Error::internal("dangling child"))?
+            };
+            if !is_persisted(&rec) {
+                // Locus holds newer bytes than the UFS until the persist lands.
+                return Ok(id);
+            }
+            if rec.is_dir != st.is_dir {
+                // A file became a directory or back: replace the entry.
+                self.remove_subtree(w, parent, name, fx)?;
+                return self.upsert_from_ufs(w, parent, name, st, now, fx);
+            }
+            if !rec.is_dir && rec.fingerprint != fp {
+                self.drop_version(w, &rec, fx)?;
+                rec.version = next_id(w, "version", 1)?;
+                w.open_table(VERSIONS).map_err(db_err)?.insert(rec.version, rec.id).map_err(db_err)?;
+                if rec.pinned {
+                    w.open_table(PINNED).map_err(db_err)?.insert(rec.version, ()).map_err(db_err)?;
+                    self.bump_pin_epoch(w)?;
+                }
+                rec.length = st.length;
+                rec.fingerprint = fp;
+                rec.mtime_ms = st.mtime_ms;
+                // The object changed behind Locus: what was known about it is stale.
+                rec.meta = None;
+            }
+            rec.synced_ms = now;
+            put_inode(w, &rec)?;
+            return Ok(id);
+        }
+        let rec = self.new_inode(w, parent, name, st.is_dir, st.length, fp, st.mtime_ms, now, None)?;
+        fx.loaded += 1;
+        Ok(rec.id)
+    }
+
+    /// Resolve a normalised path, loading it lazily from its UFS and re-checking a file
+    /// against the UFS once its mount's sync interval has passed.
+    pub(crate) async fn resolve(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
+        self.resolve_with(path, false).await
+    }
+
+    /// [`Master::resolve`]; with `trust_listing`, a name missing from a directory whose
+    /// listing is loaded and fresh (within the sync interval) does not exist, with no UFS
+    /// call. Writers use it: a create costs no UFS round trip, and works while the UFS
+    /// is away. Readers still look a missing name up in the UFS, so files put there
+    /// behind Locus's back are found by path at once.
+    pub(crate) async fn resolve_with(&self, path: &str, trust_listing: bool) -> Result<Option<pb::InodeRecord>> {
+        if let Some(rec) = self.read_inode_by_path(path)? {
+            if rec.is_dir || path == "/" || !is_persisted(&rec) {
+                return Ok(Some(rec));
+            }
+            let (m, rel) = self.mount_for(path)?;
+            if !Self::sync_due(&rec, &m) {
+                return Ok(Some(rec));
+            }
+            let st = m.ufs.stat(&rel).await?;
+            if st.is_none() {
+                tracing::info!(path, "file vanished from the UFS; dropping it");
+            }
+            let (parent_path, name) = lpath::split_parent(path).unwrap();
+            let (parent_path, name, now) = (parent_path.to_string(), name.to_string(), now_ms());
+            return self
+                .commit(move |me, w, fx| {
+                    let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
+                    match (&st, parent) {
+                        (Some(st), Some(parent)) => {
+                            let id = me.upsert_from_ufs(w, parent, &name, st, now, fx)?;
+                            load_inode(w, id)
+                        }
+                        (None, Some(parent)) => {
+                            me.remove_subtree(w, parent, &name, fx)?;
+                            Ok(None)
+                        }
+                        _ => Ok(None),
+                    }
+                })
+                .await;
+        }
+        // Walk down, loading missing components from the UFS.
+        let mut parent = ROOT_ID;
+        let mut cur = String::from("/");
+        for comp in lpath::components(path) {
+            cur = lpath::join(&cur, comp);
+            let existing = {
+                let r = self.inner.store.read()?;
+                let id = get_child(&r.open_table(CHILDREN).map_err(db_err)?, parent, comp)?;
+                match id {
+                    Some(id) => Some(id),
+                    None => {
+                        let prec = get_inode(&r.open_table(INODES).map_err(db_err)?, parent)?
+                            .ok_or_else(|| Error::internal("missing parent"))?;
+                        if !prec.is_dir {
+                            return Ok(None);
+                        }
+                        if trust_listing && prec.children_loaded {
+                            let (m, _) = self.mount_for(&cur)?;
+                            if !Self::sync_due(&prec, &m) {
+                                return Ok(None);
+                            }
+                        }
+                        None
+                    }
+                }
+            };
+            if let Some(id) = existing {
+                parent = id;
+                continue;
+            }
+            let (m, rel) = self.mount_for(&cur)?;
+            let Some(st) = m.ufs.stat(&rel).await? else {
+                return Ok(None);
+            };
+            let (dir, name, now) = (parent, comp.to_string(), now_ms());
+            parent = self.commit(move |me, w, fx| me.upsert_from_ufs(w, dir, &name, &st, now, fx)).await?;
+        }
+        let r = self.inner.store.read()?;
+        get_inode(&r.open_table(INODES).map_err(db_err)?, parent)
+    }
+
+    pub(crate) async fn must_resolve(&self, path: &str) -> Result<pb::InodeRecord> {
+        self.resolve(path).await?.ok_or_else(|| Error::not_found(format!("{path} does not exist")))
+    }
+
+    pub async fn get_status(&self, path: &str, with_blocks: bool) -> Result<pb::FileInfo> {
+        let path = normalize(path)?;
+        let rec = self.must_resolve(&path).await?;
+        self.file_info(&path, &rec, with_blocks)
+    }
+
+    /// Merge the UFS listing of directory `path` into the namespace, page by page.
+    pub(crate) async fn load_children(&self, path: &str, dir: &pb::InodeRecord) -> Result<()> {
+        let (m, rel) = self.mount_for(path)?;
+        let start = now_ms();
+        let mut stream = Box::pin(m.ufs.list(&rel).await?);
+        let mut batch = Vec::with_capacity(1000);
+        loop {
+            let next = stream.next().await;
+            let done = next.is_none();
+            if let Some(e) = next {
+                let e = e?;
+                if e.path != lpath::UFS_TEMP_DIR {
+                    batch.push(e);
+                }
+            }
+            if batch.len() >= 1000 || (done && !batch.is_empty()) {
+                let (page, dir_id) = (std::mem::take(&mut batch), dir.id);
+                self.commit(move |me, w, fx| {
+                    for st in &page {
+                        me.upsert_from_ufs(w, dir_id, &st.path, st, start, fx)?;
+                    }
+                    Ok(())
+                })
+                .await?;
+            }
+            if done {
+                break;
+            }
+        }
+        // Entries not seen in this listing are gone from the UFS (mount points excepted).
+        let (path, dir) = (path.to_string(), dir.clone());
+        self.commit(move |me, w, fx| {
+            let stale: Vec<String> = {
+                let ch = w.open_table(CHILDREN).map_err(db_err)?;
+                let inodes = w.open_table(INODES).map_err(db_err)?;
+                let mut v = Vec::new();
+                for e in ch.range((dir.id, "")..(dir.id + 1, "")).map_err(db_err)? {
+                    let (k, id) = e.map_err(db_err)?;
+                    let name = k.value().1.to_string();
+                    if let Some(r) = get_inode(&inodes, id.value())?
+                        && r.synced_ms < start
+                        && is_persisted(&r)
+                        && !me.is_mount_point(&lpath::join(&path, &name))
+                    {
+                        v.push(name);
+                    }
+                }
+                v
+            };
+            for name in stale {
+                me.remove_subtree(w, dir.id, &name, fx)?;
+            }
+            let mut d = load_inode(w, dir.id)?.unwrap_or_else(|| dir.clone());
+            d.children_loaded = true;
+            d.synced_ms = start;
+            put_inode(w, &d)
+        })
+        .await
+    }
+
+    /// One page of a directory listing, in name order after `start_after` (or from it,
+    /// when `inclusive`).
+    pub async fn list_status(
+        &self,
+        path: &str,
+        start_after: &str,
+        inclusive: bool,
+        limit: u32,
+    ) -> Result<(Vec<pb::FileInfo>, bool)> {
+        let path = normalize(path)?;
+        let rec = self.must_resolve(&path).await?;
+        if !rec.is_dir {
+            return Ok((vec![self.file_info(&path, &rec, false)?], false));
+        }
+        if let Ok((m, _)) = self.mount_for(&path) {
+            // A listing that starts mid-directory (a later page, or S3's start-after) still
+            // needs the directory loaded; a due sync waits for a listing from the start.
+            if !rec.children_loaded || (start_after.is_empty() && Self::sync_due(&rec, &m)) {
+                self.load_children(&path, &rec).await?;
+            }
+        }
+        let limit = if limit == 0 { DEFAULT_LIST_PAGE } else { limit.min(10_000) } as usize;
+        let r = self.inner.store.read()?;
+        let ch = r.open_table(CHILDREN).map_err(db_err)?;
+        let inodes = r.open_table(INODES).map_err(db_err)?;
+        let mut out = Vec::new();
+        let mut truncated = false;
+        for e in ch.range((rec.id, start_after)..(rec.id + 1, "")).map_err(db_err)? {
+            let (k, id) = e.map_err(db_err)?;
+            let name = k.value().1;
+            if name == start_after && !inclusive {
+                continue;
+            }
+            if out.len() == limit {
+                truncated = true;
+                break;
+            }
+            if let Some(c) = get_inode(&inodes, id.value())? {
+                out.push(self.file_info(&lpath::join(&path, name), &c, false)?);
+            }
+        }
+        Ok((out, truncated))
+    }
+}

@@ -1,0 +1,205 @@
+//! The worker registry: registration with a full block report, heartbeats, block commits.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb;
+use prost::Message;
+use redb::ReadableTable;
+
+use crate::store::*;
+use crate::*;
+
+pub(crate) struct WorkerState {
+    pub(crate) address: pb::WorkerAddress,
+    pub(crate) last_heartbeat: Instant,
+    pub(crate) tiers: Vec<pb::TierUsage>,
+    pub(crate) counters: pb::ReadCounters,
+    pub(crate) pending_remove: Vec<u64>,
+    /// Heartbeats received; a worker has acted on a response once the next one arrives.
+    pub(crate) beats: u64,
+    /// The pin epoch the worker last reported.
+    pub(crate) pin_epoch: u64,
+}
+
+impl Master {
+    pub(crate) fn live_workers(&self) -> HashMap<u64, ()> {
+        let timeout = self.inner.cfg.worker_timeout;
+        self.inner
+            .workers
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.last_heartbeat.elapsed() < timeout)
+            .map(|(id, _)| (*id, ()))
+            .collect()
+    }
+
+    /// Wait (up to the worker timeout) until `done` holds for every live worker.
+    pub(crate) async fn await_workers(&self, done: impl Fn(u64, &WorkerState) -> bool) {
+        let deadline = Instant::now() + self.inner.cfg.worker_timeout;
+        while Instant::now() < deadline {
+            let all = {
+                let timeout = self.inner.cfg.worker_timeout;
+                let ws = self.inner.workers.lock();
+                ws.iter().filter(|(_, s)| s.last_heartbeat.elapsed() < timeout).all(|(id, s)| done(*id, s))
+            };
+            if all {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// This cluster's id (random, made with the namespace).
+    pub fn cluster_id(&self) -> u64 {
+        self.inner.store.cluster_id
+    }
+
+    /// Register a worker and take its full block report. Returns its id, or 0 (nothing
+    /// registered) when its blocks were written under another cluster: their ids name
+    /// other data in this namespace, so none of them may be recorded; the worker drops
+    /// them and registers again.
+    pub async fn register_worker(&self, req: pb::RegisterWorkerRequest) -> Result<u64> {
+        let addr = req.address.ok_or_else(|| Error::invalid("register without an address"))?;
+        if req.cluster_id != 0 && req.cluster_id != self.cluster_id() {
+            tracing::warn!(
+                host = %addr.host, data = %addr.data_address, blocks = req.blocks.len(),
+                "a worker holds blocks of another cluster; it must drop them before it registers"
+            );
+            return Ok(0);
+        }
+        let (worker_id, blocks) = (req.worker_id, req.blocks);
+        let nblocks = blocks.len();
+        let (addr, stale) = self
+            .commit(move |_, w, _| {
+                let known =
+                    worker_id != 0 && w.open_table(WORKERS).map_err(db_err)?.get(worker_id).map_err(db_err)?.is_some();
+                let id = if known { worker_id } else { next_id(w, "worker", 1)? };
+                let addr = pb::WorkerAddress { worker_id: id, ..addr.clone() };
+                w.open_table(WORKERS).map_err(db_err)?.insert(id, addr.encode_to_vec().as_slice()).map_err(db_err)?;
+                // Reconcile the full block report: it replaces what we knew of this worker.
+                let mut stale = Vec::new();
+                let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+                let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+                for b in second_keys(&wb, id)? {
+                    wb.remove((id, b)).map_err(db_err)?;
+                    loc.remove((b, id)).map_err(db_err)?;
+                }
+                let versions = w.open_table(VERSIONS).map_err(db_err)?;
+                for b in &blocks {
+                    let (v, _) = locus_common::split_block_id(b.block_id);
+                    if versions.get(v).map_err(db_err)?.is_some() {
+                        wb.insert((id, b.block_id), ()).map_err(db_err)?;
+                        loc.insert((b.block_id, id), b.tier.as_str()).map_err(db_err)?;
+                    } else {
+                        stale.push(b.block_id);
+                    }
+                }
+                Ok((addr, stale))
+            })
+            .await?;
+        let id = addr.worker_id;
+        let mut ws = self.inner.workers.lock();
+        let counters = ws.get(&id).map(|s| s.counters).unwrap_or_default();
+        ws.insert(
+            id,
+            WorkerState {
+                address: addr.clone(),
+                last_heartbeat: Instant::now(),
+                tiers: req.tiers,
+                counters,
+                pending_remove: stale,
+                beats: 0,
+                pin_epoch: 0,
+            },
+        );
+        tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = nblocks, "worker registered");
+        Ok(id)
+    }
+
+    pub fn heartbeat(&self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse> {
+        let mut resp = pb::HeartbeatResponse::default();
+        {
+            let mut ws = self.inner.workers.lock();
+            let Some(s) = ws.get_mut(&req.worker_id) else {
+                resp.reregister = true;
+                return Ok(resp);
+            };
+            s.last_heartbeat = Instant::now();
+            s.beats += 1;
+            s.pin_epoch = req.pin_epoch;
+            s.tiers = req.tiers;
+            if let Some(c) = req.counters {
+                let m = &self.inner.metrics;
+                let old = s.counters;
+                // A restarted worker starts its counters from zero again.
+                let d = |new: u64, old: u64| if new >= old { new - old } else { new };
+                m.bytes_read.with_label_values(&["short_circuit"]).inc_by(d(c.short_circuit, old.short_circuit));
+                m.bytes_read.with_label_values(&["local_worker"]).inc_by(d(c.local_worker, old.local_worker));
+                m.bytes_read.with_label_values(&["remote_worker"]).inc_by(d(c.remote_worker, old.remote_worker));
+                m.bytes_read.with_label_values(&["ufs"]).inc_by(d(c.ufs, old.ufs));
+                m.cache_requests.with_label_values(&["hit"]).inc_by(d(c.cache_hits, old.cache_hits));
+                m.cache_requests.with_label_values(&["miss"]).inc_by(d(c.cache_misses, old.cache_misses));
+                m.evictions.inc_by(d(c.evictions, old.evictions));
+                m.corrupt_blocks.inc_by(d(c.corrupt_blocks, old.corrupt_blocks));
+                s.counters = c;
+            }
+            resp.remove_blocks = std::mem::take(&mut s.pending_remove);
+        }
+        let r = self.inner.store.read()?;
+        let epoch = get_counter(&r.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
+        if epoch != req.pin_epoch {
+            resp.pins_changed = true;
+            resp.pin_epoch = epoch;
+            for e in r.open_table(PINNED).map_err(db_err)?.iter().map_err(db_err)? {
+                resp.pinned_versions.push(e.map_err(db_err)?.0.value());
+            }
+        }
+        Ok(resp)
+    }
+
+    pub async fn commit_blocks(&self, req: pb::CommitBlocksRequest) -> Result<()> {
+        if !self.inner.workers.lock().contains_key(&req.worker_id) {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                format!("worker {} is not registered", req.worker_id),
+            ));
+        }
+        // Block locations are soft state: no fsync (see `Store::mutate_soft`).
+        self.commit_soft(move |_, w, fx| {
+            let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+            let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+            let versions = w.open_table(VERSIONS).map_err(db_err)?;
+            for b in &req.added {
+                let (v, _) = locus_common::split_block_id(b.block_id);
+                if versions.get(v).map_err(db_err)?.is_some() {
+                    wb.insert((req.worker_id, b.block_id), ()).map_err(db_err)?;
+                    loc.insert((b.block_id, req.worker_id), b.tier.as_str()).map_err(db_err)?;
+                } else {
+                    fx.dropped.push((req.worker_id, b.block_id)); // the file changed or went meanwhile
+                }
+            }
+            for b in &req.removed {
+                wb.remove((req.worker_id, *b)).map_err(db_err)?;
+                loc.remove((*b, req.worker_id)).map_err(db_err)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    pub fn workers(&self) -> Vec<pb::WorkerAddress> {
+        let live = self.live_workers();
+        let mut v: Vec<pb::WorkerAddress> = self
+            .inner
+            .workers
+            .lock()
+            .iter()
+            .filter(|(id, _)| live.contains_key(id))
+            .map(|(_, s)| s.address.clone())
+            .collect();
+        v.sort_by_key(|w| w.worker_id);
+        v
+    }
+}
