@@ -263,9 +263,10 @@ impl<T: Send + 'static> Drop for DropOffRuntime<T> {
 }
 
 impl Inner {
-    /// Run `f` on the block store on a blocking thread: for its blocking methods (`open`,
-    /// `create`, `lease`, `commit`, `remove`, `adopt_cluster`, `trim_file_pool`,
-    /// `cluster_id`, and a new block's file's `open`).
+    /// Run `f` on the block store on a blocking thread: for its blocking methods
+    /// (`create`, `lease`, `remove`, `adopt_cluster`, `trim_file_pool`, `cluster_id`; a
+    /// new block's `open` and `commit` run on [`blocking`] too, as does `BlockStore::open`
+    /// at start).
     async fn store_blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&BlockStore) -> Result<T> + Send + 'static,

@@ -144,7 +144,7 @@ impl Inner {
         read_end(&r)?;
         let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
         let promote = read_type == ReadType::CACHE_PROMOTE;
-        let mut first = true;
+        let (mut first, mut raced) = (true, false);
         let id = r.block_id;
         loop {
             if let Some(lease) = self.store_blocking(move |s| s.lease(id, promote)).await? {
@@ -173,6 +173,11 @@ impl Inner {
                 Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
                     tracing::warn!(block = r.block_id, error = %e, "cannot cache block; serving it uncached");
                     return self.send_from_ufs(sock, &r, hdr).await;
+                }
+                // Cached by a fill that ended after the lease above missed: lease it.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && !raced => {
+                    raced = true;
+                    continue;
                 }
                 Err(e) => return Err(e),
             };
@@ -254,7 +259,7 @@ impl Inner {
     pub(crate) async fn follow_read(self: &Arc<Self>, sock: &mut UnixStream, r: pb::ReadBlockRequest) -> Result<Held> {
         let end = read_end(&r)?;
         let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
-        let mut first = true;
+        let (mut first, mut raced) = (true, false);
         let (id, promote) = (r.block_id, read_type == ReadType::CACHE_PROMOTE);
         loop {
             if let Some(lease) = self.store_blocking(move |s| s.lease(id, promote)).await? {
@@ -288,8 +293,14 @@ impl Inner {
                 // Bytes that are not to be cached, or only other workers have: the data path.
                 return Err(Error::not_found(format!("block {} is not cached here", r.block_id)));
             }
-            let mut rx = match self.fill_or_join(&r).await? {
-                Fill::Leader(rx, _) | Fill::Waiter(rx) => rx,
+            let mut rx = match self.fill_or_join(&r).await {
+                Ok(Fill::Leader(rx, _) | Fill::Waiter(rx)) => rx,
+                // Cached by a fill that ended after the lease above missed: lease it.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && !raced => {
+                    raced = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             let st = match rx.wait_for(|s| s.path.is_some() || s.done.is_some()).await {
                 Ok(s) => s.clone(),
@@ -457,7 +468,9 @@ impl Inner {
                 }
                 None => stream_ended = true,
             }
-            file = write_block_file(file, std::mem::take(&mut pending)).await?;
+            if !pending.is_empty() {
+                file = write_block_file(file, std::mem::take(&mut pending)).await?;
+            }
             progress.send_if_modified(|st| std::mem::replace(&mut st.filled, pos) != pos);
         }
         if pos != r.block_length {
