@@ -3,6 +3,11 @@
 //! [`BlockSource`], from this worker's store or from another worker.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
@@ -13,7 +18,7 @@ use locus_proto::{exchange, pb, write_frame};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::Inner;
+use crate::{DropOffRuntime, Inner};
 
 impl Inner {
     /// Write a file's cached blocks to the UFS (the master's persist scheduler asks).
@@ -67,13 +72,19 @@ impl Inner {
     pub(crate) async fn handle_replicate(&self, sock: &mut TcpStream, r: pb::ReplicateRequest) -> Result<()> {
         if !self.store.contains(r.block_id) {
             let mut src = self.open_block(r.block_id, r.length, &r.sources).await?;
-            let temp = self.store.create(r.block_id, r.length)?;
-            let mut f = temp.open()?;
+            let (id, len) = (r.block_id, r.length);
+            let (temp, mut f) = self
+                .store_blocking(move |s| {
+                    let t = s.create(id, len)?;
+                    let f = t.open()?;
+                    Ok((DropOffRuntime::new(t), f))
+                })
+                .await?;
             let (mut n, mut crc) = (0u64, 0u32);
             while let Some(chunk) = src.next().await? {
-                std::io::Write::write_all(&mut f, &chunk).map_err(|e| Error::io("write block file", e))?;
                 crc = crc32c::crc32c_append(crc, &chunk);
                 n += chunk.len() as u64;
+                f = write_block_file(f, vec![chunk]).await?;
             }
             if let Some(want) = src.crc() {
                 if want != crc {
@@ -84,7 +95,8 @@ impl Inner {
                     ));
                 }
             }
-            temp.commit(n, Some(crc))?;
+            let temp = temp.into_inner();
+            crate::blocking(move || temp.commit(n, Some(crc))).await??;
             self.commit_changes().await?;
         }
         write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await
@@ -93,15 +105,15 @@ impl Inner {
     /// A block's bytes: from this worker's store, else from the first of `sources` (data
     /// addresses of other holders) that serves it.
     pub(crate) async fn open_block(&self, block_id: u64, length: u64, sources: &[String]) -> Result<BlockSource> {
-        if let Some(lease) = self.store.lease(block_id, false)? {
+        if let Some(lease) = self.store_blocking(move |s| s.lease(block_id, false)).await? {
+            let lease = DropOffRuntime::new(lease);
             if lease.len != length {
                 return Err(Error::new(
                     ErrorKind::Corrupt,
                     format!("block {block_id} has {} bytes, not {length}", lease.len),
                 ));
             }
-            let file = std::fs::File::open(&lease.path).map_err(|e| Error::io("open block", e))?;
-            return Ok(BlockSource::Local { file, left: length, _lease: lease });
+            return BlockSource::local(lease.path.clone(), length, Some(lease)).await;
         }
         let mut last = Error::unavailable(format!("no live copy of block {block_id}"));
         for addr in sources.iter().filter(|a| **a != self.data_address) {
@@ -133,13 +145,39 @@ impl Inner {
     }
 }
 
+/// Append `chunks` to a block file being written, on a blocking thread; hands the file back.
+pub(crate) async fn write_block_file(mut f: File, chunks: Vec<Bytes>) -> Result<File> {
+    crate::blocking(move || {
+        chunks.iter().try_for_each(|c| f.write_all(c)).map_err(|e| Error::io("write block file", e))?;
+        Ok(f)
+    })
+    .await?
+}
+
 /// Where [`Inner::open_block`] reads a block from.
 pub(crate) enum BlockSource {
-    Local { file: std::fs::File, left: u64, _lease: Lease },
-    Peer { sock: tokio::io::BufReader<TcpStream>, left: u64, crc: Option<u32> },
+    /// A file here: a leased block, or (when a write spills to the UFS) the block being
+    /// written, read from `pos`.
+    Local {
+        file: Arc<File>,
+        pos: u64,
+        left: u64,
+        _lease: Option<DropOffRuntime<Lease>>,
+    },
+    Peer {
+        sock: tokio::io::BufReader<TcpStream>,
+        left: u64,
+        crc: Option<u32>,
+    },
 }
 
 impl BlockSource {
+    /// The first `len` bytes of the file at `path` (opened on a blocking thread).
+    pub(crate) async fn local(path: PathBuf, len: u64, lease: Option<DropOffRuntime<Lease>>) -> Result<BlockSource> {
+        let file = crate::blocking(move || File::open(path).map_err(|e| Error::io("open block file", e))).await??;
+        Ok(BlockSource::Local { file: Arc::new(file), pos: 0, left: len, _lease: lease })
+    }
+
     /// The checksum the holder recorded for the block, when it sent one.
     fn crc(&self) -> Option<u32> {
         match self {
@@ -152,13 +190,19 @@ impl BlockSource {
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>> {
         const CHUNK: u64 = 4 << 20;
         match self {
-            BlockSource::Local { file, left, .. } => {
+            BlockSource::Local { file, pos, left, .. } => {
                 if *left == 0 {
                     return Ok(None);
                 }
-                let mut buf = vec![0u8; CHUNK.min(*left) as usize];
-                std::io::Read::read_exact(file, &mut buf).map_err(|e| Error::io("read block file", e))?;
-                *left -= buf.len() as u64;
+                let (f, at, n) = (file.clone(), *pos, CHUNK.min(*left));
+                let buf = crate::blocking(move || {
+                    let mut buf = vec![0u8; n as usize];
+                    f.read_exact_at(&mut buf, at).map_err(|e| Error::io("read block file", e))?;
+                    Ok::<_, Error>(buf)
+                })
+                .await??;
+                *pos += n;
+                *left -= n;
                 Ok(Some(Bytes::from(buf)))
             }
             BlockSource::Peer { sock, left, .. } => {

@@ -29,7 +29,7 @@ impl Inner {
     /// are dropped first, when the master says so, before anything can read or write them.
     async fn register(&self) -> Result<()> {
         for _ in 0..2 {
-            let cluster_id = self.store.cluster_id();
+            let cluster_id = self.store_blocking(|s| Ok(s.cluster_id())).await?;
             let blocks = self
                 .store
                 .report()
@@ -53,13 +53,14 @@ impl Inner {
             if resp.cluster_id == 0 {
                 return Err(Error::internal("the master named no cluster id"));
             }
-            let dropped = self.store.adopt_cluster(resp.cluster_id)?;
+            let dropped = self.store_blocking(move |s| s.adopt_cluster(resp.cluster_id)).await?;
             if resp.worker_id == 0 {
                 tracing::warn!(dropped, cluster = resp.cluster_id, "dropped the blocks of another cluster");
                 continue; // the next full report covers the removals
             }
             self.id.store(resp.worker_id, Relaxed);
-            let _ = std::fs::write(self.cfg.data_dir.join("worker_id"), resp.worker_id.to_string());
+            let id_file = self.cfg.data_dir.join("worker_id");
+            let _ = crate::blocking(move || std::fs::write(id_file, resp.worker_id.to_string())).await;
             return Ok(());
         }
         Err(Error::unavailable("the master refused this worker's block report twice"))
@@ -71,7 +72,7 @@ impl Inner {
             self.pin_epoch.store(0, Relaxed);
         }
         self.commit_changes().await?;
-        self.store.trim_file_pool();
+        self.store_blocking(|s| Ok(s.trim_file_pool())).await?;
         let c = &self.counters;
         let req = pb::HeartbeatRequest {
             worker_id: self.id.load(Relaxed),
@@ -97,9 +98,8 @@ impl Inner {
             self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect(), resp.pin_epoch);
             self.pin_epoch.store(resp.pin_epoch, Relaxed);
         }
-        for b in resp.remove_blocks {
-            self.store.remove(b)?;
-        }
+        let removed = resp.remove_blocks;
+        self.store_blocking(move |s| removed.into_iter().try_for_each(|b| s.remove(b).map(drop))).await?;
         self.commit_changes().await
     }
 

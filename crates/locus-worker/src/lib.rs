@@ -78,28 +78,41 @@ impl WorkerBuilder {
     /// Open the block store, bind the data listener and the Unix socket, and start.
     /// Registration with the master is retried in the background until it succeeds.
     pub async fn start(self) -> Result<Worker> {
-        let mut cfg = self.cfg;
-        std::fs::create_dir_all(&cfg.data_dir)
-            .map_err(|e| Error::io(format!("create {}", cfg.data_dir.display()), e))?;
-        let listener = TcpListener::bind(&cfg.data_address)
+        let data_dir = self.cfg.data_dir.clone();
+        blocking(move || {
+            std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(format!("create {}", data_dir.display()), e))
+        })
+        .await??;
+        let listener = TcpListener::bind(&self.cfg.data_address)
             .await
-            .map_err(|e| Error::io(format!("bind worker data address {}", cfg.data_address), e))?;
+            .map_err(|e| Error::io(format!("bind worker data address {}", self.cfg.data_address), e))?;
         let local = listener.local_addr().map_err(|e| Error::io("local addr", e))?;
-        if cfg.tiers.is_empty() {
-            cfg.tiers.push(default_mem_tier(&cfg.data_dir));
-        }
-        let store =
-            BlockStore::open(&cfg.tiers, cfg.high_watermark, cfg.low_watermark)?.with_file_pool(cfg.file_pool_ttl);
-        let uds_path = match &cfg.uds_path {
+        let uds_path = match &self.cfg.uds_path {
             Some(p) if p.as_os_str().is_empty() => None,
             Some(p) => Some(p.clone()),
-            None => Some(cfg.data_dir.join("worker.sock")),
+            None => Some(self.cfg.data_dir.join("worker.sock")),
+        };
+        // The tiers are scanned, a stale socket file removed and the saved id read off the
+        // runtime.
+        let (cfg, store, saved_id) = {
+            let (mut cfg, uds_path) = (self.cfg, uds_path.clone());
+            blocking(move || {
+                if cfg.tiers.is_empty() {
+                    cfg.tiers.push(default_mem_tier(&cfg.data_dir));
+                }
+                let store = BlockStore::open(&cfg.tiers, cfg.high_watermark, cfg.low_watermark)?
+                    .with_file_pool(cfg.file_pool_ttl);
+                if let Some(p) = &uds_path {
+                    let _ = std::fs::remove_file(p);
+                }
+                let saved_id: Option<u64> =
+                    std::fs::read_to_string(cfg.data_dir.join("worker_id")).ok().and_then(|s| s.trim().parse().ok());
+                Ok::<_, Error>((cfg, store, saved_id))
+            })
+            .await??
         };
         let uds = match &uds_path {
-            Some(p) => {
-                let _ = std::fs::remove_file(p);
-                Some(UnixListener::bind(p).map_err(|e| Error::io(format!("bind {}", p.display()), e))?)
-            }
+            Some(p) => Some(UnixListener::bind(p).map_err(|e| Error::io(format!("bind {}", p.display()), e))?),
             None => None,
         };
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.master_address))
@@ -107,7 +120,6 @@ impl WorkerBuilder {
             .connect_timeout(Duration::from_secs(3))
             .timeout(Duration::from_secs(30))
             .connect_lazy();
-        let saved_id = std::fs::read_to_string(cfg.data_dir.join("worker_id")).ok().and_then(|s| s.trim().parse().ok());
         let inner = Arc::new(Inner {
             data_address: local.to_string(),
             cfg,
@@ -193,8 +205,8 @@ impl Worker {
             t.abort();
             let _ = t.await;
         }
-        if let Some(p) = &self.inner.uds_path {
-            let _ = std::fs::remove_file(p);
+        if let Some(p) = self.inner.uds_path.clone() {
+            let _ = blocking(move || std::fs::remove_file(p)).await;
         }
     }
 }
@@ -211,7 +223,58 @@ impl Drop for Worker {
     }
 }
 
+/// Run blocking work (file I/O, fsyncs, the block store's blocking methods) on Tokio's
+/// blocking threads, so that it never holds up the runtime.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::internal(format!("blocking task: {e}")))
+}
+
+/// Holds a value whose drop may do file work (the last [`locus_blockstore::Lease`] of a
+/// removed block, or an uncommitted [`locus_blockstore::TempBlock`], deletes its file),
+/// and drops it on a blocking thread.
+pub(crate) struct DropOffRuntime<T: Send + 'static>(Option<T>);
+
+impl<T: Send + 'static> DropOffRuntime<T> {
+    pub(crate) fn new(v: T) -> Self {
+        DropOffRuntime(Some(v))
+    }
+
+    pub(crate) fn into_inner(mut self) -> T {
+        self.0.take().expect("taken only here")
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for DropOffRuntime<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.0.as_ref().expect("taken only by into_inner")
+    }
+}
+
+impl<T: Send + 'static> Drop for DropOffRuntime<T> {
+    fn drop(&mut self) {
+        if let Some(v) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn_blocking(move || drop(v))),
+                Err(_) => drop(v),
+            }
+        }
+    }
+}
+
 impl Inner {
+    /// Run `f` on the block store on a blocking thread: for its blocking methods
+    /// (`create`, `lease`, `remove`, `adopt_cluster`, `trim_file_pool`, `cluster_id`; a
+    /// new block's `open` and `commit` run on [`blocking`] too, as does `BlockStore::open`
+    /// at start).
+    async fn store_blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&BlockStore) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let store = self.store.clone();
+        blocking(move || f(&store)).await?
+    }
+
     fn master(&self) -> MasterClient<Channel> {
         self.master.clone()
     }

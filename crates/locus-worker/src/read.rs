@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use locus_blockstore::Lease;
+use locus_blockstore::{Lease, TempBlock};
 use locus_common::config::ReadType;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{pb, write_frame};
@@ -18,7 +18,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::watch;
 
-use crate::Inner;
+use crate::block::write_block_file;
+use crate::{DropOffRuntime, Inner};
 
 /// Largest block the data path accepts.
 const MAX_BLOCK: u64 = 1 << 40;
@@ -37,7 +38,10 @@ pub(crate) struct FillState {
     done: Option<bool>,
     /// A lease on the cached block, held for the readers that follow the fill's file
     /// (they read it without a lease of their own) until the last of them is done: the
-    /// block is neither evicted nor its file reused under them.
+    /// block is neither evicted nor its file reused under them. (Its last holder, a
+    /// receiver, drops it where it is: over the Unix socket off the runtime, as a
+    /// [`Held`]; on the data path at the end of a read, inline, which costs one unlink
+    /// only when the block was removed while the read followed it.)
     lease: Option<Arc<Lease>>,
 }
 
@@ -116,10 +120,11 @@ impl Inner {
 
     /// A short-circuit lease over the Unix socket: the cached block's file and length for
     /// the client to read itself, and the lease that keeps it in place meanwhile.
-    pub(crate) fn grant_lease(&self, l: &pb::LeaseRequest) -> Result<(pb::DataResponse, Held)> {
+    pub(crate) async fn grant_lease(&self, l: &pb::LeaseRequest) -> Result<(pb::DataResponse, Held)> {
+        let (id, promote) = (l.block_id, l.promote);
         let lease = self
-            .store
-            .lease(l.block_id, l.promote)?
+            .store_blocking(move |s| s.lease(id, promote))
+            .await?
             .ok_or_else(|| Error::not_found(format!("block {} is not cached here", l.block_id)))?;
         self.counters.cache_hits.fetch_add(1, Relaxed);
         self.counters.short_circuit.fetch_add(l.length.min(lease.len), Relaxed);
@@ -139,9 +144,10 @@ impl Inner {
         read_end(&r)?;
         let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
         let promote = read_type == ReadType::CACHE_PROMOTE;
-        let mut first = true;
+        let (mut first, mut raced) = (true, false);
+        let id = r.block_id;
         loop {
-            if let Some(lease) = self.store.lease(r.block_id, promote)? {
+            if let Some(lease) = self.store_blocking(move |s| s.lease(id, promote)).await? {
                 if first {
                     self.counters.cache_hits.fetch_add(1, Relaxed);
                 }
@@ -161,12 +167,17 @@ impl Inner {
             if read_type == ReadType::NO_CACHE {
                 return self.send_from_ufs(sock, &r, hdr).await;
             }
-            let fill = match self.fill_or_join(&r) {
+            let fill = match self.fill_or_join(&r).await {
                 Ok(f) => f,
                 // A full cache still serves the read, uncached.
                 Err(e) if e.kind() == ErrorKind::ResourceExhausted && !r.load_only => {
                     tracing::warn!(block = r.block_id, error = %e, "cannot cache block; serving it uncached");
                     return self.send_from_ufs(sock, &r, hdr).await;
+                }
+                // Cached by a fill that ended after the lease above missed: lease it.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && !raced => {
+                    raced = true;
+                    continue;
                 }
                 Err(e) => return Err(e),
             };
@@ -198,7 +209,7 @@ impl Inner {
     /// reader, this one included, can hold it back: every reader follows the block file
     /// as it grows), or join the fill in progress. Fails when the block cannot be cached
     /// (`ResourceExhausted`: no room).
-    fn fill_or_join(self: &Arc<Self>, r: &pb::ReadBlockRequest) -> Result<Fill> {
+    async fn fill_or_join(self: &Arc<Self>, r: &pb::ReadBlockRequest) -> Result<Fill> {
         let tx = {
             let mut inflight = self.inflight.lock();
             if let Some(rx) = inflight.get(&r.block_id) {
@@ -208,19 +219,23 @@ impl Inner {
             inflight.insert(r.block_id, rx);
             tx
         };
-        // Reserve the space first.
-        let temp = match self.store.create(r.block_id, r.block_length) {
-            Ok(t) => t,
-            Err(e) => {
-                self.inflight.lock().remove(&r.block_id);
-                tx.send_modify(|s| s.done = Some(false));
-                return Err(e);
-            }
-        };
         let rx = tx.subscribe();
         let (me, req) = (self.clone(), r.clone());
+        // The task reserves the space first (on a blocking thread: it may evict), and
+        // tells whether it could; it ends the fill whatever becomes of this reader.
+        let (created_tx, created) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
-            let res = me.fill(&req, temp, &tx).await;
+            let (id, len) = (req.block_id, req.block_length);
+            let res = match me.store_blocking(move |s| s.create(id, len).map(DropOffRuntime::new)).await {
+                Ok(temp) => {
+                    let _ = created_tx.send(None);
+                    me.fill(&req, temp, &tx).await
+                }
+                Err(e) => {
+                    let _ = created_tx.send(Some(e));
+                    Err(Error::internal(format!("block {id} had no room to be filled")))
+                }
+            };
             me.inflight.lock().remove(&req.block_id);
             tx.send_modify(|s| s.done = Some(res.is_ok()));
             // The master learns of the block before any reader is told it is
@@ -228,7 +243,11 @@ impl Inner {
             let _ = me.commit_changes().await;
             res
         });
-        Ok(Fill::Leader(rx, task))
+        match created.await {
+            Ok(None) => Ok(Fill::Leader(rx, task)),
+            Ok(Some(e)) => Err(e),
+            Err(_) => Err(Error::internal("the block fill task ended before it started")),
+        }
     }
 
     /// A co-located client's read, over the Unix socket: no bytes go through the socket.
@@ -240,9 +259,10 @@ impl Inner {
     pub(crate) async fn follow_read(self: &Arc<Self>, sock: &mut UnixStream, r: pb::ReadBlockRequest) -> Result<Held> {
         let end = read_end(&r)?;
         let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
-        let mut first = true;
+        let (mut first, mut raced) = (true, false);
+        let (id, promote) = (r.block_id, read_type == ReadType::CACHE_PROMOTE);
         loop {
-            if let Some(lease) = self.store.lease(r.block_id, read_type == ReadType::CACHE_PROMOTE)? {
+            if let Some(lease) = self.store_blocking(move |s| s.lease(id, promote)).await? {
                 if lease.len < end {
                     return Err(Error::new(
                         ErrorKind::Corrupt,
@@ -273,8 +293,14 @@ impl Inner {
                 // Bytes that are not to be cached, or only other workers have: the data path.
                 return Err(Error::not_found(format!("block {} is not cached here", r.block_id)));
             }
-            let mut rx = match self.fill_or_join(&r)? {
-                Fill::Leader(rx, _) | Fill::Waiter(rx) => rx,
+            let mut rx = match self.fill_or_join(&r).await {
+                Ok(Fill::Leader(rx, _) | Fill::Waiter(rx)) => rx,
+                // Cached by a fill that ended after the lease above missed: lease it.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && !raced => {
+                    raced = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             let st = match rx.wait_for(|s| s.path.is_some() || s.done.is_some()).await {
                 Ok(s) => s.clone(),
@@ -322,7 +348,8 @@ impl Inner {
             Err(_) => None,
         };
         // The open descriptor stays valid across the commit's rename.
-        let Some(file) = path.and_then(|p| std::fs::File::open(p).ok()) else { return Ok(false) };
+        let Some(path) = path else { return Ok(false) };
+        let Ok(Ok(file)) = crate::blocking(move || std::fs::File::open(path)).await else { return Ok(false) };
         write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
         *hdr = true;
         let (mut pos, end) = (r.offset, r.offset + r.length);
@@ -342,6 +369,8 @@ impl Inner {
         lease: Lease,
         hdr: &mut bool,
     ) -> Result<()> {
+        // The last lease of a block removed meanwhile deletes its file as it drops.
+        let lease = DropOffRuntime::new(lease);
         if r.load_only {
             return write_frame(sock, &pb::DataResponse { cached: true, ..Default::default() }).await;
         }
@@ -351,7 +380,8 @@ impl Inner {
                 format!("cached block {} is shorter than requested", r.block_id),
             ));
         }
-        let file = std::fs::File::open(&lease.path).map_err(|e| Error::io("open block", e))?;
+        let path = lease.path.clone();
+        let file = crate::blocking(move || std::fs::File::open(path)).await?.map_err(|e| Error::io("open block", e))?;
         let crc = if r.offset == 0 && r.length == lease.len { self.store.crc(r.block_id) } else { None };
         let head = pb::DataResponse {
             length: r.length,
@@ -366,6 +396,9 @@ impl Inner {
             return Ok(());
         }
         // Zero-copy from the block file to the socket. The lease keeps the file in place.
+        // (`sendfile` runs inline, on a non-blocking socket: it reads a cached block's
+        // pages from the page cache, tmpfs for the MEM tier, and sends at most one chunk
+        // per call; a hop to a blocking thread per chunk would cost more than it saves.)
         let (mut off, mut left) = (r.offset, r.length);
         while left > 0 {
             let n = sendfile(sock, &file, off, left.min(self.cfg.chunk_size.as_u64()))
@@ -404,31 +437,42 @@ impl Inner {
     async fn fill(
         &self,
         r: &pb::ReadBlockRequest,
-        temp: locus_blockstore::TempBlock,
+        temp: DropOffRuntime<TempBlock>,
         progress: &watch::Sender<FillState>,
     ) -> Result<()> {
         let ufs = self.checked_ufs(r).await?;
         let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
-        let mut file = temp.open()?;
+        let (temp, mut file) = crate::blocking(move || temp.open().map(|f| (temp, f))).await??;
         progress.send_modify(|s| {
             s.path = Some(temp.path.clone());
             s.final_path = Some(temp.final_path.clone());
         });
         let mut pos = 0u64;
         let mut crc = 0u32;
-        while let Some(b) = stream.next().await {
-            let b: Bytes = b?;
-            std::io::Write::write_all(&mut file, &b).map_err(|e| Error::io("write block file", e))?;
-            crc = crc32c::crc32c_append(crc, &b);
-            self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
-            pos += b.len() as u64;
-            // Readers are woken per FILL_NOTIFY bytes, not per network chunk (tens of KiB):
-            // fewer wake-ups and larger sendfile calls.
-            if pos - progress.borrow().filled >= FILL_NOTIFY {
-                progress.send_modify(|st| st.filled = pos);
+        // Network chunks (tens of KiB) are written out, on a blocking thread, per
+        // FILL_NOTIFY bytes, and readers are woken then: fewer hops and wake-ups, and
+        // larger sendfile calls.
+        let mut pending = Vec::new();
+        let mut stream_ended = false;
+        while !stream_ended {
+            match stream.next().await {
+                Some(b) => {
+                    let b: Bytes = b?;
+                    crc = crc32c::crc32c_append(crc, &b);
+                    self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
+                    pos += b.len() as u64;
+                    pending.push(b);
+                    if pos - progress.borrow().filled < FILL_NOTIFY {
+                        continue;
+                    }
+                }
+                None => stream_ended = true,
             }
+            if !pending.is_empty() {
+                file = write_block_file(file, std::mem::take(&mut pending)).await?;
+            }
+            progress.send_if_modified(|st| std::mem::replace(&mut st.filled, pos) != pos);
         }
-        progress.send_if_modified(|st| std::mem::replace(&mut st.filled, pos) != pos);
         if pos != r.block_length {
             return Err(Error::new(
                 ErrorKind::Ufs,
@@ -436,7 +480,8 @@ impl Inner {
             ));
         }
         locus_common::fail::fail_point!("worker.fill.before_commit", |_| Err(Error::internal("failpoint")));
-        let lease = temp.commit_leased(pos, Some(crc))?;
+        let temp = temp.into_inner();
+        let lease = crate::blocking(move || temp.commit_leased(pos, Some(crc))).await??;
         progress.send_modify(|s| s.lease = Some(Arc::new(lease)));
         Ok(())
     }

@@ -10,8 +10,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 
-use crate::Inner;
 use crate::read::Held;
+use crate::{DropOffRuntime, Inner};
 
 pub(crate) async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
     loop {
@@ -90,8 +90,9 @@ pub(crate) async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut sto
 
 async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
     // What a reply hands out lives as long as the client keeps it: until its next
-    // request or until it closes the connection (which also covers a client crash).
-    let mut held: Option<Held> = None;
+    // request or until it closes the connection (which also covers a client crash). It
+    // is dropped off the runtime: the last lease of a removed block deletes its file.
+    let mut held: Option<DropOffRuntime<Held>> = None;
     loop {
         let req: pb::DataRequest = match read_frame(sock).await {
             Ok(Some(r)) => r,
@@ -102,14 +103,14 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
         let resp = match req.req {
             Some(pb::data_request::Req::Read(r)) => match inner.follow_read(sock, r).await {
                 Ok(h) => {
-                    held = Some(h);
+                    held = Some(DropOffRuntime::new(h));
                     continue;
                 }
                 Err(e) => pb::DataResponse::error(&e),
             },
-            Some(pb::data_request::Req::Lease(l)) => match inner.grant_lease(&l) {
+            Some(pb::data_request::Req::Lease(l)) => match inner.grant_lease(&l).await {
                 Ok((r, lease)) => {
-                    held = Some(lease);
+                    held = Some(DropOffRuntime::new(lease));
                     r
                 }
                 Err(e) => pb::DataResponse::error(&e),

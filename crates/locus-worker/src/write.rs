@@ -9,7 +9,8 @@ use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk, write_fr
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::Inner;
+use crate::block::BlockSource;
+use crate::{DropOffRuntime, Inner};
 
 impl Inner {
     /// Take a write: chunk frames follow the request, a zero-length frame ends them. The
@@ -99,13 +100,19 @@ impl Inner {
                     // A broken pipeline shows in its task's result below.
                     let _ = tx.send(buf.clone()).await;
                 }
-                if let Some(b) = &mut blocks {
-                    match b.write(&buf) {
-                        Ok(()) => {}
+                if let Some(mut b) = blocks.take() {
+                    // Blocks are created, written and committed on a blocking thread.
+                    let chunk = buf.clone();
+                    let (b, res) = crate::blocking(move || {
+                        let r = b.write(&chunk);
+                        (b, r)
+                    })
+                    .await?;
+                    match res {
+                        Ok(()) => blocks = Some(b),
                         // A write that outgrows the cache goes on through to the UFS
                         // (MUST_CACHE has no UFS to go to: it fails).
                         Err(e) if e.kind() == ErrorKind::ResourceExhausted && wt != WriteType::MUST_CACHE => {
-                            let b = blocks.take().unwrap();
                             let stored = b.stored();
                             if ufs_writer.is_none() {
                                 tracing::info!(path = %w.ufs_path, at = stored, "cache full: the write goes on through to the UFS");
@@ -134,7 +141,7 @@ impl Inner {
                 }
             }
             if let Some(b) = blocks.take() {
-                b.finish()?;
+                crate::blocking(move || b.finish()).await??;
             }
             Ok(total)
         }
@@ -192,20 +199,17 @@ impl Inner {
             }
         }
         if let Some((t, _, n)) = &b.cur {
-            let mut f = std::fs::File::open(&t.path).map_err(|e| Error::io("open block file", e))?;
-            let mut left = *n;
-            while left > 0 {
-                let mut buf = vec![0u8; left.min(4 << 20) as usize];
-                std::io::Read::read_exact(&mut f, &mut buf).map_err(|e| Error::io("read block file", e))?;
-                left -= buf.len() as u64;
-                u.write(Bytes::from(buf)).await?;
+            let mut src = BlockSource::local(t.path.clone(), *n, None).await?;
+            while let Some(chunk) = src.next().await? {
+                u.write(chunk).await?;
             }
         }
         Ok(())
     }
 }
 
-/// Splits a write into blocks of the new version in the store.
+/// Splits a write into blocks of the new version in the store. Blocking: its methods
+/// create, write and commit block files (the write path runs them on a blocking thread).
 struct BlockWriter {
     store: BlockStore,
     version: u64,
@@ -247,6 +251,15 @@ impl BlockWriter {
         match self.cur.take() {
             Some((t, _, n)) if n > 0 => t.commit(n, Some(self.crc)),
             _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for BlockWriter {
+    /// An abandoned write's unfinished block deletes its file as it drops: off the runtime.
+    fn drop(&mut self) {
+        if let Some(cur) = self.cur.take() {
+            drop(DropOffRuntime::new(cur));
         }
     }
 }
