@@ -26,8 +26,11 @@ def test_mem_evicts_down_to_ssd(cluster_factory, s3, bucket, minio, tmp):
     tiers = Counter(x["tier"] for b in st["blocks"] for x in b["locations"])
     assert sum(tiers.values()) == len(st["blocks"]) == 11, tiers
     assert tiers["MEM"] > 0 and tiers["SSD"] > 0, tiers
-    r = c.wait_report(lambda r: r["cache"]["evictions"] > 0 and r["capacity"]["SSD"]["used"] > 0,
-                      what="demotions to SSD")
+    # The report's tier usage comes with the workers' heartbeats, so it may lag the block
+    # locations `stat` shows: wait for a report that has every block on a tier.
+    r = c.wait_report(lambda r: r["cache"]["evictions"] > 0 and r["capacity"]["SSD"]["used"] > 0
+                      and r["capacity"]["MEM"]["used"] + r["capacity"]["SSD"]["used"] == len(data),
+                      what="demotions to SSD, every block on a tier")
     assert r["capacity"]["MEM"]["used"] <= 16 * MiB, r["capacity"]
     assert r["capacity"]["MEM"]["used"] + r["capacity"]["SSD"]["used"] == len(data), r["capacity"]
 

@@ -55,7 +55,7 @@ impl GatewayBench {
     pub async fn run(&self) -> Result<Vec<Measure>> {
         let mut cfg = loopback_config();
         cfg.worker.tiers = vec![locus_common::config::TierConfig {
-            alias: locus_common::config::TierAlias::MEM,
+            alias: locus_common::config::TierAlias::Mem,
             dir: std::path::PathBuf::from("/dev/shm").join(format!("locus-gwbench-{}", std::process::id())),
             quota: bytesize::ByteSize::b(self.size * 3 + (1 << 30)),
         }];

@@ -67,14 +67,14 @@ impl MetaBench {
             creates.push(
                 rate(self.files, self.concurrency, |i| {
                     let (c, p) = (c.clone(), path(i));
-                    async move { c.touch(&p, Some(WriteType::MUST_CACHE)).await.map(|_| ()) }
+                    async move { c.touch(&p, Some(WriteType::MustCache)).await.map(|_| ()) }
                 })
                 .await?,
             );
             creates2.push(
                 rate(self.files, self.concurrency, |i| {
                     let (c, p) = (c.clone(), format!("{dir}-2/f{i:08}"));
-                    async move { c.create_and_complete_empty(&p, Some(WriteType::MUST_CACHE)).await.map(|_| ()) }
+                    async move { c.create_and_complete_empty(&p, Some(WriteType::MustCache)).await.map(|_| ()) }
                 })
                 .await?,
             );

@@ -101,8 +101,8 @@ impl MixedBench {
         cfg.master.block_size = self.block_size;
         // LocalCluster puts each worker's tiers in <dir>/w<i>.
         cfg.worker.tiers = vec![
-            TierConfig { alias: TierAlias::MEM, dir: locus_cluster::default_mem_dir(&self.work_dir), quota: self.mem },
-            TierConfig { alias: TierAlias::SSD, dir: self.work_dir.join("ssd"), quota: self.ssd },
+            TierConfig { alias: TierAlias::Mem, dir: locus_cluster::default_mem_dir(&self.work_dir), quota: self.mem },
+            TierConfig { alias: TierAlias::Ssd, dir: self.work_dir.join("ssd"), quota: self.ssd },
         ];
         with_cluster(cfg, &self.work_dir, false, async |c| self.measure(c).await).await
     }
@@ -240,7 +240,7 @@ impl MixedBench {
 
 /// Write `data` to `path` as CACHE_THROUGH: cached and in the UFS, so evictable.
 async fn put(c: &Client, path: &str, data: &Bytes) -> Result<()> {
-    let opts = PutOptions { overwrite: true, write_type: Some(WriteType::CACHE_THROUGH), ..Default::default() };
+    let opts = PutOptions { overwrite: true, write_type: Some(WriteType::CacheThrough), ..Default::default() };
     c.put_with(path, &mut &data[..], &opts, |_| Ok(pb::ObjectMeta::default())).await?;
     Ok(())
 }

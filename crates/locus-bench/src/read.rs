@@ -206,7 +206,7 @@ impl ReadBench {
         let mut cfg = loopback_config();
         cfg.master.block_size = ByteSize::b(self.block_size);
         cfg.worker.tiers = vec![TierConfig {
-            alias: TierAlias::MEM,
+            alias: TierAlias::Mem,
             dir: shm.join("mem"),
             quota: ByteSize::b(self.size * 2 + (256 << 20)),
         }];

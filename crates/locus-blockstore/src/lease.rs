@@ -64,7 +64,7 @@ impl BlockStore {
             }
             let lease = inner.take_lease(&mut s, block_id).expect("looked up");
             let m = &s.blocks[&block_id];
-            let check = m.crc.filter(|_| lease.tier != TierAlias::MEM).map(|crc| (crc, m.verified));
+            let check = m.crc.filter(|_| lease.tier != TierAlias::Mem).map(|crc| (crc, m.verified));
             (lease, check)
         };
         let Some((want, verified)) = check else {

@@ -128,7 +128,7 @@ impl BlockStore {
         let inner = Arc::get_mut(&mut self.inner).expect("with_file_pool on a store not yet shared");
         inner.pool_ttl = ttl;
         for t in &mut inner.state.get_mut().tiers {
-            t.recycle = !ttl.is_zero() && t.alias == TierAlias::MEM;
+            t.recycle = !ttl.is_zero() && t.alias == TierAlias::Mem;
         }
         self
     }

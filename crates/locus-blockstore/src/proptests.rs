@@ -117,7 +117,7 @@ proptest! {
         pool in any::<bool>(),
     ) {
         let (mem, ssd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let tiers = [tier(TierAlias::MEM, mem.path(), 1000), tier(TierAlias::SSD, ssd.path(), 1000)];
+        let tiers = [tier(TierAlias::Mem, mem.path(), 1000), tier(TierAlias::Ssd, ssd.path(), 1000)];
         let ttl = if pool { Duration::from_secs(3600) } else { Duration::ZERO };
         let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap().with_file_pool(ttl);
         std::thread::scope(|scope| {

@@ -61,7 +61,7 @@ fn put(store: &BlockStore, id: u64, len: u64) -> Result<()> {
 #[test]
 fn adopting_a_cluster_drops_only_blocks_recorded_under_another() {
     let (m, sd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let tiers = [tier(TierAlias::MEM, m.path(), 1000), tier(TierAlias::SSD, sd.path(), 1000)];
+    let tiers = [tier(TierAlias::Mem, m.path(), 1000), tier(TierAlias::Ssd, sd.path(), 1000)];
     let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
     assert_eq!(s.cluster_id(), 0, "a new store belongs to no cluster");
     put(&s, 1, 100).unwrap();
@@ -100,7 +100,7 @@ fn ino(p: &Path) -> u64 {
 #[test]
 fn the_mem_tier_writes_new_blocks_into_the_files_of_dropped_ones() {
     let (m, sd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let tiers = [tier(TierAlias::MEM, m.path(), 1000), tier(TierAlias::SSD, sd.path(), 1000)];
+    let tiers = [tier(TierAlias::Mem, m.path(), 1000), tier(TierAlias::Ssd, sd.path(), 1000)];
     let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap().with_file_pool(Duration::from_secs(3600));
     put(&s, 1, 300).unwrap();
     let old = ino(&block_path(m.path(), 1));
@@ -161,7 +161,7 @@ fn the_mem_tier_writes_new_blocks_into_the_files_of_dropped_ones() {
 #[test]
 fn pooled_files_go_after_their_time_to_live_and_never_on_disk_tiers() {
     let (m, sd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let tiers = [tier(TierAlias::MEM, m.path(), 1000), tier(TierAlias::SSD, sd.path(), 1000)];
+    let tiers = [tier(TierAlias::Mem, m.path(), 1000), tier(TierAlias::Ssd, sd.path(), 1000)];
     let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap().with_file_pool(Duration::from_millis(50));
     put(&s, 1, 200).unwrap();
     s.remove(1).unwrap();
@@ -174,7 +174,7 @@ fn pooled_files_go_after_their_time_to_live_and_never_on_disk_tiers() {
     // A block on the SSD tier is removed outright.
     put(&s, 3, 850).unwrap();
     put(&s, 4, 850).unwrap(); // demotes 3 to the SSD tier
-    assert_eq!(s.report().iter().find(|b| b.0 == 3).unwrap().1, TierAlias::SSD);
+    assert_eq!(s.report().iter().find(|b| b.0 == 3).unwrap().1, TierAlias::Ssd);
     s.remove(3).unwrap();
     assert_eq!(pooled(&s), 0);
 }
@@ -182,7 +182,7 @@ fn pooled_files_go_after_their_time_to_live_and_never_on_disk_tiers() {
 #[test]
 fn lru_eviction_between_watermarks() {
     let d = tempfile::tempdir().unwrap();
-    let s = BlockStore::open(&[tier(TierAlias::MEM, d.path(), 1000)], 0.9, 0.5).unwrap();
+    let s = BlockStore::open(&[tier(TierAlias::Mem, d.path(), 1000)], 0.9, 0.5).unwrap();
     for id in 1..=4 {
         put(&s, id, 200).unwrap();
     }
@@ -197,7 +197,7 @@ fn lru_eviction_between_watermarks() {
 #[test]
 fn pinned_and_leased_blocks_stay() {
     let d = tempfile::tempdir().unwrap();
-    let s = BlockStore::open(&[tier(TierAlias::MEM, d.path(), 1000)], 0.9, 0.5).unwrap();
+    let s = BlockStore::open(&[tier(TierAlias::Mem, d.path(), 1000)], 0.9, 0.5).unwrap();
     let pinned_id = locus_common::block_id(9, 0);
     put(&s, pinned_id, 400).unwrap();
     put(&s, 2, 400).unwrap();
@@ -215,7 +215,7 @@ fn pinned_and_leased_blocks_stay() {
 #[test]
 fn write_pins_hold_until_the_master_list_covers_them() {
     let d = tempfile::tempdir().unwrap();
-    let s = BlockStore::open(&[tier(TierAlias::MEM, d.path(), 1000)], 0.9, 0.5).unwrap();
+    let s = BlockStore::open(&[tier(TierAlias::Mem, d.path(), 1000)], 0.9, 0.5).unwrap();
     let written = locus_common::block_id(5, 0);
     s.pin_written(5, 7);
     put(&s, written, 400).unwrap();
@@ -232,7 +232,7 @@ fn write_pins_hold_until_the_master_list_covers_them() {
 #[test]
 fn a_corrupted_disk_copy_is_dropped_not_served() {
     let ssd = tempfile::tempdir().unwrap();
-    let tiers = [tier(TierAlias::SSD, ssd.path(), 5000)];
+    let tiers = [tier(TierAlias::Ssd, ssd.path(), 5000)];
     let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
     put(&s, 1, 300).unwrap();
     put(&s, 2, 300).unwrap();
@@ -263,19 +263,19 @@ fn a_corrupted_disk_copy_is_dropped_not_served() {
 fn demotion_and_restart_recovery() {
     let mem = tempfile::tempdir().unwrap();
     let ssd = tempfile::tempdir().unwrap();
-    let tiers = [tier(TierAlias::MEM, mem.path(), 500), tier(TierAlias::SSD, ssd.path(), 5000)];
+    let tiers = [tier(TierAlias::Mem, mem.path(), 500), tier(TierAlias::Ssd, ssd.path(), 5000)];
     let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
     put(&s, 1, 200).unwrap();
     put(&s, 2, 200).unwrap();
     put(&s, 3, 200).unwrap(); // demotes 1 (and maybe 2) to SSD
     let report: HashMap<u64, TierAlias> = s.report().into_iter().map(|(id, t, _)| (id, t)).collect();
-    assert_eq!(report[&1], TierAlias::SSD);
-    assert_eq!(report[&3], TierAlias::MEM);
+    assert_eq!(report[&1], TierAlias::Ssd);
+    assert_eq!(report[&3], TierAlias::Mem);
     let changes = s.drain_changes();
-    assert!(changes.contains(&Change::Stored { block_id: 1, tier: TierAlias::SSD, len: 200 }));
+    assert!(changes.contains(&Change::Stored { block_id: 1, tier: TierAlias::Ssd, len: 200 }));
     // promote brings it back up
     let l = s.lease(1, true).unwrap().unwrap();
-    assert_eq!(l.tier, TierAlias::MEM);
+    assert_eq!(l.tier, TierAlias::Mem);
     assert_eq!(std::fs::read(&l.path).unwrap().len(), 200);
     drop(l);
     drop(s);
@@ -287,7 +287,7 @@ fn demotion_and_restart_recovery() {
 #[test]
 fn removal_waits_for_leases_and_temp_blocks_clean_up() {
     let d = tempfile::tempdir().unwrap();
-    let s = BlockStore::open(&[tier(TierAlias::MEM, d.path(), 1000)], 0.9, 0.5).unwrap();
+    let s = BlockStore::open(&[tier(TierAlias::Mem, d.path(), 1000)], 0.9, 0.5).unwrap();
     put(&s, 1, 100).unwrap();
     let l = s.lease(1, false).unwrap().unwrap();
     assert!(s.remove(1).unwrap());
@@ -309,7 +309,7 @@ fn a_block_dropped_while_its_lease_is_checked_is_gone_not_corrupt() {
     // Once `lease` indexed the block after re-taking the lock and panicked when a
     // cluster adoption had dropped it meanwhile.
     let ssd = tempfile::tempdir().unwrap();
-    let s = BlockStore::open(&[tier(TierAlias::SSD, ssd.path(), 5000)], 0.9, 0.5).unwrap();
+    let s = BlockStore::open(&[tier(TierAlias::Ssd, ssd.path(), 5000)], 0.9, 0.5).unwrap();
     put(&s, 1, 300).unwrap();
     s.adopt_cluster(7).unwrap();
     let other = s.clone();
@@ -345,7 +345,7 @@ fn held(slot: &std::sync::Arc<Mutex<Option<crate::Lease>>>) -> crate::Lease {
 #[test]
 fn a_block_leased_while_it_is_demoted_stays_where_the_lease_found_it() {
     let (mem, ssd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let tiers = [tier(TierAlias::MEM, mem.path(), 500), tier(TierAlias::SSD, ssd.path(), 5000)];
+    let tiers = [tier(TierAlias::Mem, mem.path(), 500), tier(TierAlias::Ssd, ssd.path(), 5000)];
     let s = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
     put(&s, 1, 200).unwrap();
     put(&s, 2, 200).unwrap();
@@ -355,11 +355,11 @@ fn a_block_leased_while_it_is_demoted_stays_where_the_lease_found_it() {
     s.on("move.copy", move || *into.lock() = other.lease(1, false).unwrap());
     put(&s, 3, 200).unwrap();
     let lease = held(&slot);
-    assert_eq!(lease.tier, TierAlias::MEM);
+    assert_eq!(lease.tier, TierAlias::Mem);
     assert_eq!(std::fs::read(&lease.path).unwrap(), vec![7u8; 200], "the leased file is still there");
     let report: HashMap<u64, TierAlias> = s.report().into_iter().map(|(id, t, _)| (id, t)).collect();
-    assert_eq!(report[&1], TierAlias::MEM, "the move was given up");
-    assert_eq!(report[&2], TierAlias::SSD);
+    assert_eq!(report[&1], TierAlias::Mem, "the move was given up");
+    assert_eq!(report[&2], TierAlias::Ssd);
     assert!(!block_path(ssd.path(), 1).exists(), "and its copy removed");
     s.check();
     drop(lease);

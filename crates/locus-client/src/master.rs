@@ -114,14 +114,14 @@ impl Client {
 
     /// Create an empty file: one master call, no worker involved.
     pub async fn touch(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
-        let wt = write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
+        let wt = pb::WriteType::from_opt(write_type.or(self.cfg.write_type)).into();
         let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: true };
         Ok(self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner())
     }
 
     /// Create an empty file the way a data write does: CreateFile, then CompleteFile.
     pub async fn create_and_complete_empty(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
-        let wt = write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
+        let wt = pb::WriteType::from_opt(write_type.or(self.cfg.write_type)).into();
         let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: false };
         let target = self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner();
         let req = pb::CompleteFileRequest {

@@ -62,7 +62,7 @@ impl Client {
         let end = offset.saturating_add(len).min(fi.length);
         let read_type = opts.read_type.unwrap_or(self.cfg.read_type);
         // Bytes only in worker caches cannot be filled from the UFS.
-        let caching = read_type != ReadType::NO_CACHE && persisted(fi);
+        let caching = read_type != ReadType::NoCache && persisted(fi);
         let mut pos = offset;
         // Read-ahead: up to `client.read_ahead_blocks` blocks beyond the one being read are filled by
         // workers in the background, so the UFS stream never idles between blocks. A block
@@ -94,7 +94,7 @@ impl Client {
             }
             let mut b = fi.blocks[k].clone();
             if let Some(Some(w)) = loaded.get(&k) {
-                b.locations.push(pb::BlockLocation { worker_id: *w, tier: String::new() });
+                b.locations.push(pb::BlockLocation { worker_id: *w, tier: pb::Tier::Unspecified.into() });
             }
             let n = (b.offset + b.length).min(end) - pos;
             let cur = self.read_block(fi, &b, pos - b.offset, n, opts, out);
@@ -160,7 +160,9 @@ impl Client {
                     return Err(last_err.unwrap_or_else(|| {
                         Error::unavailable(format!(
                             "block {} of {} has no live copy, and the file is not persisted ({})",
-                            b.block_id, fi.path, fi.persist_state
+                            b.block_id,
+                            fi.path,
+                            fi.persist_state().name()
                         ))
                     }));
                 }
@@ -179,7 +181,7 @@ impl Client {
                 file_offset: b.offset,
                 mount_id: fi.mount_id,
                 ufs_path: fi.ufs_path.clone(),
-                read_type: format!("{read_type:?}"),
+                read_type: pb::ReadType::from(read_type).into(),
                 client_local: local,
                 load_only: false,
                 fingerprint: fi.fingerprint.clone(),
@@ -221,7 +223,7 @@ impl Client {
         done: &mut u64,
     ) -> Result<()> {
         let mut s = UnixStream::connect(&w.uds_path).await.map_err(|e| Error::io("connect worker socket", e))?;
-        let promote = read_type == ReadType::CACHE_PROMOTE;
+        let promote = read_type == ReadType::CachePromote;
         let r =
             exchange(&mut s, pb::data_request::Req::Lease(pb::LeaseRequest { block_id, length: len, promote })).await?;
         if off + len > r.length {
@@ -326,7 +328,7 @@ impl Client {
                 file_offset: b.offset,
                 mount_id: fi.mount_id,
                 ufs_path: fi.ufs_path.clone(),
-                read_type: "CACHE".into(),
+                read_type: pb::ReadType::Cache.into(),
                 client_local: self.is_local(&w).await,
                 load_only: true,
                 fingerprint: fi.fingerprint.clone(),
@@ -368,9 +370,9 @@ impl Client {
     }
 }
 
-/// Whether the UFS holds the file's bytes (an empty state is an older master's: yes).
+/// Whether the UFS holds the file's bytes.
 fn persisted(fi: &pb::FileInfo) -> bool {
-    fi.persist_state.is_empty() || fi.persist_state == "PERSISTED"
+    fi.persist_state().is_persisted()
 }
 
 /// Copies `len` bytes at `off` of the leased block file at `path` to `out`, counting them in

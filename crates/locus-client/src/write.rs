@@ -49,7 +49,7 @@ impl Client {
         opts: &PutOptions,
         seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
     ) -> Result<pb::FileInfo> {
-        let write_type = opts.write_type.or(self.cfg.write_type).map(|w| w.as_str().to_string()).unwrap_or_default();
+        let write_type = pb::WriteType::from_opt(opts.write_type.or(self.cfg.write_type)).into();
         let target = self
             .m()
             .create_file(pb::CreateFileRequest {
@@ -61,7 +61,10 @@ impl Client {
             .await
             .map_err(|s| self.err(s))?
             .into_inner();
-        let wt = WriteType::parse_or_err(&target.write_type)?;
+        let wt = target
+            .write_type()
+            .typed()
+            .ok_or_else(|| Error::internal(format!("the master named no write type for {path}")))?;
         let copies =
             if wt.needs_durable_copies() { opts.durable_replicas.unwrap_or(self.cfg.replication.durable) } else { 1 };
         let mut pipeline = self.write_pipeline(path, copies).await?;
@@ -72,7 +75,7 @@ impl Client {
             ufs_path: target.ufs_path.clone(),
             content_type: opts.content_type.clone(),
             user_metadata: opts.user_metadata.clone(),
-            write_type: target.write_type.clone(),
+            write_type: target.write_type,
             version: target.version,
             block_size: target.block_size,
             pipeline,
@@ -100,6 +103,8 @@ impl Client {
         end_chunks(&mut c).await.map_err(|e| Error::io("send", e))?;
         let r = read_response(&mut c).await?;
         self.put_conn(&w.data_address, c);
+        // The write type that applied: the worker names it when it changed.
+        let applied = if r.write_type() == pb::WriteType::Unspecified { target.write_type } else { r.write_type };
         let req = pb::CompleteFileRequest {
             path: target.path,
             length: r.length,
@@ -107,7 +112,7 @@ impl Client {
             mtime_ms: r.mtime_ms,
             meta: Some(meta),
             version: target.version,
-            write_type: if r.write_type.is_empty() { target.write_type } else { r.write_type },
+            write_type: applied,
             persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
         };
         Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())

@@ -140,7 +140,7 @@ impl LocalCluster {
         }
         if w.tiers.is_empty() {
             w.tiers.push(TierConfig {
-                alias: TierAlias::MEM,
+                alias: TierAlias::Mem,
                 dir: default_mem_dir(&self.data_dir).join(format!("w{i}")),
                 quota: ByteSize::gib(1),
             });

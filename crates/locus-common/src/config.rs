@@ -111,7 +111,7 @@ impl Default for MasterConfig {
             default_sync_interval: Duration::from_secs(60),
             ufs_timeout: Duration::from_secs(20),
             meta_cache_size: ByteSize::mib(64),
-            write_type: WriteType::ASYNC_THROUGH,
+            write_type: WriteType::AsyncThrough,
             persist_concurrency: 4,
             replication_min: 1,
             abandoned_write_timeout: Duration::from_secs(3600),
@@ -122,25 +122,29 @@ impl Default for MasterConfig {
 
 /// Storage tier of a worker directory, fastest first.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum TierAlias {
-    MEM,
-    SSD,
-    HDD,
+    /// Memory (a tmpfs directory such as /dev/shm). Config spelling `MEM`.
+    Mem,
+    /// Solid-state disk. Config spelling `SSD`.
+    Ssd,
+    /// Hard disk. Config spelling `HDD`.
+    Hdd,
 }
 
 impl TierAlias {
     pub fn as_str(self) -> &'static str {
         match self {
-            TierAlias::MEM => "MEM",
-            TierAlias::SSD => "SSD",
-            TierAlias::HDD => "HDD",
+            TierAlias::Mem => "MEM",
+            TierAlias::Ssd => "SSD",
+            TierAlias::Hdd => "HDD",
         }
     }
     pub fn parse(s: &str) -> Option<TierAlias> {
         match s.to_ascii_uppercase().as_str() {
-            "MEM" => Some(TierAlias::MEM),
-            "SSD" => Some(TierAlias::SSD),
-            "HDD" => Some(TierAlias::HDD),
+            "MEM" => Some(TierAlias::Mem),
+            "SSD" => Some(TierAlias::Ssd),
+            "HDD" => Some(TierAlias::Hdd),
             _ => None,
         }
     }
@@ -210,53 +214,61 @@ impl Default for WorkerConfig {
 
 /// How a read uses the cache.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
-#[allow(non_camel_case_types)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ReadType {
     /// Cache blocks on the worker that serves them (default).
     #[default]
-    CACHE,
+    Cache,
     /// Like CACHE, and move blocks found on a lower tier up to the top tier.
-    CACHE_PROMOTE,
+    CachePromote,
     /// Do not cache what is not cached already.
-    NO_CACHE,
+    NoCache,
 }
 
 impl ReadType {
     pub fn parse(s: &str) -> Option<ReadType> {
         match s.to_ascii_uppercase().as_str() {
-            "CACHE" => Some(ReadType::CACHE),
-            "CACHE_PROMOTE" => Some(ReadType::CACHE_PROMOTE),
-            "NO_CACHE" => Some(ReadType::NO_CACHE),
+            "CACHE" => Some(ReadType::Cache),
+            "CACHE_PROMOTE" => Some(ReadType::CachePromote),
+            "NO_CACHE" => Some(ReadType::NoCache),
             _ => None,
+        }
+    }
+    /// The user-facing spelling (`CACHE`, `CACHE_PROMOTE`, `NO_CACHE`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadType::Cache => "CACHE",
+            ReadType::CachePromote => "CACHE_PROMOTE",
+            ReadType::NoCache => "NO_CACHE",
         }
     }
 }
 
 /// Where a write's bytes go before it is acknowledged.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
-#[allow(non_camel_case_types)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum WriteType {
     /// Worker memory only; never persisted unless asked (`locus fs persist`). The blocks
     /// are never evicted.
-    MUST_CACHE,
+    MustCache,
     /// Worker memory and the UFS; acknowledged once the UFS write completes.
-    CACHE_THROUGH,
+    CacheThrough,
     /// The UFS only.
-    THROUGH,
+    Through,
     /// Fast durable writes (default): acknowledged once `client.replication.durable`
     /// workers hold the blocks in memory, then persisted to the UFS in the background.
     /// The blocks are never evicted before their persist is confirmed.
     #[default]
-    ASYNC_THROUGH,
+    AsyncThrough,
 }
 
 impl WriteType {
     pub fn parse(s: &str) -> Option<WriteType> {
         match s.to_ascii_uppercase().as_str() {
-            "MUST_CACHE" => Some(WriteType::MUST_CACHE),
-            "CACHE_THROUGH" => Some(WriteType::CACHE_THROUGH),
-            "THROUGH" => Some(WriteType::THROUGH),
-            "ASYNC_THROUGH" => Some(WriteType::ASYNC_THROUGH),
+            "MUST_CACHE" => Some(WriteType::MustCache),
+            "CACHE_THROUGH" => Some(WriteType::CacheThrough),
+            "THROUGH" => Some(WriteType::Through),
+            "ASYNC_THROUGH" => Some(WriteType::AsyncThrough),
             _ => None,
         }
     }
@@ -268,24 +280,24 @@ impl WriteType {
     }
     pub fn as_str(self) -> &'static str {
         match self {
-            WriteType::MUST_CACHE => "MUST_CACHE",
-            WriteType::CACHE_THROUGH => "CACHE_THROUGH",
-            WriteType::THROUGH => "THROUGH",
-            WriteType::ASYNC_THROUGH => "ASYNC_THROUGH",
+            WriteType::MustCache => "MUST_CACHE",
+            WriteType::CacheThrough => "CACHE_THROUGH",
+            WriteType::Through => "THROUGH",
+            WriteType::AsyncThrough => "ASYNC_THROUGH",
         }
     }
     /// The written blocks go to worker caches.
     pub fn caches(self) -> bool {
-        self != WriteType::THROUGH
+        self != WriteType::Through
     }
     /// The UFS write completes before the write is acknowledged.
     pub fn writes_ufs(self) -> bool {
-        matches!(self, WriteType::THROUGH | WriteType::CACHE_THROUGH)
+        matches!(self, WriteType::Through | WriteType::CacheThrough)
     }
     /// Worker copies are the only copies until a persist: they are pinned, and the
     /// write waits for `replication.durable` of them.
     pub fn needs_durable_copies(self) -> bool {
-        matches!(self, WriteType::MUST_CACHE | WriteType::ASYNC_THROUGH)
+        matches!(self, WriteType::MustCache | WriteType::AsyncThrough)
     }
 }
 
@@ -350,7 +362,7 @@ pub struct ClientConfig {
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
-            read_type: ReadType::CACHE,
+            read_type: ReadType::Cache,
             short_circuit: true,
             locality: Locality::Auto,
             rpc_timeout: Duration::from_secs(30),
@@ -559,12 +571,12 @@ part_persist_wait = "42s"
             let c = Config::extract(&f).unwrap();
             assert_eq!(c.master_address, "10.0.0.2:2", "env beats file");
             assert_eq!(c.worker.host, "h2");
-            assert_eq!(c.client.read_type, ReadType::CACHE_PROMOTE, "flags beat env and file");
+            assert_eq!(c.client.read_type, ReadType::CachePromote, "flags beat env and file");
             assert!(c.log_json);
             assert_eq!(c.master.block_size, ByteSize::mib(1));
             assert_eq!(c.master.default_sync_interval, Duration::from_secs(300));
             assert_eq!(c.worker.tiers.len(), 2);
-            assert_eq!(c.worker.tiers[1].alias, TierAlias::SSD);
+            assert_eq!(c.worker.tiers[1].alias, TierAlias::Ssd);
             assert_eq!(c.worker.uds_path.as_deref(), Some(Path::new("/w/s.sock")));
             assert_eq!(c.worker.file_pool_ttl, Duration::from_secs(11));
             assert_eq!(c.client.locality, Locality::Remote);
@@ -574,11 +586,11 @@ part_persist_wait = "42s"
             assert_eq!(c.gateway.part_persist_wait, Duration::from_secs(42));
             assert_eq!(c.master.staged_persist_wait, Duration::from_secs(43));
             assert!(c.gateway.anonymous);
-            assert_eq!(c.master.write_type, WriteType::CACHE_THROUGH);
+            assert_eq!(c.master.write_type, WriteType::CacheThrough);
             assert_eq!(c.master.persist_concurrency, 2);
             assert_eq!(c.master.replication_min, 2);
             assert_eq!(c.master.abandoned_write_timeout, Duration::from_secs(600));
-            assert_eq!(c.client.write_type, Some(WriteType::MUST_CACHE));
+            assert_eq!(c.client.write_type, Some(WriteType::MustCache));
             assert_eq!(c.client.replication.durable, 3);
             assert_eq!(c.client.read_ahead_blocks, 3);
             assert_eq!(c.client.replication.wait, Duration::from_secs(4));

@@ -19,8 +19,10 @@ pub enum ErrorKind {
     PermissionDenied,
     /// Out of space: a quota cannot be met because blocks are pinned or in use.
     ResourceExhausted,
-    /// The state does not allow it (directory not empty, not a directory, ...).
+    /// The state does not allow it (not a directory, contains a mount point, ...).
     FailedPrecondition,
+    /// A directory to remove without `recursive` has entries.
+    DirectoryNotEmpty,
     /// A peer (master, worker, UFS) cannot be reached right now.
     Unavailable,
     /// The under file system returned an error.
@@ -43,6 +45,7 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::ResourceExhausted => "resource_exhausted",
             ErrorKind::FailedPrecondition => "failed_precondition",
+            ErrorKind::DirectoryNotEmpty => "directory_not_empty",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Ufs => "ufs",
             ErrorKind::Corrupt => "corrupt",
@@ -57,13 +60,14 @@ impl ErrorKind {
     }
 
     /// All kinds, for round-trip tests of the front-end mappings.
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::NotFound,
         ErrorKind::AlreadyExists,
         ErrorKind::InvalidArgument,
         ErrorKind::PermissionDenied,
         ErrorKind::ResourceExhausted,
         ErrorKind::FailedPrecondition,
+        ErrorKind::DirectoryNotEmpty,
         ErrorKind::Unavailable,
         ErrorKind::Ufs,
         ErrorKind::Corrupt,

@@ -165,9 +165,7 @@ fn throw(env: &mut JNIEnv, e: &Error) {
         ErrorKind::NotFound => "java/io/FileNotFoundException",
         ErrorKind::AlreadyExists => "org/apache/hadoop/fs/FileAlreadyExistsException",
         ErrorKind::PermissionDenied => "org/apache/hadoop/security/AccessControlException",
-        ErrorKind::FailedPrecondition if e.message().contains("non-empty directory") => {
-            "org/apache/hadoop/fs/PathIsNotEmptyDirectoryException"
-        }
+        ErrorKind::DirectoryNotEmpty => "org/apache/hadoop/fs/PathIsNotEmptyDirectoryException",
         _ => "java/io/IOException",
     };
     if env.exception_check().unwrap_or(false) {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use locus_common::config::WriteType;
+use locus_common::config::{TierAlias, WriteType};
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
@@ -33,7 +33,7 @@ impl Master {
             blocks: Vec::new(),
             mount_point: m.info.path.clone(),
             meta: rec.meta.clone(),
-            persist_state: if is_persisted(rec) { PERSISTED.into() } else { rec.persist_state.clone() },
+            persist_state: rec.persist_state,
             replication_min: if rec.replication_min == 0 {
                 self.inner.cfg.replication_min
             } else {
@@ -62,7 +62,8 @@ impl Master {
                 let (k, v) = e.map_err(db_err)?;
                 let wk = k.value().1;
                 if live.contains_key(&wk) {
-                    locations.push(pb::BlockLocation { worker_id: wk, tier: v.value().to_string() });
+                    let tier = TierAlias::parse(v.value()).map(pb::Tier::from).unwrap_or(pb::Tier::Unspecified);
+                    locations.push(pb::BlockLocation { worker_id: wk, tier: tier.into() });
                 }
             }
             out.push(pb::BlockInfo { block_id: b, offset, length: rec.block_size.min(rec.length - offset), locations });
@@ -79,7 +80,7 @@ impl Master {
         &self,
         path: &str,
         overwrite: bool,
-        write_type: &str,
+        write_type: Option<WriteType>,
         complete_empty: bool,
     ) -> Result<pb::FileInfo> {
         let path = normalize(path)?;
@@ -97,20 +98,17 @@ impl Master {
         let (parent_path, _) = lpath::split_parent(&path).unwrap();
         self.create_directory(parent_path, true).await?;
         let (m, rel) = self.writable(&path)?;
-        let wt = if !write_type.is_empty() {
-            WriteType::parse_or_err(write_type)?
-        } else if !m.info.write_type.is_empty() {
-            WriteType::parse_or_err(&m.info.write_type)?
-        } else {
-            self.inner.cfg.write_type
-        };
+        let wt = write_type.or(m.info.write_type().typed()).unwrap_or(self.inner.cfg.write_type);
         if wt.writes_ufs() {
             // A synchronous UFS write must not race queued changes to the same path.
             self.wait_ufs_quiet(m.info.id, &rel).await?;
         }
         if complete_empty {
-            let mut req =
-                pb::CompleteFileRequest { path: path.clone(), write_type: wt.as_str().into(), ..Default::default() };
+            let mut req = pb::CompleteFileRequest {
+                path: path.clone(),
+                write_type: pb::WriteType::from(wt).into(),
+                ..Default::default()
+            };
             if wt.writes_ufs() {
                 let st = m.ufs.writer(&rel, "", &Default::default()).await?.close().await?;
                 req.etag = st.etag;
@@ -140,7 +138,7 @@ impl Master {
             block_size: self.inner.cfg.block_size.as_u64(),
             mount_point: m.info.path.clone(),
             version,
-            write_type: wt.as_str().into(),
+            write_type: pb::WriteType::from(wt).into(),
             pin_epoch,
             ..Default::default()
         })
@@ -154,7 +152,7 @@ impl Master {
         let (parent_path, _) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
         let parent = self.must_resolve(parent_path).await?;
         let (m, rel) = self.writable(&path)?;
-        let wt = if req.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&req.write_type)? };
+        let wt = req.write_type().typed().unwrap_or(WriteType::Through);
         self.commit_complete(req, path, parent.id, wt, m, rel).await
     }
 
@@ -221,7 +219,7 @@ impl Master {
         rec.meta = req.meta.clone().filter(|m| *m != pb::ObjectMeta::default());
         rec.synced_ms = now;
         match wt {
-            WriteType::THROUGH | WriteType::CACHE_THROUGH => {
+            WriteType::Through | WriteType::CacheThrough => {
                 let st = UfsStatus {
                     path: name.into(),
                     is_dir: false,
@@ -230,15 +228,15 @@ impl Master {
                     mtime_ms: req.mtime_ms,
                 };
                 rec.fingerprint = st.fingerprint();
-                rec.persist_state = String::new();
+                rec.set_persist_state(pb::PersistState::Persisted);
                 // Pinned at create for an ASYNC_THROUGH write that went through instead.
                 if w.open_table(PINNED).map_err(db_err)?.remove(version).map_err(db_err)?.is_some() {
                     self.bump_pin_epoch(w)?;
                 }
             }
-            WriteType::ASYNC_THROUGH => {
+            WriteType::AsyncThrough => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
-                rec.persist_state = TO_BE_PERSISTED.into();
+                rec.set_persist_state(pb::PersistState::ToBePersisted);
                 let mut op = self.persist_op(&rec, m, rel, path);
                 // The writer's wait, else the staging wait of a committer's `_temporary` file.
                 let wait_ms = match req.persist_wait_ms {
@@ -250,9 +248,9 @@ impl Master {
                 }
                 fx.ops.push(self.enqueue(w, op)?);
             }
-            WriteType::MUST_CACHE => {
+            WriteType::MustCache => {
                 rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
-                rec.persist_state = NOT_PERSISTED.into();
+                rec.set_persist_state(pb::PersistState::NotPersisted);
             }
         }
         if rec.pinned {
@@ -275,9 +273,9 @@ impl Master {
             return Err(Error::invalid(format!("{path} is a directory")));
         }
         let (m, rel) = self.writable(&path)?;
-        match rec.persist_state.as_str() {
-            NOT_PERSISTED => {}
-            LOST => {
+        match rec.persist_state() {
+            pb::PersistState::NotPersisted => {}
+            pb::PersistState::Lost => {
                 return Err(Error::new(
                     ErrorKind::Corrupt,
                     format!("{path} was lost: every copy of a block went before it was persisted"),
@@ -289,7 +287,7 @@ impl Master {
         let rec = self
             .commit(move |me, w, fx| {
                 let mut rec = load_inode(w, id)?.ok_or_else(|| Error::not_found(format!("{p2} does not exist")))?;
-                rec.persist_state = TO_BE_PERSISTED.into();
+                rec.set_persist_state(pb::PersistState::ToBePersisted);
                 fx.ops.push(me.enqueue(w, me.persist_op(&rec, &m, &rel, &p2))?);
                 put_inode(w, &rec)?;
                 Ok(rec)
@@ -347,7 +345,7 @@ impl Master {
                 // still to be persisted takes it with its persist).
                 if !rec.is_dir && is_persisted(&rec) && m.ufs.stores_metadata() {
                     let op = pb::PersistOp {
-                        kind: "META".into(),
+                        kind: pb::PersistOpKind::Meta.into(),
                         inode_id: rec.id,
                         version: rec.version,
                         ..me.op_for(&m, &rel, &p2)

@@ -47,16 +47,11 @@ pub use web::render_metrics;
 /// Entries returned by one `ListStatus` page when the caller sets no limit.
 pub const DEFAULT_LIST_PAGE: u32 = 1000;
 
-/// Persist states as `stat` shows them. A record stores "" for PERSISTED.
-pub const NOT_PERSISTED: &str = "NOT_PERSISTED";
-pub const TO_BE_PERSISTED: &str = "TO_BE_PERSISTED";
-pub const PERSISTED: &str = "PERSISTED";
-pub const LOST: &str = "LOST";
 pub use locus_common::UNPERSISTED_FINGERPRINT;
 
 /// Whether the UFS holds what the namespace says (so a UFS sync may refresh the entry).
 fn is_persisted(rec: &pb::InodeRecord) -> bool {
-    rec.persist_state.is_empty() || rec.persist_state == PERSISTED
+    rec.persist_state().is_persisted()
 }
 
 fn now_ms() -> i64 {

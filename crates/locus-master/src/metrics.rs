@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use locus_proto::pb;
 
 use crate::*;
-use locus_common::metrics::{BYTES_READ, CACHE_REQUESTS, EVICTIONS};
+use locus_common::metrics::{BYTES_READ, CACHE_REQUESTS, EVICTIONS, ReadSource};
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 pub(crate) struct Metrics {
@@ -111,12 +111,12 @@ impl Master {
         // Cluster totals come from the master's monotonic counters, which survive
         // worker restarts.
         let m = &self.inner.metrics;
-        let b = |s: &str| m.bytes_read.with_label_values(&[s]).get();
+        let b = |s: ReadSource| m.bytes_read.with_label_values(&[s.as_str()]).get();
         rep.totals = Some(pb::ReadCounters {
-            short_circuit: b("short_circuit"),
-            local_worker: b("local_worker"),
-            remote_worker: b("remote_worker"),
-            ufs: b("ufs"),
+            short_circuit: b(ReadSource::ShortCircuit),
+            local_worker: b(ReadSource::LocalWorker),
+            remote_worker: b(ReadSource::RemoteWorker),
+            ufs: b(ReadSource::Ufs),
             cache_hits: m.cache_requests.with_label_values(&["hit"]).get(),
             cache_misses: m.cache_requests.with_label_values(&["miss"]).get(),
             evictions: m.evictions.get(),
@@ -135,24 +135,24 @@ impl Master {
         let rep = self.report();
         let m = &self.inner.metrics;
         m.workers_live.set(rep.workers.iter().filter(|w| w.live).count() as i64);
-        let mut cap: BTreeMap<String, u64> = BTreeMap::new();
-        let mut used: BTreeMap<String, u64> = BTreeMap::new();
-        let mut pooled: BTreeMap<String, u64> = BTreeMap::new();
+        let mut cap: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut pooled: BTreeMap<&str, u64> = BTreeMap::new();
         for w in rep.workers.iter().filter(|w| w.live) {
             for t in &w.tiers {
-                *cap.entry(t.alias.clone()).or_default() += t.capacity;
-                *used.entry(t.alias.clone()).or_default() += t.used;
-                *pooled.entry(t.alias.clone()).or_default() += t.pooled;
+                *cap.entry(t.alias().name()).or_default() += t.capacity;
+                *used.entry(t.alias().name()).or_default() += t.used;
+                *pooled.entry(t.alias().name()).or_default() += t.pooled;
             }
         }
         for (t, v) in pooled {
-            m.tier_pooled.with_label_values(&[t.as_str()]).set(v as i64);
+            m.tier_pooled.with_label_values(&[t]).set(v as i64);
         }
         for (t, v) in cap {
-            m.tier_capacity.with_label_values(&[t.as_str()]).set(v as i64);
+            m.tier_capacity.with_label_values(&[t]).set(v as i64);
         }
         for (t, v) in used {
-            m.tier_used.with_label_values(&[t.as_str()]).set(v as i64);
+            m.tier_used.with_label_values(&[t]).set(v as i64);
         }
         let hits = m.cache_requests.with_label_values(&["hit"]).get();
         let misses = m.cache_requests.with_label_values(&["miss"]).get();

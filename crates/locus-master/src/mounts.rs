@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use locus_common::config::WriteType;
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
@@ -55,8 +54,8 @@ impl Master {
         let path = normalize(&req.path)?;
         let opts: BTreeMap<String, String> = req.options.clone().into_iter().collect();
         let ufs = Ufs::new(&req.uri, &opts, self.inner.cfg.ufs_timeout)?;
-        if !req.write_type.is_empty() {
-            WriteType::parse_or_err(&req.write_type)?;
+        if pb::WriteType::try_from(req.write_type).is_err() {
+            return Err(Error::invalid(format!("unknown write type {}", req.write_type)));
         }
         if self.inner.mounts.read().iter().any(|m| m.info.path == path) {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} is already a mount point")));
@@ -92,7 +91,8 @@ impl Master {
             options: req.options,
             readonly: req.readonly,
             sync_interval_ms: sync,
-            write_type: req.write_type.to_ascii_uppercase(),
+            write_type: req.write_type,
+            ..Default::default()
         };
         let info = self
             .commit(move |me, w, _| {

@@ -98,7 +98,7 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
         }
         let (m, rel) = self.writable(&path)?;
-        let op = pb::PersistOp { kind: "MKDIR".into(), ..self.op_for(&m, &rel, &path) };
+        let op = pb::PersistOp { kind: pb::PersistOpKind::Mkdir.into(), ..self.op_for(&m, &rel, &path) };
         let name = name.to_string();
         self.ufs_change(m.info.id, &[&rel], None, m.ufs.create_dir(&rel), move |me, w, queued, _| {
             if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, &name)?.is_some() {
@@ -108,7 +108,7 @@ impl Master {
             let mut rec = me.new_inode(w, parent.id, &name, true, 0, String::new(), now, now, None)?;
             rec.children_loaded = true;
             if queued {
-                rec.persist_state = TO_BE_PERSISTED.into();
+                rec.set_persist_state(pb::PersistState::ToBePersisted);
             }
             put_inode(w, &rec)?;
             Ok(Some(pb::PersistOp { inode_id: rec.id, ..op.clone() }))
@@ -126,7 +126,7 @@ impl Master {
             let (entries, _) = self.list_status(&path, "", false, 1).await?;
             if !entries.is_empty() {
                 return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
+                    ErrorKind::DirectoryNotEmpty,
                     format!("{path} is a non-empty directory (use -R)"),
                 ));
             }
@@ -135,7 +135,11 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} contains a mount point")));
         }
         let (m, rel) = self.writable(&path)?;
-        let op = pb::PersistOp { kind: "DELETE".into(), is_dir: rec.is_dir, ..self.op_for(&m, &rel, &path) };
+        let op = pb::PersistOp {
+            kind: pb::PersistOpKind::Delete.into(),
+            is_dir: rec.is_dir,
+            ..self.op_for(&m, &rel, &path)
+        };
         let (parent_path, name) = lpath::split_parent(&path).unwrap();
         let (parent_path, name) = (parent_path.to_string(), name.to_string());
         // The UFS delete happens even for bytes never persisted: an older version may be
@@ -182,7 +186,11 @@ impl Master {
                 r => r,
             }
         };
-        let op = pb::PersistOp { kind: "RENAME".into(), dst_ufs_path: drel.clone(), ..self.op_for(&sm, &srel, &src) };
+        let op = pb::PersistOp {
+            kind: pb::PersistOpKind::Rename.into(),
+            dst_ufs_path: drel.clone(),
+            ..self.op_for(&sm, &srel, &src)
+        };
         let (sparent_path, sname) = lpath::split_parent(&src).unwrap();
         let (sparent_path, sname, dname) = (sparent_path.to_string(), sname.to_string(), dname.to_string());
         self.ufs_change(sm.info.id, &[&srel, &drel], Some(&dst), ufs, move |_, w, _, _| {

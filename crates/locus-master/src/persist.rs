@@ -20,16 +20,15 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use locus_common::job::Job;
 use locus_common::{Error, ErrorKind, Result};
-use locus_proto::{from_error_info, pb, read_frame, write_frame};
+use locus_proto::pb;
 use locus_ufs::UfsStatus;
 use prost::Message;
 use redb::ReadableTable;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::namespace::Effects;
 use crate::store::*;
-use crate::{Master, MountEntry, TO_BE_PERSISTED, now_ms};
+use crate::{Master, MountEntry, now_ms};
 
 /// Operations looked at per scheduling round (later ones wait for the next round).
 const WINDOW: usize = 512;
@@ -43,7 +42,7 @@ pub(crate) struct Pending {
     not_before: Option<Instant>,
     mount_id: u64,
     paths: Vec<String>,
-    kind: String,
+    kind: pb::PersistOpKind,
     length: u64,
     enqueued_ms: i64,
 }
@@ -148,7 +147,7 @@ impl Master {
             if p.mount_id != mount_id || !any_overlap(&p.paths, &paths) {
                 continue;
             }
-            if p.kind == "PERSIST" && !t.running.contains(seq) && is_under(&p.paths[0], src) {
+            if p.kind == pb::PersistOpKind::Persist && !t.running.contains(seq) && is_under(&p.paths[0], src) {
                 seqs.push(*seq);
             } else if !seqs.is_empty() {
                 return None;
@@ -245,7 +244,7 @@ impl Master {
     /// The queue record that persists file `rec` (its current version) at `path`.
     pub(crate) fn persist_op(&self, rec: &pb::InodeRecord, m: &MountEntry, rel: &str, path: &str) -> pb::PersistOp {
         pb::PersistOp {
-            kind: "PERSIST".into(),
+            kind: pb::PersistOpKind::Persist.into(),
             inode_id: rec.id,
             version: rec.version,
             length: rec.length,
@@ -292,7 +291,7 @@ impl Master {
 
     pub(crate) fn persist_backlog(&self) -> Backlog {
         let t = self.inner.persist.lock();
-        let persists = t.pending.values().filter(|p| p.kind == "PERSIST");
+        let persists = t.pending.values().filter(|p| p.kind == pb::PersistOpKind::Persist);
         let oldest = t.pending.values().map(|p| p.enqueued_ms).min();
         Backlog {
             files: persists.clone().count() as u64,
@@ -380,46 +379,46 @@ impl Master {
             return self.commit(move |_, w, _| remove_op(w, seq)).await;
         };
         locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
-        let count = |result: &str| self.inner.metrics.persist_ops.with_label_values(&[&op.kind, result]).inc();
-        let result = match op.kind.as_str() {
-            "PERSIST" => {
+        let count = |result: &str| self.inner.metrics.persist_ops.with_label_values(&[op.kind().name(), result]).inc();
+        let result = match op.kind() {
+            pb::PersistOpKind::Persist => {
                 let written = self.persist_file(&op, &m).await?;
                 count(if written.is_some() { "done" } else { "skipped" });
                 self.inner.metrics.persisted_bytes.inc_by(written.unwrap_or(0));
                 return Ok(());
             }
-            "META" => {
+            pb::PersistOpKind::Meta => {
                 let rewritten = self.rewrite_meta(&op, &m).await?;
                 count(if rewritten { "done" } else { "skipped" });
                 return Ok(());
             }
-            "MKDIR" => {
+            pb::PersistOpKind::Mkdir => {
                 m.ufs.create_dir(&op.ufs_path).await?;
                 "done"
             }
-            "DELETE" => {
+            pb::PersistOpKind::Delete => {
                 m.ufs.delete(&op.ufs_path, op.is_dir).await?;
                 "done"
             }
-            "RENAME" => match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
+            pb::PersistOpKind::Rename => match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
                 // What was to move never reached the UFS (not persisted, or its persist
                 // moved with the rename).
                 Err(e) if e.kind() == ErrorKind::NotFound => "skipped",
                 r => r.map(|()| "done")?,
             },
-            k => {
-                tracing::warn!(kind = k, "unknown queued operation; dropping it");
+            pb::PersistOpKind::Unspecified => {
+                tracing::warn!(seq, "queued operation of no known kind; dropping it");
                 "skipped"
             }
         };
-        let (mkdir, inode_id) = (op.kind == "MKDIR", op.inode_id);
+        let (mkdir, inode_id) = (op.kind() == pb::PersistOpKind::Mkdir, op.inode_id);
         self.commit(move |_, w, _| {
             remove_op(w, seq)?;
             if mkdir
                 && let Some(mut rec) = load_inode(w, inode_id)?
-                && rec.persist_state == TO_BE_PERSISTED
+                && rec.persist_state() == pb::PersistState::ToBePersisted
             {
-                rec.persist_state.clear();
+                rec.set_persist_state(pb::PersistState::Persisted);
                 put_inode(w, &rec)?;
             }
             Ok(())
@@ -437,7 +436,8 @@ impl Master {
             let r = self.inner.store.read()?;
             get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
         };
-        let Some(rec) = rec.filter(|r| r.version == op.version && r.persist_state == TO_BE_PERSISTED) else {
+        let Some(rec) = rec.filter(|r| r.version == op.version && r.persist_state() == pb::PersistState::ToBePersisted)
+        else {
             // Overwritten or deleted since: a later queue entry covers what is there now.
             let seq = op.seq;
             return self.commit(move |_, w, _| remove_op(w, seq)).await.map(|()| None);
@@ -501,14 +501,16 @@ impl Master {
     ) -> Result<()> {
         remove_op(w, op.seq)?;
         let cur = load_inode(w, rec.id)?;
-        let Some(mut cur) = cur.filter(|c| c.version == rec.version && c.persist_state == TO_BE_PERSISTED) else {
+        let Some(mut cur) =
+            cur.filter(|c| c.version == rec.version && c.persist_state() == pb::PersistState::ToBePersisted)
+        else {
             return Ok(());
         };
         // Metadata changed while the bytes were on their way (PutObjectTagging during
         // the persist): the object gets it in a rewrite, queued behind this entry.
         if cur.meta != rec.meta && m.ufs.stores_metadata() {
             let meta_op = pb::PersistOp {
-                kind: "META".into(),
+                kind: pb::PersistOpKind::Meta.into(),
                 inode_id: cur.id,
                 version: cur.version,
                 ..self.op_for(m, &op.ufs_path, &op.path)
@@ -516,7 +518,7 @@ impl Master {
             fx.ops.push(self.enqueue(w, meta_op)?);
         }
         cur.fingerprint = fingerprint.to_string();
-        cur.persist_state.clear();
+        cur.set_persist_state(pb::PersistState::Persisted);
         cur.synced_ms = now_ms();
         put_inode(w, &cur)?;
         if !cur.pinned {
@@ -637,7 +639,7 @@ fn remove_op(w: &redb::WriteTransaction, seq: u64) -> Result<()> {
 
 fn pending_of(op: &pb::PersistOp) -> Pending {
     let mut paths = vec![op.ufs_path.clone()];
-    if op.kind == "RENAME" {
+    if op.kind() == pb::PersistOpKind::Rename {
         paths.push(op.dst_ufs_path.clone());
     }
     let wait = op.not_before_ms.saturating_sub(now_ms());
@@ -645,7 +647,7 @@ fn pending_of(op: &pb::PersistOp) -> Pending {
         not_before: (wait > 0).then(|| Instant::now() + Duration::from_millis(wait as u64)),
         mount_id: op.mount_id,
         paths,
-        kind: op.kind.clone(),
+        kind: op.kind(),
         length: op.length,
         enqueued_ms: op.enqueued_ms,
     }
@@ -655,14 +657,9 @@ fn pending_of(op: &pb::PersistOp) -> Pending {
 pub(crate) async fn call_worker(addr: &str, req: pb::data_request::Req) -> Result<pb::DataResponse> {
     let mut s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
     let _ = s.set_nodelay(true);
-    write_frame(&mut s, &pb::DataRequest { req: Some(req) }).await?;
-    s.flush().await.map_err(|e| Error::io("send", e))?;
-    let r: pb::DataResponse =
-        read_frame(&mut s).await?.ok_or_else(|| Error::unavailable(format!("worker {addr} closed the connection")))?;
-    match r.error {
-        Some(e) => Err(from_error_info(e)),
-        None => Ok(r),
-    }
+    locus_proto::exchange(&mut s, pb::DataRequest { req: Some(req) })
+        .await
+        .map_err(|e| e.context(format!("worker {addr}")))
 }
 
 /// Start the scheduler job.

@@ -20,7 +20,7 @@ use redb::ReadableTable;
 
 use crate::persist::call_worker;
 use crate::store::*;
-use crate::{LOST, Master, TO_BE_PERSISTED, is_persisted};
+use crate::{Master, is_persisted};
 
 /// Block copies made at once.
 const CONCURRENCY: usize = 4;
@@ -100,9 +100,9 @@ impl Master {
                         tasks.push(Task { block_id: b, length, sources: sources.clone(), target: t.clone() });
                     }
                 }
-                if !persisted && !whole && rec.persist_state != LOST {
+                if !persisted && !whole && rec.persist_state() != pb::PersistState::Lost {
                     lost.push(rec.id);
-                } else if whole && rec.persist_state == LOST {
+                } else if whole && rec.persist_state() == pb::PersistState::Lost {
                     found.push(rec.id);
                 }
             }
@@ -134,7 +134,7 @@ impl Master {
                 let (mut was_lost, mut back) = (Vec::new(), Vec::new());
                 for id in &lost {
                     if let Some(mut rec) = load_inode(w, *id)? {
-                        rec.lost_from = std::mem::replace(&mut rec.persist_state, LOST.into());
+                        rec.lost_from = std::mem::replace(&mut rec.persist_state, pb::PersistState::Lost.into());
                         put_inode(w, &rec)?;
                         was_lost.push((*id, rec.name));
                     }
@@ -144,7 +144,7 @@ impl Master {
                         let Some(path) = me.path_of(w, &rec)? else { continue };
                         let Ok((m, rel)) = me.mount_for(&path) else { continue };
                         rec.persist_state = std::mem::take(&mut rec.lost_from);
-                        if rec.persist_state == TO_BE_PERSISTED {
+                        if rec.persist_state() == pb::PersistState::ToBePersisted {
                             fx.ops.push(me.enqueue(w, me.persist_op(&rec, &m, &rel, &path))?);
                         }
                         put_inode(w, &rec)?;

@@ -56,7 +56,7 @@ impl pb::master_server::Master for Master {
     }
     async fn create_file(&self, r: Request<pb::CreateFileRequest>) -> R<pb::FileInfo> {
         let r = r.into_inner();
-        ok(Master::create_file(self, &r.path, r.overwrite, &r.write_type, r.complete_empty).await)
+        ok(Master::create_file(self, &r.path, r.overwrite, r.write_type().typed(), r.complete_empty).await)
     }
     async fn complete_file(&self, r: Request<pb::CompleteFileRequest>) -> R<pb::FileInfo> {
         ok(Master::complete_file(self, r.into_inner()).await)

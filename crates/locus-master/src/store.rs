@@ -23,6 +23,7 @@
 
 use std::path::Path;
 
+use locus_common::config::WriteType;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use prost::Message;
@@ -139,9 +140,54 @@ fn run_committer(db: std::sync::Arc<Database>, rx: std::sync::mpsc::Receiver<(Op
     }
 }
 
+/// A protobuf record kept in a table. Records written before the protocol's enums were
+/// typed carry their state as a name in a legacy field; `upgrade` moves it into the typed
+/// field as the record is read (it is written back typed at its next change).
+pub trait Stored: Message + Default {
+    fn upgrade(&mut self) {}
+}
+
+#[allow(deprecated)] // the legacy fields are read here, and only here
+impl Stored for pb::InodeRecord {
+    fn upgrade(&mut self) {
+        if !self.legacy_persist_state.is_empty() {
+            let s = pb::PersistState::parse(&std::mem::take(&mut self.legacy_persist_state));
+            self.set_persist_state(s.unwrap_or(pb::PersistState::Persisted));
+        }
+        if !self.legacy_lost_from.is_empty() {
+            let s = pb::PersistState::parse(&std::mem::take(&mut self.legacy_lost_from));
+            self.set_lost_from(s.unwrap_or(pb::PersistState::Persisted));
+        }
+    }
+}
+
+#[allow(deprecated)]
+impl Stored for pb::PersistOp {
+    fn upgrade(&mut self) {
+        if !self.legacy_kind.is_empty() {
+            let k = pb::PersistOpKind::parse(&std::mem::take(&mut self.legacy_kind));
+            self.set_kind(k.unwrap_or(pb::PersistOpKind::Unspecified));
+        }
+    }
+}
+
+#[allow(deprecated)]
+impl Stored for pb::MountInfo {
+    fn upgrade(&mut self) {
+        if !self.legacy_write_type.is_empty() {
+            let w = WriteType::parse(&std::mem::take(&mut self.legacy_write_type));
+            self.set_write_type(pb::WriteType::from_opt(w));
+        }
+    }
+}
+
+impl Stored for pb::WorkerAddress {}
+
 /// Decode a stored protobuf record.
-pub fn decode<M: Message + Default>(b: &[u8]) -> Result<M> {
-    M::decode(b).map_err(|e| Error::new(ErrorKind::Corrupt, format!("metadata record: {e}")))
+pub fn decode<M: Stored>(b: &[u8]) -> Result<M> {
+    let mut m = M::decode(b).map_err(|e| Error::new(ErrorKind::Corrupt, format!("metadata record: {e}")))?;
+    m.upgrade();
+    Ok(m)
 }
 
 impl Store {
@@ -297,4 +343,39 @@ pub fn second_keys<V: redb::Value + 'static>(t: &impl ReadableTable<(u64, u64), 
         .map_err(db_err)?
         .map(|e| e.map(|(k, _)| k.value().1).map_err(db_err))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records stored before the typed protocol (states and kinds as names in the old
+    /// field numbers) read back typed.
+    #[test]
+    #[allow(deprecated)]
+    fn records_stored_with_names_read_back_typed() {
+        let old = pb::InodeRecord {
+            id: 7,
+            legacy_persist_state: "LOST".into(),
+            legacy_lost_from: "TO_BE_PERSISTED".into(),
+            ..Default::default()
+        };
+        let rec: pb::InodeRecord = decode(&old.encode_to_vec()).unwrap();
+        assert_eq!(rec.persist_state(), pb::PersistState::Lost);
+        assert_eq!(rec.lost_from(), pb::PersistState::ToBePersisted);
+        assert!(rec.legacy_persist_state.is_empty());
+        let old = pb::InodeRecord { id: 8, ..Default::default() };
+        assert_eq!(
+            decode::<pb::InodeRecord>(&old.encode_to_vec()).unwrap().persist_state(),
+            pb::PersistState::Persisted
+        );
+
+        let op = pb::PersistOp { seq: 3, legacy_kind: "RENAME".into(), ..Default::default() };
+        assert_eq!(decode::<pb::PersistOp>(&op.encode_to_vec()).unwrap().kind(), pb::PersistOpKind::Rename);
+        let op = pb::PersistOp { seq: 4, legacy_kind: "META".into(), ..Default::default() };
+        assert_eq!(decode::<pb::PersistOp>(&op.encode_to_vec()).unwrap().kind(), pb::PersistOpKind::Meta);
+
+        let m = pb::MountInfo { id: 2, legacy_write_type: "MUST_CACHE".into(), ..Default::default() };
+        assert_eq!(decode::<pb::MountInfo>(&m.encode_to_vec()).unwrap().write_type(), pb::WriteType::MustCache);
+    }
 }

@@ -58,8 +58,11 @@ async fn index(State(m): State<Master>) -> Html<String> {
     let mut rows = String::new();
     for w in &r.workers {
         let a = w.address.clone().unwrap_or_default();
-        let tiers: Vec<String> =
-            w.tiers.iter().map(|t| format!("{} {} / {}", t.alias, bytesize(t.used), bytesize(t.capacity))).collect();
+        let tiers: Vec<String> = w
+            .tiers
+            .iter()
+            .map(|t| format!("{} {} / {}", t.alias().name(), bytesize(t.used), bytesize(t.capacity)))
+            .collect();
         rows.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             a.worker_id,

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use prost::Message;
@@ -91,7 +92,7 @@ impl Master {
                     let (v, _) = locus_common::split_block_id(b.block_id);
                     if versions.get(v).map_err(db_err)?.is_some() {
                         wb.insert((id, b.block_id), ()).map_err(db_err)?;
-                        loc.insert((b.block_id, id), b.tier.as_str()).map_err(db_err)?;
+                        loc.insert((b.block_id, id), b.tier().name()).map_err(db_err)?;
                     } else {
                         stale.push(b.block_id);
                     }
@@ -135,10 +136,9 @@ impl Master {
                 let old = s.counters;
                 // A restarted worker starts its counters from zero again.
                 let d = |new: u64, old: u64| if new >= old { new - old } else { new };
-                m.bytes_read.with_label_values(&["short_circuit"]).inc_by(d(c.short_circuit, old.short_circuit));
-                m.bytes_read.with_label_values(&["local_worker"]).inc_by(d(c.local_worker, old.local_worker));
-                m.bytes_read.with_label_values(&["remote_worker"]).inc_by(d(c.remote_worker, old.remote_worker));
-                m.bytes_read.with_label_values(&["ufs"]).inc_by(d(c.ufs, old.ufs));
+                for s in ReadSource::ALL {
+                    m.bytes_read.with_label_values(&[s.as_str()]).inc_by(d(c.bytes(s), old.bytes(s)));
+                }
                 m.cache_requests.with_label_values(&["hit"]).inc_by(d(c.cache_hits, old.cache_hits));
                 m.cache_requests.with_label_values(&["miss"]).inc_by(d(c.cache_misses, old.cache_misses));
                 m.evictions.inc_by(d(c.evictions, old.evictions));
@@ -175,7 +175,7 @@ impl Master {
                 let (v, _) = locus_common::split_block_id(b.block_id);
                 if versions.get(v).map_err(db_err)?.is_some() {
                     wb.insert((req.worker_id, b.block_id), ()).map_err(db_err)?;
-                    loc.insert((b.block_id, req.worker_id), b.tier.as_str()).map_err(db_err)?;
+                    loc.insert((b.block_id, req.worker_id), b.tier().name()).map_err(db_err)?;
                 } else {
                     fx.dropped.push((req.worker_id, b.block_id)); // the file changed or went meanwhile
                 }

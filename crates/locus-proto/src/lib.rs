@@ -11,11 +11,13 @@ pub mod pb {
 }
 
 mod data;
+mod enums;
 
 pub use data::{
     MAX_FRAME, RECV_LOWAT, end_chunks, exchange, expect_bytes, read_frame, read_response, send_request, write_chunk,
     write_frame,
 };
+use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind};
 
 /// The user metadata an S3 UFS stores with an object: the `x-amz-meta-*` pairs, plus the
@@ -46,7 +48,7 @@ fn kind_to_code(kind: ErrorKind) -> tonic::Code {
         ErrorKind::InvalidArgument => Code::InvalidArgument,
         ErrorKind::PermissionDenied => Code::PermissionDenied,
         ErrorKind::ResourceExhausted => Code::ResourceExhausted,
-        ErrorKind::FailedPrecondition => Code::FailedPrecondition,
+        ErrorKind::FailedPrecondition | ErrorKind::DirectoryNotEmpty => Code::FailedPrecondition,
         ErrorKind::Unavailable => Code::Unavailable,
         ErrorKind::Ufs => Code::Aborted,
         ErrorKind::Corrupt => Code::DataLoss,
@@ -94,15 +96,24 @@ pub fn from_status(s: tonic::Status) -> Error {
 
 /// Error → wire error of the data plane.
 pub fn to_error_info(e: &Error) -> pb::ErrorInfo {
-    pb::ErrorInfo { kind: e.kind().as_str().into(), message: e.to_string(), retryable: e.is_retryable() }
+    pb::ErrorInfo { kind: pb::ErrorKind::from(e.kind()).into(), message: e.to_string(), retryable: e.is_retryable() }
 }
 
 /// Wire error of the data plane → Error.
 pub fn from_error_info(e: pb::ErrorInfo) -> Error {
-    Error::new(ErrorKind::parse(&e.kind).unwrap_or(ErrorKind::Internal), e.message).set_retryable(e.retryable)
+    Error::new(e.kind().into(), e.message).set_retryable(e.retryable)
 }
 
 impl pb::ReadCounters {
+    /// Bytes read from `source`.
+    pub fn bytes(&self, source: ReadSource) -> u64 {
+        match source {
+            ReadSource::ShortCircuit => self.short_circuit,
+            ReadSource::LocalWorker => self.local_worker,
+            ReadSource::RemoteWorker => self.remote_worker,
+            ReadSource::Ufs => self.ufs,
+        }
+    }
     /// Add another worker's counters (for cluster totals).
     pub fn add(&mut self, o: &pb::ReadCounters) {
         self.short_circuit += o.short_circuit;
@@ -133,7 +144,7 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
             let a = w.address.clone().unwrap_or_default();
             if w.live {
                 for t in &w.tiers {
-                    let e = cap.entry(t.alias.clone()).or_default();
+                    let e = cap.entry(t.alias().name().to_string()).or_default();
                     e.0 += t.capacity;
                     e.1 += t.used;
                 }
@@ -141,7 +152,7 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
             json!({
                 "id": a.worker_id, "host": a.host, "data_address": a.data_address, "live": w.live,
                 "last_heartbeat_ms_ago": w.last_heartbeat_ms_ago,
-                "tiers": w.tiers.iter().map(|t| json!({"alias": t.alias, "capacity": t.capacity, "used": t.used, "blocks": t.blocks, "pooled": t.pooled})).collect::<Vec<_>>(),
+                "tiers": w.tiers.iter().map(|t| json!({"alias": t.alias().name(), "capacity": t.capacity, "used": t.used, "blocks": t.blocks, "pooled": t.pooled})).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -149,9 +160,9 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
         "workers": workers,
         "live_workers": r.workers.iter().filter(|w| w.live).count(),
         "capacity": cap.iter().map(|(k, (c, u))| (k.clone(), json!({"capacity": c, "used": u}))).collect::<serde_json::Map<_, _>>(),
-        "bytes_read": {"short_circuit": t.short_circuit, "local_worker": t.local_worker, "remote_worker": t.remote_worker, "ufs": t.ufs},
+        "bytes_read": ReadSource::ALL.iter().map(|s| (s.as_str().to_string(), json!(t.bytes(*s)))).collect::<serde_json::Map<_, _>>(),
         "cache": {"hits": t.cache_hits, "misses": t.cache_misses, "evictions": t.evictions, "hit_ratio": t.hit_ratio(), "corrupt_blocks": t.corrupt_blocks},
-        "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type})).collect::<Vec<_>>(),
+        "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type().typed().map(|w| w.as_str())})).collect::<Vec<_>>(),
         "persist_backlog": {"files": r.persist_backlog_files, "bytes": r.persist_backlog_bytes, "oldest_age_ms": r.persist_oldest_age_ms, "queued_ops": r.persist_queue_ops},
     })
 }

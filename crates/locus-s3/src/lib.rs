@@ -229,7 +229,7 @@ pub(crate) fn s3_error(e: Error, not_found: S3ErrorCode) -> S3Error {
         ErrorKind::AlreadyExists => S3ErrorCode::InvalidRequest,
         ErrorKind::InvalidArgument => S3ErrorCode::InvalidArgument,
         ErrorKind::PermissionDenied => S3ErrorCode::AccessDenied,
-        ErrorKind::FailedPrecondition => S3ErrorCode::InvalidRequest,
+        ErrorKind::FailedPrecondition | ErrorKind::DirectoryNotEmpty => S3ErrorCode::InvalidRequest,
         ErrorKind::ResourceExhausted | ErrorKind::Unavailable => S3ErrorCode::ServiceUnavailable,
         ErrorKind::Ufs | ErrorKind::Corrupt | ErrorKind::Io | ErrorKind::Internal => S3ErrorCode::InternalError,
     };

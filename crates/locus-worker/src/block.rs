@@ -122,7 +122,7 @@ impl Inner {
                 offset: 0,
                 length,
                 block_length: length,
-                read_type: "NO_CACHE".into(),
+                read_type: pb::ReadType::NoCache.into(),
                 // Never filled from the UFS: these bytes are not there (yet).
                 fingerprint: locus_common::UNPERSISTED_FINGERPRINT.into(),
                 ..Default::default()

@@ -15,7 +15,7 @@ impl Inner {
             .usage()
             .into_iter()
             .map(|u| pb::TierUsage {
-                alias: u.alias.as_str().into(),
+                alias: pb::Tier::from(u.alias).into(),
                 capacity: u.capacity,
                 used: u.used,
                 blocks: u.blocks,
@@ -34,7 +34,7 @@ impl Inner {
                 .store
                 .report()
                 .into_iter()
-                .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: t.as_str().into(), length: len })
+                .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: pb::Tier::from(t).into(), length: len })
                 .collect();
             self.store.drain_changes(); // the full report covers them
             let req = pb::RegisterWorkerRequest {
@@ -113,7 +113,7 @@ impl Inner {
         for c in changes {
             match c {
                 Change::Stored { block_id, tier, len } => {
-                    req.added.push(pb::BlockReport { block_id, tier: tier.as_str().into(), length: len })
+                    req.added.push(pb::BlockReport { block_id, tier: pb::Tier::from(tier).into(), length: len })
                 }
                 Change::Removed { block_id } => req.removed.push(block_id),
             }

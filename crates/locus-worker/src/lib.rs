@@ -151,7 +151,7 @@ fn default_mem_tier(data_dir: &Path) -> TierConfig {
     let abs = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
     let tag: String = abs.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     TierConfig {
-        alias: TierAlias::MEM,
+        alias: TierAlias::Mem,
         dir: PathBuf::from("/dev/shm").join(format!("locus{tag}")),
         quota: bytesize::ByteSize::gib(1),
     }

@@ -142,8 +142,8 @@ impl Inner {
         hdr: &mut bool,
     ) -> Result<()> {
         read_end(&r)?;
-        let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
-        let promote = read_type == ReadType::CACHE_PROMOTE;
+        let read_type = ReadType::from(r.read_type());
+        let promote = read_type == ReadType::CachePromote;
         let (mut first, mut raced) = (true, false);
         let id = r.block_id;
         loop {
@@ -164,7 +164,7 @@ impl Inner {
                     r.block_id
                 )));
             }
-            if read_type == ReadType::NO_CACHE {
+            if read_type == ReadType::NoCache {
                 return self.send_from_ufs(sock, &r, hdr).await;
             }
             let fill = match self.fill_or_join(&r).await {
@@ -258,9 +258,9 @@ impl Inner {
     /// or until it hangs up.
     pub(crate) async fn follow_read(self: &Arc<Self>, sock: &mut UnixStream, r: pb::ReadBlockRequest) -> Result<Held> {
         let end = read_end(&r)?;
-        let read_type = ReadType::parse(&r.read_type).unwrap_or_default();
+        let read_type = ReadType::from(r.read_type());
         let (mut first, mut raced) = (true, false);
-        let (id, promote) = (r.block_id, read_type == ReadType::CACHE_PROMOTE);
+        let (id, promote) = (r.block_id, read_type == ReadType::CachePromote);
         loop {
             if let Some(lease) = self.store_blocking(move |s| s.lease(id, promote)).await? {
                 if lease.len < end {
@@ -289,7 +289,7 @@ impl Inner {
                 self.counters.cache_misses.fetch_add(1, Relaxed);
                 first = false;
             }
-            if read_type == ReadType::NO_CACHE || r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT {
+            if read_type == ReadType::NoCache || r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT {
                 // Bytes that are not to be cached, or only other workers have: the data path.
                 return Err(Error::not_found(format!("block {} is not cached here", r.block_id)));
             }

@@ -19,7 +19,7 @@ impl Inner {
     /// the next worker while it is stored here. The answer comes once every worker of the
     /// pipeline holds the blocks and has reported them to the master.
     pub(crate) async fn handle_write(&self, sock: &mut TcpStream, w: pb::WriteFileRequest) -> Result<()> {
-        let wt = if w.write_type.is_empty() { WriteType::THROUGH } else { WriteType::parse_or_err(&w.write_type)? };
+        let wt = w.write_type().typed().unwrap_or(WriteType::Through);
         let mut blocks = if wt.caches() {
             if w.version == 0 || w.block_size == 0 {
                 return Err(Error::invalid("a cached write needs a file version and a block size"));
@@ -48,7 +48,7 @@ impl Inner {
             let next = w.pipeline[0].clone();
             let req = pb::WriteFileRequest {
                 pipeline: w.pipeline[1..].to_vec(),
-                write_type: if wt.writes_ufs() { WriteType::MUST_CACHE.as_str().into() } else { w.write_type.clone() },
+                write_type: if wt.writes_ufs() { pb::WriteType::MustCache.into() } else { w.write_type },
                 ..w.clone()
             };
             match forward_write(next, req).await {
@@ -112,7 +112,7 @@ impl Inner {
                         Ok(()) => blocks = Some(b),
                         // A write that outgrows the cache goes on through to the UFS
                         // (MUST_CACHE has no UFS to go to: it fails).
-                        Err(e) if e.kind() == ErrorKind::ResourceExhausted && wt != WriteType::MUST_CACHE => {
+                        Err(e) if e.kind() == ErrorKind::ResourceExhausted && wt != WriteType::MustCache => {
                             let stored = b.stored();
                             if ufs_writer.is_none() {
                                 tracing::info!(path = %w.ufs_path, at = stored, "cache full: the write goes on through to the UFS");
@@ -171,7 +171,7 @@ impl Inner {
         }
         let mut resp = pb::DataResponse { length: total, replicas, ..Default::default() };
         if spilled {
-            resp.write_type = WriteType::CACHE_THROUGH.as_str().into();
+            resp.set_write_type(pb::WriteType::CacheThrough);
         }
         if let Some(u) = ufs_writer {
             let st = u.close().await?;

@@ -17,7 +17,7 @@ fn config(mem: &std::path::Path, quota: ByteSize) -> Config {
     cfg.master.block_size = ByteSize::mib(1);
     cfg.worker.data_address = "127.0.0.1:0".into();
     cfg.worker.heartbeat_interval = Duration::from_millis(100);
-    cfg.worker.tiers = vec![TierConfig { alias: TierAlias::MEM, dir: mem.to_path_buf(), quota }];
+    cfg.worker.tiers = vec![TierConfig { alias: TierAlias::Mem, dir: mem.to_path_buf(), quota }];
     cfg
 }
 
@@ -63,7 +63,7 @@ async fn failed_acks_leave_no_file_and_failed_persists_are_retried() {
     let c = LocalCluster::start(cfg, &dir.path().join("data"), 2, None).await.unwrap();
     let cl = c.client(ClientConfig { locality: Locality::Remote, ..Default::default() }).unwrap();
     let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 253) as u8).collect();
-    let opts = PutOptions { write_type: Some(WriteType::ASYNC_THROUGH), ..Default::default() };
+    let opts = PutOptions { write_type: Some(WriteType::AsyncThrough), ..Default::default() };
     let put = |p: &'static str| {
         let (cl, data, opts) = (&cl, &data, &opts);
         async move { cl.put_with(p, &mut data.as_slice(), opts, |_| Ok(Default::default())).await }
@@ -80,15 +80,15 @@ async fn failed_acks_leave_no_file_and_failed_persists_are_retried() {
     fail::cfg("master.persist.before_ufs", "2*return").unwrap();
     fail::cfg("worker.persist.before_commit", "1*return").unwrap();
     put("/b.bin").await.unwrap();
-    let mut state = String::new();
+    let mut state = locus_proto::pb::PersistState::NotPersisted;
     for _ in 0..200 {
-        state = cl.status("/b.bin", false).await.unwrap().persist_state;
-        if state == "PERSISTED" {
+        state = cl.status("/b.bin", false).await.unwrap().persist_state();
+        if state.is_persisted() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(state, "PERSISTED");
+    assert_eq!(state, locus_proto::pb::PersistState::Persisted);
     assert_eq!(std::fs::read(c.data_dir().join("ufs/b.bin")).unwrap(), data);
     assert!(!c.data_dir().join("ufs/a.bin").exists());
     fail::remove("master.persist.before_ufs");

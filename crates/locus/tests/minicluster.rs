@@ -32,9 +32,9 @@ fn config(dir: &Path, mem_quota: u64, ssd: bool) -> Config {
     c.worker.heartbeat_interval = Duration::from_millis(100);
     c.worker.high_watermark = 0.9;
     c.worker.low_watermark = 0.6;
-    c.worker.tiers = vec![TierConfig { alias: TierAlias::MEM, dir: dir.join("mem"), quota: ByteSize::b(mem_quota) }];
+    c.worker.tiers = vec![TierConfig { alias: TierAlias::Mem, dir: dir.join("mem"), quota: ByteSize::b(mem_quota) }];
     if ssd {
-        c.worker.tiers.push(TierConfig { alias: TierAlias::SSD, dir: dir.join("ssd"), quota: ByteSize::mib(64) });
+        c.worker.tiers.push(TierConfig { alias: TierAlias::Ssd, dir: dir.join("ssd"), quota: ByteSize::mib(64) });
     }
     c
 }
@@ -72,7 +72,7 @@ async fn read_all(c: &Client, path: &str) -> Vec<u8> {
 async fn wait_persisted(c: &Client, path: &str) -> pb::FileInfo {
     for _ in 0..200 {
         let fi = c.status(path, true).await.unwrap();
-        if fi.persist_state == "PERSISTED" {
+        if fi.persist_state() == pb::PersistState::Persisted {
             return fi;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -327,13 +327,13 @@ async fn demotion_to_ssd_and_promotion_back() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let fi = cl.status("/f0", true).await.unwrap();
-    assert_eq!(fi.blocks[0].locations[0].tier, "SSD", "oldest block demoted, not dropped");
+    assert_eq!(fi.blocks[0].locations[0].tier(), pb::Tier::Ssd, "oldest block demoted, not dropped");
     let before = settled(&cl).await;
-    let promote = c.client(ClientConfig { read_type: ReadType::CACHE_PROMOTE, ..Default::default() }).unwrap();
+    let promote = c.client(ClientConfig { read_type: ReadType::CachePromote, ..Default::default() }).unwrap();
     assert_eq!(sha(&read_all(&promote, "/f0").await), sha(&files[0]));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let fi = cl.status("/f0", true).await.unwrap();
-    assert_eq!(fi.blocks[0].locations[0].tier, "MEM");
+    assert_eq!(fi.blocks[0].locations[0].tier(), pb::Tier::Mem);
     assert_eq!(settled(&cl).await.ufs, before.ufs);
     c.shutdown().await;
 }
@@ -377,7 +377,7 @@ async fn master_and_worker_restarts_recover_namespace_mounts_and_disk_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), 64 << 20, false);
     cfg.worker.tiers =
-        vec![TierConfig { alias: TierAlias::SSD, dir: dir.path().join("ssd"), quota: ByteSize::mib(64) }];
+        vec![TierConfig { alias: TierAlias::Ssd, dir: dir.path().join("ssd"), quota: ByteSize::mib(64) }];
     let mut c = LocalCluster::start(cfg, &dir.path().join("data"), 2, None).await.unwrap();
     let cl = client(&c, Locality::Auto);
     let other = dir.path().join("other");
@@ -418,7 +418,7 @@ async fn master_and_worker_restarts_recover_namespace_mounts_and_disk_blocks() {
     assert_eq!(c.worker(idx).unwrap().id(), holder, "a restarted worker keeps its id");
     let fi = cl.status("/m2/dir/f.bin", true).await.unwrap();
     assert_eq!(cached_fraction(&fi), 1.0, "blocks reported again after the worker restart");
-    assert!(fi.blocks.iter().all(|b| b.locations.iter().all(|l| l.tier == "SSD")));
+    assert!(fi.blocks.iter().all(|b| b.locations.iter().all(|l| l.tier() == pb::Tier::Ssd)));
     assert_eq!(sha(&read_all(&cl, "/m2/dir/f.bin").await), sha(&data));
     let after = settled(&cl).await;
     assert_eq!(after.ufs, before.ufs, "no UFS re-read after restarts");
@@ -448,14 +448,14 @@ async fn blocks_of_another_cluster_are_dropped_never_served() {
     let a = start(&dir.path().join("a"), 1, 64 << 20, false).await;
     let old = random(2 * BLOCK as usize);
     let ca = client(&a, Locality::Auto);
-    put_as(&ca, "/f.bin", &old, WriteType::MUST_CACHE).await.unwrap();
+    put_as(&ca, "/f.bin", &old, WriteType::MustCache).await.unwrap();
     let fa = ca.status("/f.bin", true).await.unwrap();
     a.shutdown().await;
     // Cluster B, a fresh namespace, writes other bytes under the same block ids.
     let mut b = start(&dir.path().join("b"), 2, 64 << 20, false).await;
     let cl = client(&b, Locality::Auto);
     let new = random(2 * BLOCK as usize);
-    put_as(&cl, "/g.bin", &new, WriteType::CACHE_THROUGH).await.unwrap();
+    put_as(&cl, "/g.bin", &new, WriteType::CacheThrough).await.unwrap();
     let fb = cl.status("/g.bin", true).await.unwrap();
     assert_eq!(
         fa.blocks.iter().map(|x| x.block_id).collect::<Vec<_>>(),
@@ -548,7 +548,7 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
     s.write_all(&5u32.to_be_bytes()).await.unwrap();
     s.write_all(b"\xff\xff\xff\xff\xff").await.unwrap();
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
-    assert_eq!(r.error.unwrap().kind, "invalid_argument", "a garbled frame gets an error answer");
+    assert_eq!(r.error.unwrap().kind(), pb::ErrorKind::InvalidArgument, "a garbled frame gets an error answer");
     drop(s);
     // still serving
     std::fs::write(inside.join("ok.txt"), b"fine").unwrap();
@@ -559,7 +559,7 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
     let req = pb::ReadBlockRequest { block_id: 1, offset: 10, length: 10, block_length: 5, ..Default::default() };
     locus_proto::write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await.unwrap();
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
-    assert_eq!(r.error.unwrap().kind, "invalid_argument");
+    assert_eq!(r.error.unwrap().kind(), pb::ErrorKind::InvalidArgument);
     assert_eq!(read_all(&cl, "/in/ok.txt").await, b"fine");
     c.shutdown().await;
 }
@@ -574,23 +574,23 @@ async fn every_write_type_puts_bytes_where_it_says() {
     let copies = |fi: &pb::FileInfo| fi.blocks.iter().map(|b| b.locations.len()).collect::<Vec<_>>();
 
     // THROUGH: in the UFS at the ack, nothing cached
-    put_as(&cl, "/through.bin", &data, WriteType::THROUGH).await.unwrap();
+    put_as(&cl, "/through.bin", &data, WriteType::Through).await.unwrap();
     assert_eq!(std::fs::read(ufs.join("through.bin")).unwrap(), data);
     let fi = cl.status("/through.bin", true).await.unwrap();
-    assert_eq!((fi.persist_state.as_str(), copies(&fi)), ("PERSISTED", vec![0, 0, 0]));
+    assert_eq!((fi.persist_state().name(), copies(&fi)), ("PERSISTED", vec![0, 0, 0]));
 
     // CACHE_THROUGH: in the UFS and in one worker's cache at the ack
-    put_as(&cl, "/ct.bin", &data, WriteType::CACHE_THROUGH).await.unwrap();
+    put_as(&cl, "/ct.bin", &data, WriteType::CacheThrough).await.unwrap();
     assert_eq!(std::fs::read(ufs.join("ct.bin")).unwrap(), data);
     let fi = cl.status("/ct.bin", true).await.unwrap();
-    assert_eq!((fi.persist_state.as_str(), copies(&fi)), ("PERSISTED", vec![1, 1, 1]));
+    assert_eq!((fi.persist_state().name(), copies(&fi)), ("PERSISTED", vec![1, 1, 1]));
     let before = totals(&cl).await.ufs;
     assert_eq!(sha(&read_all(&cl, "/ct.bin").await), sha(&data));
     assert_eq!(settled(&cl).await.ufs, before, "a CACHE_THROUGH file reads from the cache");
 
     // MUST_CACHE: on min(2, live) workers, never in the UFS until asked
-    let fi = put_as(&cl, "/mc.bin", &data, WriteType::MUST_CACHE).await.unwrap();
-    assert_eq!(fi.persist_state, "NOT_PERSISTED");
+    let fi = put_as(&cl, "/mc.bin", &data, WriteType::MustCache).await.unwrap();
+    assert_eq!(fi.persist_state(), pb::PersistState::NotPersisted);
     let fi = cl.status("/mc.bin", true).await.unwrap();
     assert_eq!(copies(&fi), vec![2, 2, 2], "both workers hold every block at the ack");
     assert_eq!(sha(&read_all(&cl, "/mc.bin").await), sha(&data));
@@ -604,7 +604,7 @@ async fn every_write_type_puts_bytes_where_it_says() {
 
     // ASYNC_THROUGH (the default): acknowledged from memory, persisted in the background
     let fi = cl.put("/async.bin", &mut data.as_slice(), false).await.unwrap();
-    assert!(matches!(fi.persist_state.as_str(), "TO_BE_PERSISTED" | "PERSISTED"), "{}", fi.persist_state);
+    assert!(matches!(fi.persist_state().name(), "TO_BE_PERSISTED" | "PERSISTED"), "{}", fi.persist_state().name());
     let fi = wait_persisted(&cl, "/async.bin").await;
     assert_eq!(std::fs::read(ufs.join("async.bin")).unwrap(), data);
     assert_eq!(copies(&fi), vec![1, 1, 1]);
@@ -616,10 +616,13 @@ async fn every_write_type_puts_bytes_where_it_says() {
     assert_eq!(sha(&read_all(&cl, "/async.bin").await), sha(&data));
 
     // empty files in one call
-    let fi = cl.touch("/empty-through", Some(WriteType::THROUGH)).await.unwrap();
-    assert_eq!((fi.length, fi.persist_state.as_str()), (0, "PERSISTED"));
+    let fi = cl.touch("/empty-through", Some(WriteType::Through)).await.unwrap();
+    assert_eq!((fi.length, fi.persist_state().name()), (0, "PERSISTED"));
     assert_eq!(std::fs::read(ufs.join("empty-through")).unwrap(), b"");
-    assert_eq!(cl.touch("/empty-mc", Some(WriteType::MUST_CACHE)).await.unwrap().persist_state, "NOT_PERSISTED");
+    assert_eq!(
+        cl.touch("/empty-mc", Some(WriteType::MustCache)).await.unwrap().persist_state(),
+        pb::PersistState::NotPersisted
+    );
     assert_eq!(cl.touch("/empty-mc", None).await.unwrap_err().kind(), ErrorKind::AlreadyExists);
     wait_persisted(&cl, "/async.bin").await;
 
@@ -638,12 +641,12 @@ async fn durable_replication_waits_for_workers_then_fails_or_goes_on_when_allowe
     cfg.replication.wait = Duration::from_millis(300);
     let strict = c.client(cfg.clone()).unwrap();
     let data = random(1000);
-    let e = put_as(&strict, "/three.bin", &data, WriteType::ASYNC_THROUGH).await.unwrap_err();
+    let e = put_as(&strict, "/three.bin", &data, WriteType::AsyncThrough).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
     assert!(e.to_string().contains("needs 3 worker copies but 2 workers are live"), "{e}");
     cfg.replication.allow_fewer = true;
     let lenient = c.client(cfg).unwrap();
-    put_as(&lenient, "/three.bin", &data, WriteType::ASYNC_THROUGH).await.unwrap();
+    put_as(&lenient, "/three.bin", &data, WriteType::AsyncThrough).await.unwrap();
     assert_eq!(read_all(&lenient, "/three.bin").await, data);
     c.shutdown().await;
 }
@@ -654,16 +657,16 @@ async fn writes_beyond_the_cache_fail_clearly_for_must_cache_and_go_through_othe
     let c = start(dir.path(), 1, 4 * BLOCK, false).await;
     let cl = client(&c, Locality::Remote);
     let first = random(2 * BLOCK as usize);
-    put_as(&cl, "/first.bin", &first, WriteType::MUST_CACHE).await.unwrap();
+    put_as(&cl, "/first.bin", &first, WriteType::MustCache).await.unwrap();
     let big = random(4 * BLOCK as usize);
-    let e = put_as(&cl, "/big.bin", &big, WriteType::MUST_CACHE).await.unwrap_err();
+    let e = put_as(&cl, "/big.bin", &big, WriteType::MustCache).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::ResourceExhausted, "{e}");
     assert!(e.to_string().contains("full"), "{e}");
     assert!(cl.status("/big.bin", false).await.is_err(), "a failed write leaves no file");
     assert_eq!(sha(&read_all(&cl, "/first.bin").await), sha(&first), "earlier data is not lost");
     // ASYNC_THROUGH outgrowing the cache goes on through to the UFS instead of failing
-    let fi = put_as(&cl, "/big.bin", &big, WriteType::ASYNC_THROUGH).await.unwrap();
-    assert_eq!(fi.persist_state, "PERSISTED", "persisted at the ack");
+    let fi = put_as(&cl, "/big.bin", &big, WriteType::AsyncThrough).await.unwrap();
+    assert_eq!(fi.persist_state(), pb::PersistState::Persisted, "persisted at the ack");
     assert_eq!(sha(&std::fs::read(ufs_dir(&c).join("big.bin")).unwrap()), sha(&big));
     assert_eq!(sha(&read_all(&cl, "/big.bin").await), sha(&big));
     assert_eq!(sha(&read_all(&cl, "/first.bin").await), sha(&first));
@@ -719,7 +722,7 @@ async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change()
     let data = random(BLOCK as usize + 17);
     let opts = PutOptions {
         overwrite: true,
-        write_type: Some(WriteType::ASYNC_THROUGH),
+        write_type: Some(WriteType::AsyncThrough),
         persist_wait: Some(Duration::from_secs(600)),
         ..Default::default()
     };
@@ -734,7 +737,7 @@ async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change()
     wait_persisted(&cl, "/other").await;
     for name in ["p1", "p2", "keep"] {
         let fi = cl.status(&format!("/up/{name}"), false).await.unwrap();
-        assert_eq!(fi.persist_state, "TO_BE_PERSISTED", "{name} waits");
+        assert_eq!(fi.persist_state(), pb::PersistState::ToBePersisted, "{name} waits");
         assert!(!ufs.join("up").join(name).exists(), "{name} is not in the UFS yet");
         assert_eq!(read_all(&cl, &format!("/up/{name}")).await, data, "{name} reads from the cache");
     }
@@ -755,7 +758,7 @@ async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change()
     // A synchronous UFS write over a waiting persist ends the wait instead of sitting it
     // out (60 s here, then failing).
     cl.put_with("/up/sync", &mut data.as_slice(), &opts, |_| Ok(pb::ObjectMeta::default())).await.unwrap();
-    let through = PutOptions { overwrite: true, write_type: Some(WriteType::THROUGH), ..Default::default() };
+    let through = PutOptions { overwrite: true, write_type: Some(WriteType::Through), ..Default::default() };
     let newer = random(1000);
     tokio::time::timeout(
         Duration::from_secs(30),
@@ -813,16 +816,20 @@ async fn committed_output_is_persisted_once_at_its_final_path() {
     let attempt = "/out/_temporary/0/_temporary/attempt_1";
     let task = "/out/_temporary/0/task_1";
     cl.mkdir(attempt, true).await.unwrap();
-    put_as(&cl, &format!("{attempt}/part-0"), &a, WriteType::ASYNC_THROUGH).await.unwrap();
-    put_as(&cl, &format!("{attempt}/part-1"), &b, WriteType::ASYNC_THROUGH).await.unwrap();
+    put_as(&cl, &format!("{attempt}/part-0"), &a, WriteType::AsyncThrough).await.unwrap();
+    put_as(&cl, &format!("{attempt}/part-1"), &b, WriteType::AsyncThrough).await.unwrap();
     // Unrelated work goes on meanwhile.
-    put_as(&cl, "/other", &b, WriteType::ASYNC_THROUGH).await.unwrap();
+    put_as(&cl, "/other", &b, WriteType::AsyncThrough).await.unwrap();
     wait_persisted(&cl, "/other").await;
     cl.rename(attempt, task).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     for p in ["part-0", "part-1"] {
         let fi = cl.status(&format!("{task}/{p}"), false).await.unwrap();
-        assert_eq!(fi.persist_state, "TO_BE_PERSISTED", "{p} still waits after the rename within _temporary");
+        assert_eq!(
+            fi.persist_state(),
+            pb::PersistState::ToBePersisted,
+            "{p} still waits after the rename within _temporary"
+        );
     }
     assert_eq!(ufs_files(&ufs.join("out")), Vec::<String>::new(), "nothing staged reaches the UFS");
     assert_eq!(read_all(&cl, &format!("{task}/part-0")).await, a);
@@ -832,7 +839,7 @@ async fn committed_output_is_persisted_once_at_its_final_path() {
     wait_persisted(&cl, "/out/part-0").await;
     wait_persisted(&cl, "/out/part-1").await;
     cl.delete("/out/_temporary", true).await.unwrap();
-    put_as(&cl, "/out/_SUCCESS", b"", WriteType::ASYNC_THROUGH).await.unwrap();
+    put_as(&cl, "/out/_SUCCESS", b"", WriteType::AsyncThrough).await.unwrap();
     wait_queue_empty(&cl).await;
     assert_eq!(ufs_files(&ufs.join("out")), vec!["_SUCCESS", "part-0", "part-1"]);
     assert_eq!(std::fs::read(ufs.join("out/part-0")).unwrap(), a);
@@ -849,7 +856,7 @@ async fn committed_output_is_persisted_once_at_its_final_path() {
     // rename may still be queued ahead (it stays ahead; the persists still move).
     let (attempt, task) = ("/out2/_temporary/0/_temporary/attempt_2", "/out2/_temporary/0/task_2");
     cl.mkdir(attempt, true).await.unwrap();
-    put_as(&cl, &format!("{attempt}/part-0"), &b, WriteType::ASYNC_THROUGH).await.unwrap();
+    put_as(&cl, &format!("{attempt}/part-0"), &b, WriteType::AsyncThrough).await.unwrap();
     cl.rename(attempt, task).await.unwrap();
     cl.rename(&format!("{task}/part-0"), "/out2/part-0").await.unwrap();
     cl.delete("/out2/_temporary", true).await.unwrap();
@@ -865,8 +872,8 @@ async fn committed_output_is_persisted_once_at_its_final_path() {
     // and the new bytes land over it.
     let (old, new) = (random(2000), random(5000));
     cl.mkdir("/x/_temporary", true).await.unwrap();
-    put_as(&cl, "/x/_temporary/f", &old, WriteType::THROUGH).await.unwrap();
-    put_as(&cl, "/x/_temporary/f", &new, WriteType::ASYNC_THROUGH).await.unwrap();
+    put_as(&cl, "/x/_temporary/f", &old, WriteType::Through).await.unwrap();
+    put_as(&cl, "/x/_temporary/f", &new, WriteType::AsyncThrough).await.unwrap();
     assert_eq!(std::fs::read(ufs.join("x/_temporary/f")).unwrap(), old);
     cl.rename("/x/_temporary/f", "/x/f").await.unwrap();
     wait_persisted(&cl, "/x/f").await;
@@ -898,7 +905,7 @@ async fn lost_workers_copies_are_restored_and_lost_files_come_back_with_their_wo
     let copies = |fi: &pb::FileInfo| fi.blocks.iter().map(|b| b.locations.len()).min().unwrap_or(0);
 
     // A file only in worker memory, on two workers: one goes, its copies are remade.
-    put_as(&cl, "/mc.bin", &data, WriteType::MUST_CACHE).await.unwrap();
+    put_as(&cl, "/mc.bin", &data, WriteType::MustCache).await.unwrap();
     let fi = cl.status("/mc.bin", true).await.unwrap();
     assert_eq!(copies(&fi), 2);
     let victim = fi.blocks[0].locations[0].worker_id;
@@ -908,33 +915,33 @@ async fn lost_workers_copies_are_restored_and_lost_files_come_back_with_their_wo
         copies(fi) == 2 && fi.blocks.iter().all(|b| b.locations.iter().all(|l| l.worker_id != victim))
     })
     .await;
-    assert_eq!(fi.persist_state, "NOT_PERSISTED");
+    assert_eq!(fi.persist_state(), pb::PersistState::NotPersisted);
     assert_eq!(sha(&read_all(&cl, "/mc.bin").await), sha(&data));
     c.start_worker(idx).await.unwrap();
     c.worker(idx).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
 
     // setReplication: a minimum adds copies of a persisted file, a maximum removes them.
-    put_as(&cl, "/ct.bin", &data, WriteType::CACHE_THROUGH).await.unwrap();
+    put_as(&cl, "/ct.bin", &data, WriteType::CacheThrough).await.unwrap();
     assert_eq!(cl.set_replication("/ct.bin", 3, 0, false).await.unwrap(), 1);
     wait_stat(&cl, "/ct.bin", "min 3", |fi| copies(fi) == 3).await;
     cl.set_replication("/ct.bin", 1, 1, false).await.unwrap();
     wait_stat(&cl, "/ct.bin", "max 1", |fi| fi.blocks.iter().all(|b| b.locations.len() == 1)).await;
 
     // One copy only, and its worker goes: LOST; it comes back: whole again.
-    let opts = PutOptions { write_type: Some(WriteType::MUST_CACHE), durable_replicas: Some(1), ..Default::default() };
+    let opts = PutOptions { write_type: Some(WriteType::MustCache), durable_replicas: Some(1), ..Default::default() };
     cl.put_with("/one.bin", &mut data.as_slice(), &opts, |_| Ok(pb::ObjectMeta::default())).await.unwrap();
     let fi = cl.status("/one.bin", true).await.unwrap();
     assert_eq!(copies(&fi), 1);
     let holder = fi.blocks[0].locations[0].worker_id;
     let idx = (0..3).find(|i| c.worker(*i).unwrap().id() == holder).unwrap();
     c.stop_worker(idx).await;
-    let fi = wait_stat(&cl, "/one.bin", "LOST", |fi| fi.persist_state == "LOST").await;
+    let fi = wait_stat(&cl, "/one.bin", "LOST", |fi| fi.persist_state() == pb::PersistState::Lost).await;
     let mut sink = Vec::new();
     let err = cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut sink).await.unwrap_err();
     assert!(err.to_string().contains("not persisted"), "{err}");
     assert_eq!(cl.persist("/one.bin").await.unwrap_err().kind(), ErrorKind::Corrupt);
     c.start_worker(idx).await.unwrap();
-    wait_stat(&cl, "/one.bin", "its return", |fi| fi.persist_state == "NOT_PERSISTED").await;
+    wait_stat(&cl, "/one.bin", "its return", |fi| fi.persist_state() == pb::PersistState::NotPersisted).await;
     assert_eq!(sha(&read_all(&cl, "/one.bin").await), sha(&data));
     cl.persist("/one.bin").await.unwrap();
     wait_persisted(&cl, "/one.bin").await;
@@ -962,13 +969,13 @@ async fn a_corrupted_block_is_detected_repaired_and_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), 64 << 20, false);
     cfg.worker.tiers =
-        vec![TierConfig { alias: TierAlias::SSD, dir: dir.path().join("ssd"), quota: ByteSize::mib(64) }];
+        vec![TierConfig { alias: TierAlias::Ssd, dir: dir.path().join("ssd"), quota: ByteSize::mib(64) }];
     let c = LocalCluster::start(cfg, &dir.path().join("data"), 2, None).await.unwrap();
     let cl = client(&c, Locality::Remote);
     let data = random(2 * BLOCK as usize);
 
     // A persisted file with one cached copy: the bad copy goes, the read refills from the UFS.
-    put_as(&cl, "/p.bin", &data, WriteType::CACHE_THROUGH).await.unwrap();
+    put_as(&cl, "/p.bin", &data, WriteType::CacheThrough).await.unwrap();
     let b0 = cl.status("/p.bin", true).await.unwrap().blocks[0].block_id;
     assert_eq!(corrupt(dir.path(), &[0, 1], b0), 1);
     let before = totals(&cl).await;
@@ -978,7 +985,7 @@ async fn a_corrupted_block_is_detected_repaired_and_never_served() {
 
     // A file only in worker memory, on both workers: the other copy serves, and the
     // lost copy is made again from it.
-    put_as(&cl, "/mc.bin", &data, WriteType::MUST_CACHE).await.unwrap();
+    put_as(&cl, "/mc.bin", &data, WriteType::MustCache).await.unwrap();
     let b0 = cl.status("/mc.bin", true).await.unwrap().blocks[0].block_id;
     // corrupt the copy the reader goes to first (the lowest worker id holding it)
     let holder = cl.status("/mc.bin", true).await.unwrap().blocks[0].locations.iter().map(|l| l.worker_id).min();

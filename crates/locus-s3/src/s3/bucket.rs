@@ -64,6 +64,7 @@ pub(super) async fn delete_bucket(gw: &LocusS3, req: S3Request<DeleteBucketInput
     }
     // Only abandoned uploads can be left: they go with the bucket.
     gw.client.delete(&bucket_path(b), true).await.map_err(|e| match e.kind() {
+        ErrorKind::DirectoryNotEmpty => s3_error!(BucketNotEmpty),
         ErrorKind::InvalidArgument | ErrorKind::FailedPrecondition => {
             S3Error::with_message(S3ErrorCode::InvalidRequest, format!("cannot delete bucket {b}: {e}"))
         }

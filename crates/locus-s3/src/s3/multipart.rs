@@ -141,7 +141,7 @@ pub(super) async fn complete_multipart_upload(
     let body = futures::stream::iter(parts_with_blocks)
         .map(move |fi| {
             let len = fi.length;
-            client.read_stream(fi, 0, len, ReadOptions { read_type: Some(ReadType::NO_CACHE), ..Default::default() })
+            client.read_stream(fi, 0, len, ReadOptions { read_type: Some(ReadType::NoCache), ..Default::default() })
         })
         .flatten();
     let meta =
@@ -300,7 +300,7 @@ impl LocusS3 {
                 &fi,
                 0,
                 fi.length,
-                ReadOptions { read_type: Some(ReadType::NO_CACHE), ..Default::default() },
+                ReadOptions { read_type: Some(ReadType::NoCache), ..Default::default() },
                 &mut out,
             )
             .await?;

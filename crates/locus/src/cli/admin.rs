@@ -7,6 +7,8 @@ use anyhow::Result;
 use clap::Args;
 use locus_client::Client;
 use locus_common::Error;
+use locus_common::config::WriteType;
+use locus_common::metrics::ReadSource;
 use locus_proto::pb;
 use serde_json::json;
 
@@ -74,7 +76,7 @@ pub async fn mount(c: &Client, a: &MountArgs) -> Result<()> {
             options: opts,
             readonly: *readonly,
             sync_interval_ms,
-            write_type: write_type.clone().unwrap_or_default(),
+            write_type: pb::WriteType::from_opt(write_type.as_deref().map(WriteType::parse_or_err).transpose()?).into(),
         })
         .await?;
     println!("mounted {} at {}", m.uri, m.path);
@@ -148,7 +150,8 @@ fn print_report(j: &serde_json::Value) {
         b["queued_ops"]
     );
     println!("Bytes read by source:");
-    for k in ["short_circuit", "local_worker", "remote_worker", "ufs"] {
+    for s in ReadSource::ALL {
+        let k = s.as_str();
         println!("  {k:<14} {}", human(j["bytes_read"][k].as_u64().unwrap_or(0)));
     }
     let c = &j["cache"];

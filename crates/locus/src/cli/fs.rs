@@ -172,7 +172,7 @@ fn entry_json(e: &pb::FileInfo) -> serde_json::Value {
     json!({
         "path": e.path, "name": e.name, "is_dir": e.is_dir, "length": e.length,
         "mtime_ms": e.mtime_ms, "fingerprint": e.fingerprint, "pinned": e.pinned,
-        "persist_state": e.persist_state,
+        "persist_state": e.persist_state().name(),
     })
 }
 
@@ -182,11 +182,11 @@ fn stat_json(fi: &pb::FileInfo, workers: &HashMap<u64, String>) -> serde_json::V
         "path": fi.path, "name": fi.name, "is_dir": fi.is_dir, "length": fi.length,
         "block_size": fi.block_size, "fingerprint": fi.fingerprint, "mtime_ms": fi.mtime_ms,
         "pinned": fi.pinned, "mount_point": fi.mount_point, "ufs_path": fi.ufs_path,
-        "persist_state": fi.persist_state, "replication_min": fi.replication_min, "replication_max": fi.replication_max,
+        "persist_state": fi.persist_state().name(), "replication_min": fi.replication_min, "replication_max": fi.replication_max,
         "cached_fraction": if fi.length == 0 { 0.0 } else { cached as f64 / fi.length as f64 },
         "blocks": fi.blocks.iter().map(|b| json!({
             "id": b.block_id, "offset": b.offset, "length": b.length,
-            "locations": b.locations.iter().map(|l| json!({"worker_id": l.worker_id, "host": workers.get(&l.worker_id).cloned().unwrap_or_default(), "tier": l.tier})).collect::<Vec<_>>(),
+            "locations": b.locations.iter().map(|l| json!({"worker_id": l.worker_id, "host": workers.get(&l.worker_id).cloned().unwrap_or_default(), "tier": l.tier().name()})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
 }
@@ -237,7 +237,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 println!("mount        {} (ufs path {:?})", fi.mount_point, fi.ufs_path);
                 println!("pinned       {}", fi.pinned);
                 if !fi.is_dir {
-                    println!("persisted    {}", fi.persist_state);
+                    println!("persisted    {}", fi.persist_state().name());
                     println!("cached       {:.1}%", j["cached_fraction"].as_f64().unwrap_or(0.0) * 100.0);
                     for b in &fi.blocks {
                         let locs: Vec<String> = b
@@ -248,7 +248,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                                     "worker {} ({}) {}",
                                     l.worker_id,
                                     hosts.get(&l.worker_id).cloned().unwrap_or_default(),
-                                    l.tier
+                                    l.tier().name()
                                 )
                             })
                             .collect();
@@ -312,28 +312,30 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 let mut f = tokio::fs::File::open(local).await.map_err(|e| Error::io(format!("open {local}"), e))?;
                 c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await?
             };
-            println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state);
+            println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state().name());
         }
         FsCmd::Persist { path, no_wait, timeout } => {
             let limit: Duration = humantime::parse_duration(timeout)
                 .map_err(|e| Error::invalid(format!("bad --timeout {timeout:?}: {e}")))?;
             let mut fi = c.persist(path).await?;
             let start = std::time::Instant::now();
-            while !*no_wait && fi.persist_state != "PERSISTED" {
-                if fi.persist_state == "LOST" {
+            while !*no_wait && !fi.persist_state().is_persisted() {
+                if fi.persist_state() == pb::PersistState::Lost {
                     return Err(
                         Error::new(ErrorKind::Corrupt, format!("{path} was lost before it was persisted")).into()
                     );
                 }
                 if start.elapsed() > limit {
-                    return Err(
-                        Error::unavailable(format!("{path} is still {} after {timeout}", fi.persist_state)).into()
-                    );
+                    return Err(Error::unavailable(format!(
+                        "{path} is still {} after {timeout}",
+                        fi.persist_state().name()
+                    ))
+                    .into());
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 fi = c.status(path, false).await?;
             }
-            println!("{path}: {}", fi.persist_state);
+            println!("{path}: {}", fi.persist_state().name());
         }
         FsCmd::SetReplication { min, max, recursive, path } => {
             let n = c.set_replication(path, *min, *max, *recursive).await?;

@@ -1,0 +1,221 @@
+//! The one place where the protocol's enums meet the Rust enums of `locus-common`:
+//! conversions both ways, and the accessors that read a message's enum field as the
+//! Rust enum. An UNSPECIFIED value reads as `None` (the caller's default applies).
+
+use locus_common::ErrorKind;
+use locus_common::config::{ReadType, TierAlias, WriteType};
+
+use crate::pb;
+
+impl From<ErrorKind> for pb::ErrorKind {
+    fn from(k: ErrorKind) -> Self {
+        match k {
+            ErrorKind::NotFound => pb::ErrorKind::NotFound,
+            ErrorKind::AlreadyExists => pb::ErrorKind::AlreadyExists,
+            ErrorKind::InvalidArgument => pb::ErrorKind::InvalidArgument,
+            ErrorKind::PermissionDenied => pb::ErrorKind::PermissionDenied,
+            ErrorKind::ResourceExhausted => pb::ErrorKind::ResourceExhausted,
+            ErrorKind::FailedPrecondition => pb::ErrorKind::FailedPrecondition,
+            ErrorKind::DirectoryNotEmpty => pb::ErrorKind::DirectoryNotEmpty,
+            ErrorKind::Unavailable => pb::ErrorKind::Unavailable,
+            ErrorKind::Ufs => pb::ErrorKind::Ufs,
+            ErrorKind::Corrupt => pb::ErrorKind::Corrupt,
+            ErrorKind::Io => pb::ErrorKind::Io,
+            ErrorKind::Internal => pb::ErrorKind::Internal,
+        }
+    }
+}
+
+impl From<pb::ErrorKind> for ErrorKind {
+    fn from(k: pb::ErrorKind) -> Self {
+        match k {
+            pb::ErrorKind::NotFound => ErrorKind::NotFound,
+            pb::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
+            pb::ErrorKind::InvalidArgument => ErrorKind::InvalidArgument,
+            pb::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+            pb::ErrorKind::ResourceExhausted => ErrorKind::ResourceExhausted,
+            pb::ErrorKind::FailedPrecondition => ErrorKind::FailedPrecondition,
+            pb::ErrorKind::DirectoryNotEmpty => ErrorKind::DirectoryNotEmpty,
+            pb::ErrorKind::Unavailable => ErrorKind::Unavailable,
+            pb::ErrorKind::Ufs => ErrorKind::Ufs,
+            pb::ErrorKind::Corrupt => ErrorKind::Corrupt,
+            pb::ErrorKind::Io => ErrorKind::Io,
+            pb::ErrorKind::Internal | pb::ErrorKind::Unspecified => ErrorKind::Internal,
+        }
+    }
+}
+
+impl From<WriteType> for pb::WriteType {
+    fn from(w: WriteType) -> Self {
+        match w {
+            WriteType::MustCache => pb::WriteType::MustCache,
+            WriteType::CacheThrough => pb::WriteType::CacheThrough,
+            WriteType::Through => pb::WriteType::Through,
+            WriteType::AsyncThrough => pb::WriteType::AsyncThrough,
+        }
+    }
+}
+
+impl pb::WriteType {
+    /// The Rust enum; `None` for UNSPECIFIED.
+    pub fn typed(self) -> Option<WriteType> {
+        match self {
+            pb::WriteType::Unspecified => None,
+            pb::WriteType::MustCache => Some(WriteType::MustCache),
+            pb::WriteType::CacheThrough => Some(WriteType::CacheThrough),
+            pb::WriteType::Through => Some(WriteType::Through),
+            pb::WriteType::AsyncThrough => Some(WriteType::AsyncThrough),
+        }
+    }
+    /// `Some(w)` on the wire; UNSPECIFIED for `None`.
+    pub fn from_opt(w: Option<WriteType>) -> pb::WriteType {
+        w.map(Into::into).unwrap_or(pb::WriteType::Unspecified)
+    }
+}
+
+impl From<ReadType> for pb::ReadType {
+    fn from(r: ReadType) -> Self {
+        match r {
+            ReadType::Cache => pb::ReadType::Cache,
+            ReadType::CachePromote => pb::ReadType::CachePromote,
+            ReadType::NoCache => pb::ReadType::NoCache,
+        }
+    }
+}
+
+impl From<pb::ReadType> for ReadType {
+    /// UNSPECIFIED reads as the default, CACHE.
+    fn from(r: pb::ReadType) -> Self {
+        match r {
+            pb::ReadType::Unspecified | pb::ReadType::Cache => ReadType::Cache,
+            pb::ReadType::CachePromote => ReadType::CachePromote,
+            pb::ReadType::NoCache => ReadType::NoCache,
+        }
+    }
+}
+
+impl From<TierAlias> for pb::Tier {
+    fn from(t: TierAlias) -> Self {
+        match t {
+            TierAlias::Mem => pb::Tier::Mem,
+            TierAlias::Ssd => pb::Tier::Ssd,
+            TierAlias::Hdd => pb::Tier::Hdd,
+        }
+    }
+}
+
+impl pb::Tier {
+    /// The Rust enum; `None` for UNSPECIFIED.
+    pub fn typed(self) -> Option<TierAlias> {
+        match self {
+            pb::Tier::Unspecified => None,
+            pb::Tier::Mem => Some(TierAlias::Mem),
+            pb::Tier::Ssd => Some(TierAlias::Ssd),
+            pb::Tier::Hdd => Some(TierAlias::Hdd),
+        }
+    }
+    /// The user-facing name (`MEM`, `SSD`, `HDD`; `-` when unspecified).
+    pub fn name(self) -> &'static str {
+        self.typed().map(TierAlias::as_str).unwrap_or("-")
+    }
+}
+
+impl pb::PersistState {
+    /// The user-facing name, as `stat` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            pb::PersistState::Persisted => "PERSISTED",
+            pb::PersistState::NotPersisted => "NOT_PERSISTED",
+            pb::PersistState::ToBePersisted => "TO_BE_PERSISTED",
+            pb::PersistState::Lost => "LOST",
+        }
+    }
+    /// Whether the UFS holds what the namespace says.
+    pub fn is_persisted(self) -> bool {
+        self == pb::PersistState::Persisted
+    }
+    /// Inverse of [`pb::PersistState::name`] (records stored before the typed protocol
+    /// kept the name; "" meant PERSISTED).
+    pub fn parse(s: &str) -> Option<pb::PersistState> {
+        match s {
+            "" | "PERSISTED" => Some(pb::PersistState::Persisted),
+            "NOT_PERSISTED" => Some(pb::PersistState::NotPersisted),
+            "TO_BE_PERSISTED" => Some(pb::PersistState::ToBePersisted),
+            "LOST" => Some(pb::PersistState::Lost),
+            _ => None,
+        }
+    }
+}
+
+impl pb::PersistOpKind {
+    /// The short name: logs and the `kind` label of the persist metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            pb::PersistOpKind::Unspecified => "UNSPECIFIED",
+            pb::PersistOpKind::Persist => "PERSIST",
+            pb::PersistOpKind::Mkdir => "MKDIR",
+            pb::PersistOpKind::Delete => "DELETE",
+            pb::PersistOpKind::Rename => "RENAME",
+            pb::PersistOpKind::Meta => "META",
+        }
+    }
+    /// Inverse of [`pb::PersistOpKind::name`] (ops queued before the typed protocol
+    /// stored the name).
+    pub fn parse(s: &str) -> Option<pb::PersistOpKind> {
+        [
+            pb::PersistOpKind::Persist,
+            pb::PersistOpKind::Mkdir,
+            pb::PersistOpKind::Delete,
+            pb::PersistOpKind::Rename,
+            pb::PersistOpKind::Meta,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rust_enum_value_survives_the_wire() {
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from(pb::ErrorKind::from(k)), k);
+        }
+        for w in [WriteType::MustCache, WriteType::CacheThrough, WriteType::Through, WriteType::AsyncThrough] {
+            let wire = pb::WriteType::from(w);
+            assert_eq!(pb::WriteType::try_from(wire as i32).unwrap().typed(), Some(w));
+            assert_eq!(wire.as_str_name().strip_prefix("WRITE_TYPE_"), Some(w.as_str()));
+        }
+        assert_eq!(pb::WriteType::Unspecified.typed(), None);
+        for r in [ReadType::Cache, ReadType::CachePromote, ReadType::NoCache] {
+            assert_eq!(ReadType::from(pb::ReadType::from(r)), r);
+            assert_eq!(pb::ReadType::from(r).as_str_name().strip_prefix("READ_TYPE_"), Some(r.as_str()));
+        }
+        assert_eq!(ReadType::from(pb::ReadType::Unspecified), ReadType::Cache);
+        for t in [TierAlias::Mem, TierAlias::Ssd, TierAlias::Hdd] {
+            assert_eq!(pb::Tier::from(t).typed(), Some(t));
+            assert_eq!(pb::Tier::from(t).name(), t.as_str());
+        }
+        for s in [
+            pb::PersistState::Persisted,
+            pb::PersistState::NotPersisted,
+            pb::PersistState::ToBePersisted,
+            pb::PersistState::Lost,
+        ] {
+            assert_eq!(pb::PersistState::parse(s.name()), Some(s));
+        }
+        assert_eq!(pb::PersistState::parse(""), Some(pb::PersistState::Persisted));
+        for k in [
+            pb::PersistOpKind::Persist,
+            pb::PersistOpKind::Mkdir,
+            pb::PersistOpKind::Delete,
+            pb::PersistOpKind::Rename,
+            pb::PersistOpKind::Meta,
+        ] {
+            assert_eq!(k.as_str_name().strip_prefix("PERSIST_OP_KIND_"), Some(k.name()));
+            assert_eq!(pb::PersistOpKind::parse(k.name()), Some(k));
+        }
+    }
+}
