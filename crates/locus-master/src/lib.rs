@@ -67,6 +67,8 @@ pub(crate) struct Inner {
     /// The persist queue's pending operations (mirrored from redb) and their run state.
     persist: Mutex<persist::Tracker>,
     persist_wake: tokio::sync::Notify,
+    /// The background jobs (persist, replication), for reports.
+    jobs: Mutex<Vec<locus_common::job::JobWatch>>,
 }
 
 /// Builds a [`Master`].
@@ -100,6 +102,7 @@ impl MasterBuilder {
             metrics: Metrics::new(),
             persist: Mutex::new(persist::Tracker::default()),
             persist_wake: tokio::sync::Notify::new(),
+            jobs: Mutex::new(Vec::new()),
         });
         let m = Master { inner };
         m.load_mounts()?;
@@ -143,6 +146,7 @@ impl Master {
         }));
         let persist_job = persist::start(self.clone());
         let replication_job = replication::start(self.clone());
+        *self.inner.jobs.lock() = vec![persist_job.watch(), replication_job.watch()];
         let mut rx3 = rx;
         let res = service::serve(self.clone(), rpc, async move {
             tokio::select! {

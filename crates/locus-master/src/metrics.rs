@@ -105,6 +105,7 @@ impl Master {
                 last_heartbeat_ms_ago: s.last_heartbeat.elapsed().as_millis() as u64,
                 tiers: s.tiers.clone(),
                 counters: Some(s.counters),
+                jobs: s.jobs.clone(),
             });
         }
         rep.workers.sort_by_key(|w| w.address.as_ref().map(|a| a.worker_id));
@@ -128,6 +129,7 @@ impl Master {
         rep.persist_backlog_bytes = b.bytes;
         rep.persist_oldest_age_ms = b.oldest_age_ms;
         rep.persist_queue_ops = b.ops;
+        rep.jobs = self.inner.jobs.lock().iter().map(|j| j.status().into()).collect();
         rep
     }
 

@@ -125,6 +125,11 @@ impl Drop for Claim {
 }
 
 /// Whether mount-relative `path` is `dir` or below it.
+/// Whether UFS path `rel` is held by queued changes to `queued` (at, above or below it).
+pub(crate) fn held_by(queued: &[String], rel: &str) -> bool {
+    queued.iter().any(|q| overlaps(q, rel))
+}
+
 fn is_under(path: &str, dir: &str) -> bool {
     path == dir || path.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
 }
@@ -190,6 +195,16 @@ impl Master {
             out.push(self.enqueue(w, op)?);
         }
         Ok(out)
+    }
+
+    /// The UFS paths of mount `mount_id` that queued changes touch. At, above or below
+    /// any of them, the UFS does not show what the namespace says until those changes
+    /// are made: a sync must neither import what is there (an older version of a path
+    /// deleted since) nor drop what is missing (a directory renamed behind a waiting
+    /// persist). See [`held_by`].
+    pub(crate) fn queued_ufs_paths(&self, mount_id: u64) -> Vec<String> {
+        let t = self.inner.persist.lock();
+        t.pending.values().filter(|p| p.mount_id == mount_id).flat_map(|p| p.paths.iter().cloned()).collect()
     }
 
     /// Start a synchronous UFS change of `paths` in mount `mount_id`: `None` when queued
@@ -672,6 +687,8 @@ pub(crate) fn start(master: Master) -> Job {
                 let m = master.clone();
                 running.push(async move { (seq, m.run_op(seq).await) });
             }
+            status.set_running(!running.is_empty());
+            status.set_backlog(master.inner.persist.lock().pending.len() as u64);
             tokio::select! {
                 _ = stop.changed() => break,
                 Some((seq, r)) = running.next(), if !running.is_empty() => {

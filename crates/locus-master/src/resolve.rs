@@ -9,8 +9,14 @@ use locus_ufs::UfsStatus;
 use redb::{ReadableTable, WriteTransaction};
 
 use crate::namespace::Effects;
+use crate::persist::held_by;
 use crate::store::*;
 use crate::*;
+
+/// The UFS path of `name` in the directory at UFS path `dir` ("" is the mount's root).
+fn child_rel(dir: &str, name: &str) -> String {
+    if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
+}
 
 impl Master {
     pub(crate) fn sync_due(rec: &pb::InodeRecord, m: &MountEntry) -> bool {
@@ -87,7 +93,8 @@ impl Master {
                 return Ok(Some(rec));
             }
             let (m, rel) = self.mount_for(path)?;
-            if !Self::sync_due(&rec, &m) {
+            if !Self::sync_due(&rec, &m) || held_by(&self.queued_ufs_paths(m.info.id), &rel) {
+                // Within the interval, or the UFS is behind queued changes of this path.
                 return Ok(Some(rec));
             }
             let st = m.ufs.stat(&rel).await?;
@@ -96,9 +103,16 @@ impl Master {
             }
             let (parent_path, name) = lpath::split_parent(path).unwrap();
             let (parent_path, name, now) = (parent_path.to_string(), name.to_string(), now_ms());
+            let mount_id = m.info.id;
             return self
                 .commit(move |me, w, fx| {
                     let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
+                    if held_by(&me.queued_ufs_paths(mount_id), &rel) {
+                        // A change of the path was queued while the UFS was asked.
+                        let Some(parent) = parent else { return Ok(None) };
+                        let id = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, &name)?;
+                        return id.map(|id| load_inode(w, id)).transpose().map(Option::flatten);
+                    }
                     match (&st, parent) {
                         (Some(st), Some(parent)) => {
                             let id = me.upsert_from_ufs(w, parent, &name, st, now, fx)?;
@@ -144,11 +158,25 @@ impl Master {
                 continue;
             }
             let (m, rel) = self.mount_for(&cur)?;
+            if held_by(&self.queued_ufs_paths(m.info.id), &rel) {
+                // Not in the namespace, and the UFS is behind queued changes of the path
+                // (a delete of it, say): what the UFS holds there is not to be imported.
+                return Ok(None);
+            }
             let Some(st) = m.ufs.stat(&rel).await? else {
                 return Ok(None);
             };
-            let (dir, name, now) = (parent, comp.to_string(), now_ms());
-            parent = self.commit(move |me, w, fx| me.upsert_from_ufs(w, dir, &name, &st, now, fx)).await?;
+            let (dir, name, now, mount_id) = (parent, comp.to_string(), now_ms(), m.info.id);
+            let id = self
+                .commit(move |me, w, fx| {
+                    if held_by(&me.queued_ufs_paths(mount_id), &rel) {
+                        return Ok(None); // a change of the path was queued meanwhile
+                    }
+                    me.upsert_from_ufs(w, dir, &name, &st, now, fx).map(Some)
+                })
+                .await?;
+            let Some(id) = id else { return Ok(None) };
+            parent = id;
         }
         let r = self.inner.store.read()?;
         get_inode(&r.open_table(INODES).map_err(db_err)?, parent)
@@ -165,9 +193,12 @@ impl Master {
     }
 
     /// Merge the UFS listing of directory `path` into the namespace, page by page.
+    /// Names that queued UFS changes hold (see [`Master::queued_ufs_paths`]) keep what the
+    /// namespace says of them: the listing neither imports nor drops them.
     pub(crate) async fn load_children(&self, path: &str, dir: &pb::InodeRecord) -> Result<()> {
         let (m, rel) = self.mount_for(path)?;
         let start = now_ms();
+        let mount_id = m.info.id;
         let mut stream = Box::pin(m.ufs.list(&rel).await?);
         let mut batch = Vec::with_capacity(1000);
         loop {
@@ -180,10 +211,13 @@ impl Master {
                 }
             }
             if batch.len() >= 1000 || (done && !batch.is_empty()) {
-                let (page, dir_id) = (std::mem::take(&mut batch), dir.id);
+                let (page, dir_id, rel) = (std::mem::take(&mut batch), dir.id, rel.clone());
                 self.commit(move |me, w, fx| {
+                    let queued = me.queued_ufs_paths(mount_id);
                     for st in &page {
-                        me.upsert_from_ufs(w, dir_id, &st.path, st, start, fx)?;
+                        if !held_by(&queued, &child_rel(&rel, &st.path)) {
+                            me.upsert_from_ufs(w, dir_id, &st.path, st, start, fx)?;
+                        }
                     }
                     Ok(())
                 })
@@ -196,6 +230,7 @@ impl Master {
         // Entries not seen in this listing are gone from the UFS (mount points excepted).
         let (path, dir) = (path.to_string(), dir.clone());
         self.commit(move |me, w, fx| {
+            let queued = me.queued_ufs_paths(mount_id);
             let stale: Vec<String> = {
                 let ch = w.open_table(CHILDREN).map_err(db_err)?;
                 let inodes = w.open_table(INODES).map_err(db_err)?;
@@ -207,6 +242,7 @@ impl Master {
                         && r.synced_ms < start
                         && is_persisted(&r)
                         && !me.is_mount_point(&lpath::join(&path, &name))
+                        && !held_by(&queued, &child_rel(&rel, &name))
                     {
                         v.push(name);
                     }

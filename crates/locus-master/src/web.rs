@@ -72,6 +72,22 @@ async fn index(State(m): State<Master>) -> Html<String> {
             esc(&tiers.join(", "))
         ));
     }
+    let mut jobs = String::new();
+    for j in report_json(&m)["jobs"].as_array().into_iter().flatten() {
+        let s = |k: &str| esc(j[k].as_str().unwrap_or(""));
+        let last = j["last_run_s_ago"].as_f64().map(|s| format!("{s:.1}s ago")).unwrap_or_else(|| "never".into());
+        jobs.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            s("on"),
+            s("name"),
+            s("state"),
+            j["runs"],
+            j["failures"],
+            last,
+            j["backlog"],
+            s("last_error")
+        ));
+    }
     let mut mounts = String::new();
     for mi in m.mount_table(false) {
         mounts.push_str(&format!(
@@ -88,6 +104,7 @@ async fn index(State(m): State<Master>) -> Html<String> {
 <h2>Bytes read by source</h2><table><tr><th>short_circuit</th><th>local_worker</th><th>remote_worker</th><th>ufs</th><th>hit ratio</th></tr>\
 <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td></tr></table>\
 <h2>Mounts</h2><table><tr><th>path</th><th>uri</th><th>read-only</th></tr>{mounts}</table>\
+<h2>Background jobs</h2><table><tr><th>on</th><th>job</th><th>state</th><th>runs</th><th>failures</th><th>last run</th><th>backlog</th><th>last error</th></tr>{jobs}</table>\
 <p><a href=/metrics>/metrics</a> · <a href=/api/report>/api/report</a></p></body></html>",
         bytesize(t.short_circuit),
         bytesize(t.local_worker),

@@ -17,6 +17,8 @@ pub(crate) struct WorkerState {
     pub(crate) last_heartbeat: Instant,
     pub(crate) tiers: Vec<pb::TierUsage>,
     pub(crate) counters: pb::ReadCounters,
+    /// The worker's background jobs, as of its last heartbeat.
+    pub(crate) jobs: Vec<pb::JobInfo>,
     pub(crate) pending_remove: Vec<u64>,
     /// Heartbeats received; a worker has acted on a response once the next one arrives.
     pub(crate) beats: u64,
@@ -110,6 +112,7 @@ impl Master {
                 last_heartbeat: Instant::now(),
                 tiers: req.tiers,
                 counters,
+                jobs: Vec::new(),
                 pending_remove: stale,
                 beats: 0,
                 pin_epoch: 0,
@@ -131,6 +134,7 @@ impl Master {
             s.beats += 1;
             s.pin_epoch = req.pin_epoch;
             s.tiers = req.tiers;
+            s.jobs = req.jobs;
             if let Some(c) = req.counters {
                 let m = &self.inner.metrics;
                 let old = s.counters;

@@ -4,6 +4,7 @@
 
 use locus_common::ErrorKind;
 use locus_common::config::{ReadType, TierAlias, WriteType};
+use locus_common::job::{JobState, JobStatus};
 
 use crate::pb;
 
@@ -171,6 +172,42 @@ impl pb::PersistOpKind {
         ]
         .into_iter()
         .find(|k| k.name() == s)
+    }
+}
+
+impl From<JobState> for pb::JobState {
+    fn from(s: JobState) -> Self {
+        match s {
+            JobState::Idle => pb::JobState::Idle,
+            JobState::Running => pb::JobState::Running,
+            JobState::Stopped => pb::JobState::Stopped,
+        }
+    }
+}
+
+impl pb::JobState {
+    /// The lower-case name reports print.
+    pub fn name(self) -> &'static str {
+        match self {
+            pb::JobState::Unspecified => "unknown",
+            pb::JobState::Idle => JobState::Idle.as_str(),
+            pb::JobState::Running => JobState::Running.as_str(),
+            pb::JobState::Stopped => JobState::Stopped.as_str(),
+        }
+    }
+}
+
+impl From<JobStatus> for pb::JobInfo {
+    fn from(s: JobStatus) -> Self {
+        pb::JobInfo {
+            name: s.name,
+            state: pb::JobState::from(s.state).into(),
+            runs: s.runs,
+            failures: s.failures,
+            last_error: s.last_error.unwrap_or_default(),
+            last_run_ms: s.last_run_ms,
+            backlog: s.backlog,
+        }
     }
 }
 

@@ -131,6 +131,29 @@ impl pb::ReadCounters {
     }
 }
 
+/// Every background job of the cluster, the master's first, then each live worker's:
+/// where it runs, its state, runs, failures, last error, seconds since its last run,
+/// and backlog.
+fn jobs_json(r: &pb::Report) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let job = |at: String, j: &pb::JobInfo| {
+        json!({
+            "on": at, "name": j.name, "state": j.state().name(), "runs": j.runs, "failures": j.failures,
+            "last_error": j.last_error,
+            "last_run_s_ago": (j.last_run_ms > 0).then(|| (now - j.last_run_ms).max(0) as f64 / 1000.0),
+            "backlog": j.backlog,
+        })
+    };
+    let mut out: Vec<_> = r.jobs.iter().map(|j| job("master".into(), j)).collect();
+    for w in r.workers.iter().filter(|w| w.live) {
+        let id = w.address.as_ref().map(|a| a.worker_id).unwrap_or(0);
+        out.extend(w.jobs.iter().map(|j| job(format!("worker {id}"), j)));
+    }
+    out
+}
+
 /// The cluster report as JSON: the stable shape of `locus report --json` and
 /// `/api/report`.
 pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Value {
@@ -164,6 +187,7 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
         "cache": {"hits": t.cache_hits, "misses": t.cache_misses, "evictions": t.evictions, "hit_ratio": t.hit_ratio(), "corrupt_blocks": t.corrupt_blocks},
         "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type().typed().map(|w| w.as_str())})).collect::<Vec<_>>(),
         "persist_backlog": {"files": r.persist_backlog_files, "bytes": r.persist_backlog_bytes, "oldest_age_ms": r.persist_oldest_age_ms, "queued_ops": r.persist_queue_ops},
+        "jobs": jobs_json(r),
     })
 }
 

@@ -88,6 +88,7 @@ impl Inner {
                 corrupt_blocks: self.store.corrupt_blocks() + c.corrupt.load(Relaxed),
             }),
             pin_epoch: self.pin_epoch.load(Relaxed),
+            jobs: self.jobs.lock().iter().map(|j| j.status().into()).collect(),
         };
         let resp = self.master().worker_heartbeat(req).await.map_err(from_status)?.into_inner();
         if resp.reregister {

@@ -62,6 +62,8 @@ struct Inner {
     /// Blocks being filled from the UFS. Readers that arrive during a fill stream what
     /// the leader has written so far, then follow it as it grows.
     inflight: Mutex<HashMap<u64, watch::Receiver<FillState>>>,
+    /// The worker's background jobs, reported with every heartbeat.
+    jobs: Mutex<Vec<locus_common::job::JobWatch>>,
 }
 
 /// Builds a [`Worker`].
@@ -131,6 +133,7 @@ impl WorkerBuilder {
             pin_epoch: AtomicU64::new(u64::MAX),
             ufs: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(Vec::new()),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -143,6 +146,7 @@ impl WorkerBuilder {
             let i = hb_inner.clone();
             async move { i.heartbeat().await }
         });
+        inner.jobs.lock().push(heartbeat.watch());
         Ok(Worker { inner, local, stop: stop_tx, tasks, heartbeat: Some(heartbeat) })
     }
 }

@@ -9,6 +9,9 @@ use locus_cluster::LocalCluster;
 use locus_common::config::{ClientConfig, Config, Locality, TierAlias, TierConfig};
 use locus_common::fail;
 
+/// Fault points are global to the process: the tests here take turns.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A fixture config: ports 0, fast heartbeats, 1 MiB blocks, one MEM tier at `mem`.
 fn config(mem: &std::path::Path, quota: ByteSize) -> Config {
     let mut cfg = Config::default();
@@ -25,6 +28,7 @@ fn config(mem: &std::path::Path, quota: ByteSize) -> Config {
 /// partial file, nothing reported to the master); the next read fills it properly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fill_failing_before_commit_leaves_no_partial_block() {
+    let _turn = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mem = dir.path().join("mem");
     let cfg = config(&mem, ByteSize::mib(16));
@@ -58,6 +62,7 @@ async fn a_fill_failing_before_commit_leaves_no_partial_block() {
 async fn failed_acks_leave_no_file_and_failed_persists_are_retried() {
     use locus_client::PutOptions;
     use locus_common::config::WriteType;
+    let _turn = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
     let c = LocalCluster::start(cfg, &dir.path().join("data"), 2, None).await.unwrap();
@@ -93,5 +98,91 @@ async fn failed_acks_leave_no_file_and_failed_persists_are_retried() {
     assert!(!c.data_dir().join("ufs/a.bin").exists());
     fail::remove("master.persist.before_ufs");
     fail::remove("worker.persist.before_commit");
+    c.shutdown().await;
+}
+
+/// A namespace change whose UFS side is still queued is what every later read sees: a
+/// metadata sync neither drops a directory renamed behind a queued persist (Spark's
+/// task commit), nor brings back a key deleted while an older version is still in the
+/// UFS (read-after-delete). The persist queue is held by a fault point, so the UFS stays
+/// behind for as long as the test looks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn syncs_never_undo_changes_whose_ufs_side_is_queued() {
+    use locus_client::PutOptions;
+    use locus_common::ErrorKind;
+    use locus_common::config::WriteType;
+    use locus_proto::pb;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let ufs = dir.path().join("lake");
+    std::fs::create_dir_all(&ufs).unwrap();
+    let mount = pb::MountRequest {
+        path: "/m".into(),
+        uri: format!("file://{}", ufs.display()),
+        sync_interval_ms: 50,
+        ..Default::default()
+    };
+    cl.mount(mount).await.unwrap();
+    let put = |p: &'static str, data: &'static [u8], wt: WriteType| {
+        let cl = &cl;
+        async move {
+            let opts = PutOptions { overwrite: true, write_type: Some(wt), ..Default::default() };
+            cl.put_with(p, &mut &data[..], &opts, |_| Ok(Default::default())).await
+        }
+    };
+    // The old version of a key is in the UFS; an attempt directory is made there too.
+    put("/m/k", b"OLD VERSION 1", WriteType::Through).await.unwrap();
+    cl.mkdir("/m/out/_temporary/attempt_0", true).await.unwrap();
+    assert!(ufs.join("out/_temporary/attempt_0").is_dir());
+
+    fail::cfg("master.persist.before_ufs", "return").unwrap();
+    // Then a task writes its output (the persist is queued and held), and commits it by
+    // renaming the attempt directory (queued behind the persist).
+    put("/m/out/_temporary/attempt_0/part-0", b"part zero", WriteType::AsyncThrough).await.unwrap();
+    cl.rename("/m/out/_temporary/attempt_0", "/m/out/_temporary/task_0").await.unwrap();
+    // A newer version of the key, then its delete: both queued behind the held queue.
+    put("/m/k", b"NEWER VERSION 2", WriteType::AsyncThrough).await.unwrap();
+    cl.delete("/m/k", false).await.unwrap();
+    assert_eq!(std::fs::read(ufs.join("k")).unwrap(), b"OLD VERSION 1", "the UFS is behind");
+    assert!(!ufs.join("out/_temporary/task_0").exists(), "the UFS is behind");
+
+    for round in 0..4 {
+        tokio::time::sleep(Duration::from_millis(120)).await; // every sync is due
+        let e = cl.status("/m/k", false).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "round {round}: the deleted key came back: {e}");
+        let mut names = Vec::new();
+        cl.list_each("/m", false, |fi| names.push(fi.name.clone())).await.unwrap();
+        assert_eq!(names, ["out"], "round {round}");
+        let mut names = Vec::new();
+        cl.list_each("/m/out/_temporary", false, |fi| names.push(fi.name.clone())).await.unwrap();
+        assert_eq!(names, ["task_0"], "round {round}: the renamed directory was dropped");
+        let fi = cl.status("/m/out/_temporary/task_0/part-0", true).await.unwrap();
+        let mut out = Vec::new();
+        cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+        assert_eq!(out, b"part zero");
+    }
+
+    // Once the queue runs, the UFS catches up and says the same: the key is gone, the
+    // attempt directory is renamed (its output's persist still sits out the staging wait
+    // of `_temporary` files, master.staged_persist_wait).
+    fail::remove("master.persist.before_ufs");
+    for _ in 0..400 {
+        if !ufs.join("k").exists() && ufs.join("out/_temporary/task_0").is_dir() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!ufs.join("k").exists());
+    assert!(ufs.join("out/_temporary/task_0").is_dir() && !ufs.join("out/_temporary/attempt_0").exists());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(cl.status("/m/k", false).await.unwrap_err().kind(), ErrorKind::NotFound);
+    let mut names = Vec::new();
+    cl.list_each("/m/out/_temporary", false, |fi| names.push(fi.name.clone())).await.unwrap();
+    assert_eq!(names, ["task_0"]);
+    let fi = cl.status("/m/out/_temporary/task_0/part-0", false).await.unwrap();
+    assert_eq!(fi.persist_state(), pb::PersistState::ToBePersisted);
     c.shutdown().await;
 }

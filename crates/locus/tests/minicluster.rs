@@ -997,3 +997,47 @@ async fn a_corrupted_block_is_detected_repaired_and_never_served() {
     assert_eq!(sha(&read_all(&cl, "/mc.bin").await), sha(&data));
     c.shutdown().await;
 }
+
+/// Every background job is listed in the report with its state, runs and backlog: the
+/// master's (persist with the queued operations as its backlog, replication) and each
+/// worker's (heartbeat), as `locus report` and the status page show them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_report_lists_every_background_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 2, 64 << 20, false).await;
+    let cl = client(&c, Locality::Auto);
+    let opts = PutOptions {
+        overwrite: true,
+        write_type: Some(WriteType::AsyncThrough),
+        persist_wait: Some(Duration::from_secs(600)),
+        ..Default::default()
+    };
+    cl.put_with("/held", &mut &b"held back"[..], &opts, |_| Ok(pb::ObjectMeta::default())).await.unwrap();
+    let mut rep = cl.report().await.unwrap();
+    for _ in 0..100 {
+        let persist = rep.jobs.iter().find(|j| j.name == "master.persist");
+        let beats = rep.workers.iter().all(|w| w.jobs.iter().any(|j| j.name == "worker.heartbeat" && j.runs > 1));
+        if persist.is_some_and(|j| j.backlog == 1) && beats {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        rep = cl.report().await.unwrap();
+    }
+    let names: Vec<&str> = rep.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["master.persist", "master.replication"]);
+    let persist = &rep.jobs[0];
+    assert_eq!(persist.backlog, 1, "the held persist is the backlog: {persist:?}");
+    assert_ne!(persist.state(), pb::JobState::Stopped);
+    assert!(rep.jobs[1].runs > 0 && rep.jobs[1].last_run_ms > 0, "{:?}", rep.jobs[1]);
+    assert_eq!(rep.workers.len(), 2);
+    for w in &rep.workers {
+        let hb = w.jobs.iter().find(|j| j.name == "worker.heartbeat").expect("a heartbeat job");
+        assert!(hb.runs > 1 && hb.failures == 0 && hb.last_run_ms > 0, "{hb:?}");
+    }
+    let j = locus_proto::report_json(&rep, &[]);
+    let jobs = j["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 4, "{jobs:?}");
+    assert_eq!(jobs[0]["on"], "master");
+    assert!(jobs[2]["on"].as_str().unwrap().starts_with("worker "));
+    c.shutdown().await;
+}

@@ -162,4 +162,26 @@ fn print_report(j: &serde_json::Value) {
         c["evictions"],
         c["hit_ratio"].as_f64().unwrap_or(0.0)
     );
+    println!("Background jobs:");
+    println!(
+        "  {:<10} {:<20} {:<8} {:>8} {:>8} {:>10} {:>8}  last error",
+        "on", "job", "state", "runs", "failures", "last run", "backlog"
+    );
+    for job in j["jobs"].as_array().into_iter().flatten() {
+        let last = match job["last_run_s_ago"].as_f64() {
+            Some(s) => format!("{s:.1}s ago"),
+            None => "never".into(),
+        };
+        println!(
+            "  {:<10} {:<20} {:<8} {:>8} {:>8} {:>10} {:>8}  {}",
+            job["on"].as_str().unwrap_or(""),
+            job["name"].as_str().unwrap_or(""),
+            job["state"].as_str().unwrap_or(""),
+            job["runs"],
+            job["failures"],
+            last,
+            job["backlog"],
+            job["last_error"].as_str().unwrap_or("")
+        );
+    }
 }
