@@ -128,6 +128,13 @@ impl LocalCluster {
         if let Some(m) = self.master.take() {
             let _ = m.stop.send(());
             let _ = m.task.await;
+            // Work still in flight (a change on the committer thread, a request being
+            // answered) holds the master a moment longer; once this is its last handle,
+            // dropping it closes the metadata store, so a restart can open it at once.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while m.master.handles() > 1 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
     }
 

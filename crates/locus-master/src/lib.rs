@@ -124,6 +124,15 @@ pub struct Master {
     inner: Arc<Inner>,
 }
 
+impl Master {
+    /// How many handles of this master exist (this one included). Work still in flight
+    /// after `serve` returned (a change on the committer thread, a request finishing)
+    /// holds one; the metadata store closes when the last goes.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+}
+
 /// Addresses a running master listens on.
 #[derive(Clone, Copy, Debug)]
 pub struct MasterAddrs {
