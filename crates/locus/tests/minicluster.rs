@@ -1,5 +1,9 @@
 //! In-process MiniCluster tests: one master and 2–3 workers on port 0, driven through
 //! the real client core.
+//!
+//! One file over 800 lines on purpose: it is one suite, each test a scenario of the whole
+//! cluster sharing the fixtures at the top (config, start, wait helpers); splitting it
+//! would scatter those fixtures or make each file a separately linked test binary.
 
 use std::future::Future;
 use std::path::Path;
