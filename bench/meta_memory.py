@@ -32,6 +32,8 @@ def main():
     os.makedirs(ufs)
     port, web = free_port(), free_port()
     env = dict(os.environ, LOCUS_MASTER__WEB_ADDRESS=f"127.0.0.1:{web}", LOCUS_WORKER__DATA_ADDRESS="127.0.0.1:0")
+    # The cluster's client token, which local start writes into its data dir.
+    os.environ["LOCUS_SECURITY__TOKEN_FILE"] = os.path.join(work, "data", "client.token")
     p = subprocess.Popen([BIN, "--master", f"127.0.0.1:{port}", "local", "start", "--data-dir", os.path.join(work, "data")],
                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

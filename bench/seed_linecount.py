@@ -182,6 +182,10 @@ class Stage:
     def start_locus(self, quota: str):
         rpc, web, gw = netstage.free_port(), netstage.free_port(), netstage.free_port()
         self.locus_master = f"127.0.0.1:{rpc}"
+        # The cluster's client token (local start writes it into its data dir): for the CLI
+        # calls below and the Spark applications counting through locus:// (the connector
+        # reads LOCUS_* variables), which inherit this process's environment.
+        os.environ["LOCUS_SECURITY__TOKEN_FILE"] = str(self.work / "locus" / "client.token")
         self.locus_env = dict(os.environ, LOCUS_MASTER=self.locus_master)
         env = dict(self.locus_env, LOCUS_MASTER__WEB_ADDRESS=f"127.0.0.1:{web}",
                    LOCUS_WORKER__DATA_ADDRESS="127.0.0.1:0")

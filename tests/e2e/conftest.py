@@ -119,13 +119,21 @@ def assert_one_line_error(r: subprocess.CompletedProcess, code: int | None = Non
 class Locus:
     """Runs `locus` client commands against one master address."""
 
-    def __init__(self, master: str, web: str | None = None):
+    def __init__(self, master: str, web: str | None = None, token_file: Path | None = None):
         self.master = master
         self.web = web
+        # The cluster's client token (the master writes it); every client command presents it.
+        self.token_file = token_file
+
+    def env(self, extra: dict | None = None) -> dict:
+        """The environment for a client of this cluster: clean_env, plus its token file."""
+        e = clean_env({"LOCUS_SECURITY__TOKEN_FILE": str(self.token_file)} if self.token_file else None)
+        e.update(extra or {})
+        return e
 
     def run(self, *args, input: bytes | None = None, timeout: float = 120, env: dict | None = None,
             check: bool = False) -> subprocess.CompletedProcess:
-        e = clean_env(env)
+        e = self.env(env)
         cmd = [str(LOCUS_BIN), "--master", self.master, *map(str, args)]
         r = subprocess.run(cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            timeout=timeout, env=e)
@@ -137,7 +145,7 @@ class Locus:
     def popen(self, *args) -> subprocess.Popen:
         cmd = [str(LOCUS_BIN), "--master", self.master, *map(str, args)]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                env=clean_env())
+                                env=self.env())
 
     def ok(self, *args, **kw) -> bytes:
         """Run a command that must succeed; return its stdout."""
@@ -241,7 +249,8 @@ class Cluster(Locus):
     """`locus local start` as a subprocess with its own data dir and free ports."""
 
     def __init__(self, data_dir: Path, log_dir: Path, workers: int = 1, args=(), env: dict | None = None):
-        super().__init__(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+        super().__init__(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+                         token_file=Path(data_dir).absolute() / "client.token")
         self.gateway = f"127.0.0.1:{free_port()}"
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)
@@ -330,14 +339,17 @@ class Standalone(Locus):
 
     def __init__(self, base: Path, log_dir: Path, root_ufs: str = "none", mem_quota: str = "256MiB",
                  workers: int = 1, env: dict | None = None, tiers: list[str] | None = None):
-        super().__init__(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+        super().__init__(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+                         token_file=Path(base).absolute() / "client.token")
         self.base = base
         self.log_dir = log_dir
         self.root_ufs = root_ufs
         self.shm = Path("/dev/shm") / f"locus-e2e-{uuid.uuid4().hex[:12]}"
         self.mem_quota = mem_quota
         self.n_workers = workers
-        self.env = env or {}
+        # The master makes the cluster secret and the client token here; workers read the secret.
+        self.proc_env = {"LOCUS_SECURITY__SECRET_FILE": str(Path(base).absolute() / "cluster.secret"),
+                         "LOCUS_SECURITY__TOKEN_FILE": str(self.token_file), **(env or {})}
         # ALIAS:DIR:QUOTA per tier; worker i uses DIR/w<i>. Default: one MEM tier.
         self.tiers = tiers or [f"MEM:{self.shm}:{mem_quota}"]
         self.procs: list[subprocess.Popen] = []
@@ -353,7 +365,7 @@ class Standalone(Locus):
         log = self.log_dir / f"{self.base.name}-{name}.log"
         if log not in self.logs:
             self.logs.append(log)
-        env = clean_env(self.env)
+        env = clean_env(self.proc_env)
         cmd = [str(LOCUS_BIN), "--master", self.master, *args]
         with open(log, "ab") as f:
             f.write(f"$ {' '.join(cmd)}\n".encode())
@@ -435,16 +447,17 @@ class Standalone(Locus):
 class MinioServer:
     """A MinIO process; stop() and start() again keep its port and data."""
 
-    def __init__(self, data: Path, log: Path):
+    def __init__(self, data: Path, log: Path, user: str = MINIO_USER, password: str = MINIO_PASSWORD):
         self.data = Path(data)
         self.data.mkdir(parents=True, exist_ok=True)
         self.log = Path(log)
+        self.user, self.password = user, password
         self.port, self.console = free_port(), free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> str:
-        env = dict(clean_env(), MINIO_ROOT_USER=MINIO_USER, MINIO_ROOT_PASSWORD=MINIO_PASSWORD,
+        env = dict(clean_env(), MINIO_ROOT_USER=self.user, MINIO_ROOT_PASSWORD=self.password,
                    MINIO_BROWSER="off", MINIO_UPDATE="off", MINIO_CI_CD="1")
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen(

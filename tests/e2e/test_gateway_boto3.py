@@ -579,13 +579,13 @@ def test_anonymous_access_only_when_enabled(cluster_factory, tmp):
     """`gateway.anonymous = true` lets unsigned requests in; signed ones still work."""
     import subprocess
 
-    from conftest import LOCUS_BIN, _port_open, clean_env, free_port, stop_process
+    from conftest import LOCUS_BIN, _port_open, free_port, stop_process
 
     c = cluster_factory(args=["--no-gateway"])
     addr = f"127.0.0.1:{free_port()}"
     with open(tmp / "anon-gateway.log", "wb") as log:
         p = subprocess.Popen([str(LOCUS_BIN), "--master", c.master, "gateway", "--address", addr], stdout=log,
-                             stderr=subprocess.STDOUT, env=clean_env({"LOCUS_GATEWAY__ANONYMOUS": "true"}))
+                             stderr=subprocess.STDOUT, env=c.env({"LOCUS_GATEWAY__ANONYMOUS": "true"}))
     try:
         wait_until(lambda: _port_open(addr), timeout=20, what="the gateway to listen")
 

@@ -232,7 +232,7 @@ def test_gateway_rss_stays_flat_for_a_5gib_object(cluster_factory, tmp):
     addr = f"127.0.0.1:{free_port()}"
     log = open(tmp / "gateway.log", "wb")
     p = subprocess.Popen([str(LOCUS_BIN), "--master", c.master, "gateway", "--address", addr], stdout=log,
-                         stderr=subprocess.STDOUT, env=clean_env())
+                         stderr=subprocess.STDOUT, env=c.env())
     try:
         wait_until(lambda: _port_open(addr), timeout=20, what="the gateway to listen")
         s3 = gw_client(f"http://{addr}")

@@ -51,6 +51,7 @@ def spark(hcluster):
     s = spark_session("http://127.0.0.1:1", "x", "x", s3a, app="locus-hadoop-test", extra={
         "spark.hadoop.fs.locus.impl": "io.locus.hadoop.LocusFileSystem",
         "spark.hadoop.fs.locus.master": hcluster.master,
+        "spark.hadoop.fs.locus.token.file": str(hcluster.token_file),
     })
     try:
         yield s

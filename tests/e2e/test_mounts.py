@@ -7,7 +7,7 @@ import os
 import subprocess
 import urllib.request
 
-from conftest import LOCUS_BIN, MiB, assert_one_line_error, clean_env, sha256
+from conftest import LOCUS_BIN, MiB, assert_one_line_error, sha256
 
 
 def _keys(s3, bucket):
@@ -72,11 +72,11 @@ def test_master_address_from_environment_and_status_page(cluster):
     c = cluster
     c.ok("fs", "put", "-", "/hello.txt", input=b"hello")
     r = subprocess.run([str(LOCUS_BIN), "fs", "cat", "/hello.txt"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, env=clean_env({"LOCUS_MASTER": c.master}), timeout=60)
+                       stderr=subprocess.PIPE, env=c.env({"LOCUS_MASTER": c.master}), timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout == b"hello"
     r = subprocess.run([str(LOCUS_BIN), "report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       env=clean_env({"LOCUS_MASTER": c.master}), timeout=60)
+                       env=c.env({"LOCUS_MASTER": c.master}), timeout=60)
     assert r.returncode == 0, r.stderr
     assert b"Workers: 1 live" in r.stdout, r.stdout
     assert b"Bytes read by source:" in r.stdout

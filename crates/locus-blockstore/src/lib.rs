@@ -284,6 +284,10 @@ impl BlockStore {
 /// Find the blocks already on tier `i` (in `dir`), creating its directories and clearing
 /// unfinished writes of a previous run. Returns their bytes.
 fn scan_tier(state: &mut State, i: usize, dir: &Path) -> Result<u64> {
+    // Only this user may look inside a tier (0700): block files are the cluster's data.
+    locus_common::security::create_private_dir(dir)?;
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .map_err(|e| Error::io(format!("chmod 700 {}", dir.display()), e))?;
     let blocks = dir.join("blocks");
     std::fs::create_dir_all(&blocks).map_err(|e| Error::io(format!("create {}", blocks.display()), e))?;
     let tmp = dir.join("tmp");

@@ -121,10 +121,12 @@ impl TempBlock {
     /// Open the block's file for writing from its start. A pooled file is written over:
     /// [`TempBlock::commit`] cuts whatever lies past the block's end.
     pub fn open(&self) -> Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(&self.path)
             .map_err(|e| Error::io(format!("open the file of block {}", self.block_id), e))
     }

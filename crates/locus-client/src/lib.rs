@@ -11,11 +11,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use locus_common::config::ClientConfig;
+use locus_common::security::Secret;
 use locus_common::{Error, Result};
+use locus_proto::auth::AuthedMasterClient;
 use locus_proto::from_status;
-use locus_proto::pb::master_client::MasterClient;
 use parking_lot::Mutex;
-use tonic::transport::Channel;
 
 mod master;
 mod read;
@@ -30,7 +30,9 @@ pub use write::PutOptions;
 pub struct Client {
     cfg: ClientConfig,
     master_address: String,
-    master: MasterClient<Channel>,
+    master: AuthedMasterClient,
+    /// The credential this client presents to the master and to workers.
+    token: Secret,
     workers: Mutex<WorkerCache>,
     conns: Mutex<HashMap<String, Vec<DataConn>>>,
 }
@@ -41,12 +43,21 @@ fn rpc_err(addr: &str, s: tonic::Status) -> Error {
             "cannot reach the master at {addr} (is it running? set --master or LOCUS_MASTER)"
         ));
     }
-    from_status(s)
+    let e = from_status(s);
+    if e.kind() == locus_common::ErrorKind::Unauthenticated {
+        return e.context(format!(
+            "the master at {addr} refused this client's token (use the client.token of that cluster: \
+             security.token_file or LOCUS_SECURITY__TOKEN_FILE)"
+        ));
+    }
+    e
 }
 
 impl Client {
-    /// A client of the master at `master_address` (`host:port`). Connects lazily.
-    pub fn new(master_address: &str, cfg: ClientConfig) -> Result<Client> {
+    /// A client of the master at `master_address` (`host:port`), presenting `token` (the
+    /// cluster's client token; see `locus_common::security::client_credential`).
+    /// Connects lazily.
+    pub fn new(master_address: &str, cfg: ClientConfig, token: Secret) -> Result<Client> {
         let ch = tonic::transport::Endpoint::from_shared(format!("http://{master_address}"))
             .map_err(|e| Error::invalid(format!("bad master address {master_address:?}: {e}")))?
             .connect_timeout(Duration::from_secs(3))
@@ -56,13 +67,14 @@ impl Client {
         Ok(Client {
             cfg,
             master_address: master_address.to_string(),
-            master: MasterClient::new(ch).max_decoding_message_size(64 << 20),
+            master: locus_proto::auth::master_client(ch, &token)?.max_decoding_message_size(64 << 20),
+            token,
             workers: Mutex::new(WorkerCache::default()),
             conns: Mutex::new(HashMap::new()),
         })
     }
 
-    fn m(&self) -> MasterClient<Channel> {
+    fn m(&self) -> AuthedMasterClient {
         self.master.clone()
     }
 

@@ -13,7 +13,6 @@ use locus_common::config::ReadType;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{exchange, pb, read_response, send_request};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::UnixStream;
 
 use crate::Client;
 
@@ -222,7 +221,7 @@ impl Client {
         out: &mut S,
         done: &mut u64,
     ) -> Result<()> {
-        let mut s = UnixStream::connect(&w.uds_path).await.map_err(|e| Error::io("connect worker socket", e))?;
+        let mut s = self.uds_connect(&w.uds_path).await?;
         let promote = read_type == ReadType::CachePromote;
         let r =
             exchange(&mut s, pb::data_request::Req::Lease(pb::LeaseRequest { block_id, length: len, promote })).await?;
@@ -244,9 +243,7 @@ impl Client {
         out: &mut S,
         done: &mut u64,
     ) -> Result<()> {
-        let mut s = UnixStream::connect(&w.uds_path)
-            .await
-            .map_err(|e| Error::unavailable(format!("connect worker socket {}: {e}", w.uds_path)))?;
+        let mut s = self.uds_connect(&w.uds_path).await?;
         let (mut pos, end) = (req.offset, req.offset + req.length);
         send_request(&mut s, pb::data_request::Req::Read(req)).await?;
         let mut file = None;

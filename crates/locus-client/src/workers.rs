@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use locus_common::config::Locality;
 use locus_common::{Error, Result};
-use locus_proto::{exchange, pb};
+use locus_proto::{authenticate, exchange, pb};
 use tokio::io::{BufReader, BufWriter};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -51,7 +51,7 @@ impl Client {
             return *v;
         }
         let v = async {
-            let mut s = UnixStream::connect(&w.uds_path).await.ok()?;
+            let mut s = self.uds_connect(&w.uds_path).await.ok()?;
             let r = exchange(&mut s, pb::data_request::Req::Hello(pb::Empty {})).await.ok()?;
             Some(r.worker_id == w.worker_id)
         }
@@ -122,7 +122,19 @@ impl Client {
         }
         let s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
         let _ = s.set_nodelay(true);
-        Ok(BufReader::with_capacity(256 << 10, BufWriter::new(s)))
+        let mut c = BufReader::with_capacity(256 << 10, BufWriter::new(s));
+        // Buffered: the credential leaves with the first request.
+        authenticate(&mut c, &self.token).await?;
+        Ok(c)
+    }
+
+    /// Connect to a co-located worker's Unix socket and present this client's token.
+    pub(crate) async fn uds_connect(&self, path: &str) -> Result<UnixStream> {
+        let mut s = UnixStream::connect(path)
+            .await
+            .map_err(|e| Error::unavailable(format!("connect worker socket {path}: {e}")))?;
+        authenticate(&mut s, &self.token).await?;
+        Ok(s)
     }
 
     pub(crate) fn put_conn(&self, addr: &str, c: DataConn) {

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use locus_client::Client;
-use locus_common::config::{ClientConfig, Config, TierAlias, TierConfig};
+use locus_common::config::{ClientConfig, Config, SecurityConfig, TierAlias, TierConfig};
+use locus_common::security::{Secret, load_or_create_secret};
 use locus_common::{Error, Result};
 use locus_master::{Master, MasterAddrs, MasterBuilder};
 use locus_worker::{Worker, WorkerBuilder};
@@ -23,6 +24,8 @@ use tokio::task::JoinHandle;
 /// A master and its workers in this process.
 pub struct LocalCluster {
     cfg: Config,
+    /// The cluster secret (master and workers); clients get its client token.
+    secret: Secret,
     data_dir: PathBuf,
     root_ufs: Option<String>,
     master: Option<RunningMaster>,
@@ -84,7 +87,18 @@ impl LocalCluster {
             Some(s) => Some(s),
         };
         cfg.master.meta_dir = data_dir.join("master");
-        let mut c = LocalCluster { cfg, data_dir, root_ufs, master: None, workers: Vec::new(), gateway: None };
+        // The credentials live in the data dir unless configured elsewhere.
+        if cfg.security == SecurityConfig::default() {
+            cfg.security = SecurityConfig {
+                secret_file: data_dir.join("cluster.secret"),
+                token_file: data_dir.join("client.token"),
+            };
+        }
+        let security = cfg.security.clone();
+        let secret = tokio::task::spawn_blocking(move || load_or_create_secret(&security))
+            .await
+            .map_err(|e| Error::internal(format!("load the cluster secret: {e}")))??;
+        let mut c = LocalCluster { cfg, secret, data_dir, root_ufs, master: None, workers: Vec::new(), gateway: None };
         c.start_master().await?;
         for _ in 0..workers {
             c.workers.push(None);
@@ -110,7 +124,10 @@ impl LocalCluster {
         self.cfg.master.rpc_address = addrs.rpc.to_string();
         self.cfg.master.web_address = addrs.web.to_string();
         self.cfg.master_address = addrs.rpc.to_string();
-        let master = MasterBuilder::new(self.cfg.master.clone()).root_ufs(self.root_ufs.clone()).build().await?;
+        let master = MasterBuilder::new(self.cfg.master.clone(), self.secret.clone())
+            .root_ufs(self.root_ufs.clone())
+            .build()
+            .await?;
         let (stop, rx) = oneshot::channel();
         let m2 = master.clone();
         let task = tokio::spawn(async move {
@@ -160,7 +177,7 @@ impl LocalCluster {
     }
 
     pub async fn start_worker(&mut self, i: usize) -> Result<()> {
-        let w = WorkerBuilder::new(self.worker_config(i), self.master_address()).start().await?;
+        let w = WorkerBuilder::new(self.worker_config(i), self.master_address(), self.secret.clone()).start().await?;
         self.workers[i] = Some(w);
         Ok(())
     }
@@ -192,8 +209,19 @@ impl LocalCluster {
         &self.data_dir
     }
 
+    /// A client of this cluster (with its client token).
     pub fn client(&self, cfg: ClientConfig) -> Result<Client> {
-        Client::new(&self.master_address(), cfg)
+        Client::new(&self.master_address(), cfg, self.secret.client_token())
+    }
+
+    /// The client token of this cluster (what [`LocalCluster::client`] presents).
+    pub fn client_token(&self) -> Secret {
+        self.secret.client_token()
+    }
+
+    /// Where the cluster secret and the client token are.
+    pub fn security(&self) -> &SecurityConfig {
+        &self.cfg.security
     }
 
     /// Start the S3 gateway on `cfg.gateway.address` (port 0 picks one). Returns where

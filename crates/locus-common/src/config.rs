@@ -35,6 +35,7 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub client: ClientConfig,
     pub gateway: GatewayConfig,
+    pub security: SecurityConfig,
     /// Log as JSON lines instead of text. Default `false`.
     pub log_json: bool,
 }
@@ -47,6 +48,7 @@ impl Default for Config {
             worker: WorkerConfig::default(),
             client: ClientConfig::default(),
             gateway: GatewayConfig::default(),
+            security: SecurityConfig::default(),
             log_json: false,
         }
     }
@@ -418,6 +420,31 @@ impl Default for GatewayConfig {
     }
 }
 
+/// Where the cluster's credentials live (see `locus_common::security`). Every master
+/// RPC, worker data-path request and short-circuit lease must present one of them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// The cluster secret, held by the master and the workers (mode 0600). A master
+    /// makes it when it is missing; a worker waits for it. Default
+    /// `./locus-data/cluster.secret` (`local start`: `<data-dir>/cluster.secret`).
+    pub secret_file: PathBuf,
+    /// The client token, held by clients (the CLI, the gateway, the Hadoop connector).
+    /// The master writes it when it makes the secret; a client that finds no token
+    /// file but can read `secret_file` derives it. Default `./locus-data/client.token`
+    /// (`local start`: `<data-dir>/client.token`).
+    pub token_file: PathBuf,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            secret_file: PathBuf::from("./locus-data/cluster.secret"),
+            token_file: PathBuf::from("./locus-data/client.token"),
+        }
+    }
+}
+
 fn default_host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -427,7 +454,7 @@ fn default_host() -> String {
 }
 
 /// Top-level names that `LOCUS_*` variables may set.
-const ENV_KEYS: &[&str] = &["master_address", "master", "worker", "client", "gateway", "log_json"];
+const ENV_KEYS: &[&str] = &["master_address", "master", "worker", "client", "gateway", "security", "log_json"];
 
 impl Config {
     /// Defaults, then `file` (if any), then `LOCUS_*` environment variables.

@@ -17,6 +17,8 @@ pub enum ErrorKind {
     InvalidArgument,
     /// The operation is not allowed (read-only mount, path escapes a mount).
     PermissionDenied,
+    /// The caller presented no valid cluster credentials (secret or client token).
+    Unauthenticated,
     /// Out of space: a quota cannot be met because blocks are pinned or in use.
     ResourceExhausted,
     /// The state does not allow it (not a directory, contains a mount point, ...).
@@ -43,6 +45,7 @@ impl ErrorKind {
             ErrorKind::AlreadyExists => "already_exists",
             ErrorKind::InvalidArgument => "invalid_argument",
             ErrorKind::PermissionDenied => "permission_denied",
+            ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::ResourceExhausted => "resource_exhausted",
             ErrorKind::FailedPrecondition => "failed_precondition",
             ErrorKind::DirectoryNotEmpty => "directory_not_empty",
@@ -60,11 +63,12 @@ impl ErrorKind {
     }
 
     /// All kinds, for round-trip tests of the front-end mappings.
-    pub const ALL: [ErrorKind; 12] = [
+    pub const ALL: [ErrorKind; 13] = [
         ErrorKind::NotFound,
         ErrorKind::AlreadyExists,
         ErrorKind::InvalidArgument,
         ErrorKind::PermissionDenied,
+        ErrorKind::Unauthenticated,
         ErrorKind::ResourceExhausted,
         ErrorKind::FailedPrecondition,
         ErrorKind::DirectoryNotEmpty,

@@ -9,6 +9,7 @@ pub mod error;
 pub mod job;
 pub mod metrics;
 pub mod path;
+pub mod security;
 
 pub use error::{Error, ErrorKind, Result};
 

@@ -37,13 +37,16 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn connect(master: &str, config_file: &str) -> Result<Ctx> {
+    fn connect(master: &str, config_file: &str, token_file: &str) -> Result<Ctx> {
+        use figment::providers::Serialized;
         let file = (!config_file.is_empty()).then(|| std::path::Path::new(config_file));
-        let flags = if master.is_empty() {
-            figment::Figment::new()
-        } else {
-            figment::Figment::from(figment::providers::Serialized::default("master_address", master))
-        };
+        let mut flags = figment::Figment::new();
+        if !master.is_empty() {
+            flags = flags.merge(Serialized::default("master_address", master));
+        }
+        if !token_file.is_empty() {
+            flags = flags.merge(Serialized::default("security.token_file", token_file));
+        }
         let cfg = Config::load(file, flags)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -53,7 +56,8 @@ impl Ctx {
             .map_err(|e| Error::io("start the connector's runtime", e))?;
         let client = {
             let _g = rt.enter();
-            Arc::new(Client::new(&cfg.master_address, cfg.client.clone())?)
+            let token = locus_common::security::client_credential(&cfg.security)?;
+            Arc::new(Client::new(&cfg.master_address, cfg.client.clone(), token)?)
         };
         Ok(Ctx { rt, client, read_ahead: cfg.client.read_ahead_blocks })
     }
@@ -164,7 +168,7 @@ fn throw(env: &mut JNIEnv, e: &Error) {
     let class = match e.kind() {
         ErrorKind::NotFound => "java/io/FileNotFoundException",
         ErrorKind::AlreadyExists => "org/apache/hadoop/fs/FileAlreadyExistsException",
-        ErrorKind::PermissionDenied => "org/apache/hadoop/security/AccessControlException",
+        ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => "org/apache/hadoop/security/AccessControlException",
         ErrorKind::DirectoryNotEmpty => "org/apache/hadoop/fs/PathIsNotEmptyDirectoryException",
         _ => "java/io/IOException",
     };
@@ -320,10 +324,11 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_connect<'l>(
     _: JClass<'l>,
     master: JString<'l>,
     config_file: JString<'l>,
+    token_file: JString<'l>,
 ) -> jlong {
     call(&mut env, |env| {
-        let (m, f) = (string(env, &master)?, string(env, &config_file)?);
-        Ok(Arc::into_raw(Arc::new(Ctx::connect(&m, &f)?)) as jlong)
+        let (m, f, t) = (string(env, &master)?, string(env, &config_file)?, string(env, &token_file)?);
+        Ok(Arc::into_raw(Arc::new(Ctx::connect(&m, &f, &t)?)) as jlong)
     })
 }
 

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use locus_common::config::MasterConfig;
+use locus_common::security::{Secret, Verifier};
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use parking_lot::{Mutex, RwLock};
@@ -69,17 +70,22 @@ pub(crate) struct Inner {
     persist_wake: tokio::sync::Notify,
     /// The background jobs (persist, replication), for reports.
     jobs: Mutex<Vec<locus_common::job::JobWatch>>,
+    /// Checks callers' credentials; holds the cluster secret the master presents to workers.
+    verifier: Verifier,
 }
 
 /// Builds a [`Master`].
 pub struct MasterBuilder {
     cfg: MasterConfig,
     root_ufs: Option<String>,
+    secret: Secret,
 }
 
 impl MasterBuilder {
-    pub fn new(cfg: MasterConfig) -> Self {
-        MasterBuilder { cfg, root_ufs: None }
+    /// A master whose callers must present `secret` (workers) or its client token
+    /// (clients); see `locus_common::security`.
+    pub fn new(cfg: MasterConfig, secret: Secret) -> Self {
+        MasterBuilder { cfg, root_ufs: None, secret }
     }
     /// UFS mounted at `/` when the namespace is new. `None` leaves `/` without a mount,
     /// so every path must fall under an explicit mount.
@@ -103,6 +109,7 @@ impl MasterBuilder {
             persist: Mutex::new(persist::Tracker::default()),
             persist_wake: tokio::sync::Notify::new(),
             jobs: Mutex::new(Vec::new()),
+            verifier: Verifier::new(&self.secret),
         });
         let m = Master { inner };
         m.load_mounts()?;

@@ -113,7 +113,7 @@ impl Master {
         mounts.push(MountEntry { info: info.clone(), ufs });
         mounts.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
         tracing::info!(path = %info.path, uri = %info.uri, "mounted");
-        Ok(info)
+        Ok(redacted(info))
     }
 
     pub async fn unmount(&self, path: &str) -> Result<()> {
@@ -160,13 +160,7 @@ impl Master {
     pub fn mount_table(&self, secrets: bool) -> Vec<pb::MountInfo> {
         let mut v: Vec<pb::MountInfo> = self.inner.mounts.read().iter().map(|m| m.info.clone()).collect();
         if !secrets {
-            for m in &mut v {
-                for (k, val) in m.options.iter_mut() {
-                    if k.contains("secret") || k.contains("token") {
-                        *val = "***".into();
-                    }
-                }
-            }
+            v = v.into_iter().map(redacted).collect();
         }
         v.sort_by(|a, b| a.path.cmp(&b.path));
         v
@@ -180,5 +174,42 @@ impl Master {
             .find(|m| m.info.id == id)
             .map(|m| m.info.clone())
             .ok_or_else(|| Error::not_found(format!("mount {id} does not exist")))
+    }
+}
+
+/// A mount as clients may see it: option values that are credentials become `***`.
+/// Only the services (`GetMount`, for workers) get the real values.
+pub(crate) fn redacted(mut info: pb::MountInfo) -> pb::MountInfo {
+    for (k, val) in info.options.iter_mut() {
+        let k = k.to_ascii_lowercase();
+        if ["secret", "token", "password", "credential", "session"].iter().any(|w| k.contains(w)) {
+            *val = "***".into();
+        }
+    }
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_redacted_for_clients() {
+        let mut info = pb::MountInfo { path: "/s3".into(), uri: "s3://b/".into(), ..Default::default() };
+        for (k, v) in [
+            ("secret_access_key", "S1"),
+            ("session_token", "S2"),
+            ("Password", "S3"),
+            ("access_key_id", "AKIA"),
+            ("endpoint", "http://127.0.0.1:9000"),
+        ] {
+            info.options.insert(k.into(), v.into());
+        }
+        let r = redacted(info);
+        for k in ["secret_access_key", "session_token", "Password"] {
+            assert_eq!(r.options[k], "***", "{k}");
+        }
+        assert_eq!(r.options["access_key_id"], "AKIA");
+        assert_eq!(r.options["endpoint"], "http://127.0.0.1:9000");
     }
 }

@@ -487,7 +487,7 @@ impl Master {
                 user_metadata,
                 ..Default::default()
             };
-            let r = call_worker(&best.data_address, pb::data_request::Req::Persist(req)).await?;
+            let r = self.call_worker(&best.data_address, pb::data_request::Req::Persist(req)).await?;
             UfsStatus { path: String::new(), is_dir: false, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms }
         };
         if st.length != rec.length {
@@ -581,7 +581,7 @@ impl Master {
             length: rec.length,
             ..Default::default()
         };
-        let r = call_worker(&worker.data_address, pb::data_request::Req::Persist(req)).await?;
+        let r = self.call_worker(&worker.data_address, pb::data_request::Req::Persist(req)).await?;
         let st = UfsStatus { path: String::new(), is_dir: false, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms };
         let fingerprint = st.fingerprint();
         self.commit(move |_, w, _| {
@@ -668,13 +668,17 @@ fn pending_of(op: &pb::PersistOp) -> Pending {
     }
 }
 
-/// One request to a worker's data path, answered by one frame.
-pub(crate) async fn call_worker(addr: &str, req: pb::data_request::Req) -> Result<pb::DataResponse> {
-    let mut s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
-    let _ = s.set_nodelay(true);
-    locus_proto::exchange(&mut s, pb::DataRequest { req: Some(req) })
-        .await
-        .map_err(|e| e.context(format!("worker {addr}")))
+impl Master {
+    /// One request to a worker's data path (authenticated with the cluster secret),
+    /// answered by one frame.
+    pub(crate) async fn call_worker(&self, addr: &str, req: pb::data_request::Req) -> Result<pb::DataResponse> {
+        let mut s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
+        let _ = s.set_nodelay(true);
+        locus_proto::authenticate(&mut s, self.inner.verifier.secret()).await?;
+        locus_proto::exchange(&mut s, pb::DataRequest { req: Some(req) })
+            .await
+            .map_err(|e| e.context(format!("worker {addr}")))
+    }
 }
 
 /// Start the scheduler job.

@@ -18,7 +18,6 @@ use locus_common::job::Job;
 use locus_proto::pb;
 use redb::ReadableTable;
 
-use crate::persist::call_worker;
 use crate::store::*;
 use crate::{Master, is_persisted};
 
@@ -188,7 +187,8 @@ impl Master {
         let results: Vec<(u64, Result<()>)> = futures::stream::iter(tasks)
             .map(|t| async move {
                 let req = pb::ReplicateRequest { block_id: t.block_id, length: t.length, sources: t.sources };
-                let r = call_worker(&t.target.data_address, pb::data_request::Req::Replicate(req)).await.map(|_| ());
+                let r =
+                    self.call_worker(&t.target.data_address, pb::data_request::Req::Replicate(req)).await.map(|_| ());
                 (t.block_id, r)
             })
             .buffer_unordered(CONCURRENCY)

@@ -2,9 +2,11 @@
 //! `locus_proto::to_status` (the one place for that mapping).
 
 use locus_common::Result;
+use locus_proto::auth::{ServerAuth, require_service};
 use locus_proto::pb::{self, master_server::MasterServer};
 use locus_proto::to_status;
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use crate::Master;
@@ -23,8 +25,10 @@ pub(crate) async fn serve(
     // No Nagle: a reply that spans two segments would otherwise wait out the client's
     // delayed ACK (40 ms per listing page).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    // Every call must carry the cluster secret or the client token (`ServerAuth`).
+    let auth = ServerAuth::new(master.inner.verifier.clone());
     tonic::transport::Server::builder()
-        .add_service(MasterServer::new(master).max_decoding_message_size(16 << 20))
+        .add_service(InterceptedService::new(MasterServer::new(master).max_decoding_message_size(16 << 20), auth))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|e| locus_common::Error::internal(format!("master rpc server: {e}")))
@@ -92,6 +96,8 @@ impl pb::master_server::Master for Master {
         ok(Ok(pb::MountTable { mounts: self.mount_table(false) }))
     }
     async fn get_mount(&self, r: Request<pb::GetMountRequest>) -> R<pb::MountInfo> {
+        // With the UFS credentials: for workers only.
+        require_service(&r, "GetMount")?;
         ok(Master::get_mount(self, r.into_inner().mount_id))
     }
     async fn get_workers(&self, _: Request<pb::Empty>) -> R<pb::WorkerList> {
@@ -101,14 +107,17 @@ impl pb::master_server::Master for Master {
         ok(Ok(self.report()))
     }
     async fn register_worker(&self, r: Request<pb::RegisterWorkerRequest>) -> R<pb::RegisterWorkerResponse> {
+        require_service(&r, "RegisterWorker")?;
         ok(Master::register_worker(self, r.into_inner())
             .await
             .map(|worker_id| pb::RegisterWorkerResponse { worker_id, cluster_id: self.cluster_id() }))
     }
     async fn worker_heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> R<pb::HeartbeatResponse> {
+        require_service(&r, "WorkerHeartbeat")?;
         ok(self.heartbeat(r.into_inner()))
     }
     async fn commit_blocks(&self, r: Request<pb::CommitBlocksRequest>) -> R<pb::Empty> {
+        require_service(&r, "CommitBlocks")?;
         ok(Master::commit_blocks(self, r.into_inner()).await.map(|_| pb::Empty {}))
     }
 }

@@ -192,11 +192,18 @@ pub fn decode<M: Stored>(b: &[u8]) -> Result<M> {
 
 impl Store {
     pub fn open(dir: &Path, cache_bytes: usize) -> Result<Store> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        // The namespace (and the mounts' UFS credentials) are for this user only.
+        use std::os::unix::fs::PermissionsExt;
+        locus_common::security::create_private_dir(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io(format!("chmod 700 {}", dir.display()), e))?;
+        let file = dir.join("meta.redb");
         let db = Database::builder()
             .set_cache_size(cache_bytes)
-            .create(dir.join("meta.redb"))
+            .create(&file)
             .map_err(|e| db_err(format!("open {}: {e}", dir.display())))?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::io(format!("chmod 600 {}", file.display()), e))?;
         let db = std::sync::Arc::new(db);
         let (tx, rx) = std::sync::mpsc::channel();
         let d2 = db.clone();

@@ -3,6 +3,7 @@
 //! trip every client of a worker's data path (the client, a worker forwarding to a replica
 //! or reading from a peer) goes through.
 
+use locus_common::security::{Role, Secret, Verifier, unauthenticated};
 use locus_common::{Error, Result};
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -72,6 +73,36 @@ pub async fn read_response<S: AsyncRead + Unpin>(s: &mut S) -> Result<pb::DataRe
         .await?
         .ok_or_else(|| Error::unavailable("the worker closed the connection before answering"))?
         .into_result()
+}
+
+/// Present `token` on a new data-path connection: the auth frame, not flushed (it leaves
+/// with the first request, so authenticating costs no round trip).
+pub async fn authenticate<S: AsyncWrite + Unpin>(s: &mut S, token: &Secret) -> Result<()> {
+    let req =
+        pb::DataRequest { req: Some(pb::data_request::Req::Auth(pb::AuthRequest { token: token.expose().into() })) };
+    write_frame(s, &req).await
+}
+
+/// A worker's check of a new connection's first frame: the role its credential proves.
+/// A connection that presents none, or a wrong one, gets an `Unauthenticated` error
+/// frame (the caller's answer) and must be closed; the refusal is logged with `peer`.
+pub async fn accept_auth<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, v: &Verifier, peer: &str) -> Result<Role> {
+    let first: Option<pb::DataRequest> = read_frame(s).await?;
+    let role = match first {
+        None => return Err(Error::unavailable("connection closed before it authenticated")),
+        Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)) }) => v.role(&a.token),
+        Some(_) => None,
+    };
+    match role {
+        Some(r) => Ok(r),
+        None => {
+            tracing::warn!(peer, "refused a data-path connection: missing or wrong cluster credentials");
+            let e = unauthenticated("data path");
+            let _ = write_frame(s, &pb::DataResponse::error(&e)).await;
+            let _ = s.flush().await;
+            Err(e)
+        }
+    }
 }
 
 /// One request and its answer ([`send_request`], then [`read_response`]).
@@ -196,6 +227,32 @@ mod tests {
         let got = got.unwrap_err();
         assert_eq!(got.kind(), ErrorKind::Unavailable);
         assert!(got.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn only_a_valid_credential_opens_a_connection() {
+        let secret = Secret::generate();
+        let v = Verifier::new(&secret);
+        for (token, want) in [(secret.clone(), Some(Role::Service)), (secret.client_token(), Some(Role::Client))] {
+            let (mut c, mut w) = tokio::io::duplex(1 << 16);
+            authenticate(&mut c, &token).await.unwrap();
+            assert_eq!(accept_auth(&mut w, &v, "test").await.ok(), want);
+        }
+        // A wrong token, or a request without one, is answered with an error and refused.
+        let other = Secret::generate();
+        for first in [
+            pb::DataRequest {
+                req: Some(pb::data_request::Req::Auth(pb::AuthRequest { token: other.expose().into() })),
+            },
+            pb::data_request::Req::Hello(pb::Empty {}).into(),
+        ] {
+            let (mut c, mut w) = tokio::io::duplex(1 << 16);
+            write_frame(&mut c, &first).await.unwrap();
+            let e = accept_auth(&mut w, &v, "test").await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unauthenticated);
+            let e = read_response(&mut c).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unauthenticated);
+        }
     }
 
     #[tokio::test]

@@ -10,12 +10,13 @@ pub mod pb {
     tonic::include_proto!("locus.v1");
 }
 
+pub mod auth;
 mod data;
 mod enums;
 
 pub use data::{
-    MAX_FRAME, RECV_LOWAT, end_chunks, exchange, expect_bytes, read_frame, read_response, send_request, write_chunk,
-    write_frame,
+    MAX_FRAME, RECV_LOWAT, accept_auth, authenticate, end_chunks, exchange, expect_bytes, read_frame, read_response,
+    send_request, write_chunk, write_frame,
 };
 use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind};
@@ -47,6 +48,7 @@ fn kind_to_code(kind: ErrorKind) -> tonic::Code {
         ErrorKind::AlreadyExists => Code::AlreadyExists,
         ErrorKind::InvalidArgument => Code::InvalidArgument,
         ErrorKind::PermissionDenied => Code::PermissionDenied,
+        ErrorKind::Unauthenticated => Code::Unauthenticated,
         ErrorKind::ResourceExhausted => Code::ResourceExhausted,
         ErrorKind::FailedPrecondition | ErrorKind::DirectoryNotEmpty => Code::FailedPrecondition,
         ErrorKind::Unavailable => Code::Unavailable,
@@ -63,7 +65,8 @@ fn code_to_kind(code: tonic::Code) -> ErrorKind {
         Code::NotFound => ErrorKind::NotFound,
         Code::AlreadyExists => ErrorKind::AlreadyExists,
         Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidArgument,
-        Code::PermissionDenied | Code::Unauthenticated => ErrorKind::PermissionDenied,
+        Code::PermissionDenied => ErrorKind::PermissionDenied,
+        Code::Unauthenticated => ErrorKind::Unauthenticated,
         Code::ResourceExhausted => ErrorKind::ResourceExhausted,
         Code::FailedPrecondition => ErrorKind::FailedPrecondition,
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => ErrorKind::Unavailable,

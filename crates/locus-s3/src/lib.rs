@@ -231,7 +231,10 @@ pub(crate) fn s3_error(e: Error, not_found: S3ErrorCode) -> S3Error {
         ErrorKind::PermissionDenied => S3ErrorCode::AccessDenied,
         ErrorKind::FailedPrecondition | ErrorKind::DirectoryNotEmpty => S3ErrorCode::InvalidRequest,
         ErrorKind::ResourceExhausted | ErrorKind::Unavailable => S3ErrorCode::ServiceUnavailable,
-        ErrorKind::Ufs | ErrorKind::Corrupt | ErrorKind::Io | ErrorKind::Internal => S3ErrorCode::InternalError,
+        // The gateway's own credential was refused: its configuration, not the caller's request.
+        ErrorKind::Unauthenticated | ErrorKind::Ufs | ErrorKind::Corrupt | ErrorKind::Io | ErrorKind::Internal => {
+            S3ErrorCode::InternalError
+        }
     };
     if code == S3ErrorCode::InternalError || code == S3ErrorCode::ServiceUnavailable {
         tracing::warn!(error = %e, "gateway request failed");

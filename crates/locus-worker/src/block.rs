@@ -132,6 +132,7 @@ impl Inner {
                     TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
                 let _ = s.set_nodelay(true);
                 let mut s = tokio::io::BufReader::with_capacity(1 << 20, s);
+                locus_proto::authenticate(&mut s, self.verifier.secret()).await?;
                 let r = exchange(&mut s, pb::data_request::Req::Read(req)).await?;
                 Ok(BlockSource::Peer { sock: s, left: length, crc: r.has_crc.then_some(r.crc32c) })
             }

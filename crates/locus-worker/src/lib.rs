@@ -16,14 +16,15 @@ use std::time::Duration;
 use locus_blockstore::BlockStore;
 use locus_common::config::{TierAlias, TierConfig, WorkerConfig};
 use locus_common::job::Job;
+use locus_common::security::{Secret, Verifier};
 use locus_common::{Error, Result};
+use locus_proto::auth::AuthedMasterClient;
 use locus_proto::from_status;
-use locus_proto::pb::{self, master_client::MasterClient};
+use locus_proto::pb;
 use locus_ufs::Ufs;
 use parking_lot::Mutex;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
-use tonic::transport::Channel;
 
 mod block;
 mod heartbeat;
@@ -52,7 +53,9 @@ struct Counters {
 struct Inner {
     cfg: WorkerConfig,
     store: BlockStore,
-    master: MasterClient<Channel>,
+    master: AuthedMasterClient,
+    /// Checks callers of the data path; holds the secret this worker presents.
+    verifier: Verifier,
     id: AtomicU64,
     data_address: String,
     uds_path: Option<PathBuf>,
@@ -70,21 +73,21 @@ struct Inner {
 pub struct WorkerBuilder {
     cfg: WorkerConfig,
     master_address: String,
+    secret: Secret,
 }
 
 impl WorkerBuilder {
-    pub fn new(cfg: WorkerConfig, master_address: impl Into<String>) -> Self {
-        WorkerBuilder { cfg, master_address: master_address.into() }
+    /// A worker of the master at `master_address`, presenting the cluster `secret` to it
+    /// and to other workers, and accepting callers that present it or its client token.
+    pub fn new(cfg: WorkerConfig, master_address: impl Into<String>, secret: Secret) -> Self {
+        WorkerBuilder { cfg, master_address: master_address.into(), secret }
     }
 
     /// Open the block store, bind the data listener and the Unix socket, and start.
     /// Registration with the master is retried in the background until it succeeds.
     pub async fn start(self) -> Result<Worker> {
         let data_dir = self.cfg.data_dir.clone();
-        blocking(move || {
-            std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(format!("create {}", data_dir.display()), e))
-        })
-        .await??;
+        blocking(move || locus_common::security::create_private_dir(&data_dir)).await??;
         let listener = TcpListener::bind(&self.cfg.data_address)
             .await
             .map_err(|e| Error::io(format!("bind worker data address {}", self.cfg.data_address), e))?;
@@ -126,7 +129,8 @@ impl WorkerBuilder {
             data_address: local.to_string(),
             cfg,
             store,
-            master: MasterClient::new(channel),
+            master: locus_proto::auth::master_client(channel, &self.secret)?,
+            verifier: Verifier::new(&self.secret),
             id: AtomicU64::new(saved_id.unwrap_or(0)),
             uds_path,
             counters: Counters::default(),
@@ -279,7 +283,7 @@ impl Inner {
         blocking(move || f(&store)).await?
     }
 
-    fn master(&self) -> MasterClient<Channel> {
+    fn master(&self) -> AuthedMasterClient {
         self.master.clone()
     }
 

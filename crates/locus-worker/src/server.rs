@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use locus_common::{Error, ErrorKind};
-use locus_proto::{pb, read_frame, write_frame};
+use locus_proto::{accept_auth, pb, read_frame, write_frame};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
@@ -15,7 +15,7 @@ use crate::{DropOffRuntime, Inner};
 
 pub(crate) async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
     loop {
-        let (sock, _) = tokio::select! {
+        let (sock, peer) = tokio::select! {
             r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "accept"); continue } },
             _ = stop.changed() => return,
         };
@@ -26,7 +26,11 @@ pub(crate) async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop
             let mut s = sock;
             // A stopping worker drops its connections mid-stream, as a crash would.
             tokio::select! {
-                _ = serve_conn(inner, &mut s) => {}
+                _ = async {
+                    if accept_auth(&mut s, &inner.verifier, &peer.to_string()).await.is_ok() {
+                        serve_conn(inner.clone(), &mut s).await
+                    }
+                } => {}
                 _ = stop.changed() => {}
             }
         });
@@ -50,6 +54,7 @@ async fn serve_conn(inner: Arc<Inner>, s: &mut TcpStream) {
             Some(pb::data_request::Req::Lease(_)) => {
                 Err(Error::invalid("leases are granted over the Unix socket only"))
             }
+            Some(pb::data_request::Req::Auth(_)) => Err(Error::invalid("a connection authenticates once, first")),
             None => Err(Error::invalid("empty data request")),
         };
         if let Err(e) = res {
@@ -81,7 +86,11 @@ pub(crate) async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut sto
         let mut stop = stop.clone();
         tokio::spawn(async move {
             tokio::select! {
-                _ = serve_lease_conn(inner, &mut sock) => {}
+                _ = async {
+                    if accept_auth(&mut sock, &inner.verifier, "unix socket").await.is_ok() {
+                        serve_lease_conn(inner.clone(), &mut sock).await
+                    }
+                } => {}
                 _ = stop.changed() => {}
             }
         });

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use locus_blockstore::BlockStore;
 use locus_common::config::WriteType;
+use locus_common::security::Secret;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk, write_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -51,7 +52,7 @@ impl Inner {
                 write_type: if wt.writes_ufs() { pb::WriteType::MustCache.into() } else { w.write_type },
                 ..w.clone()
             };
-            match forward_write(next, req).await {
+            match forward_write(next, req, self.verifier.secret()).await {
                 Ok(d) => down = Some(d),
                 Err(e) => {
                     if let Some(u) = ufs_writer.take() {
@@ -273,7 +274,7 @@ type Forward = (tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<Result
 
 /// Open the write to the next worker of a pipeline; chunks sent to the returned channel
 /// go to it, and the task's result is its answer once the channel closes.
-async fn forward_write(next: pb::WorkerAddress, req: pb::WriteFileRequest) -> Result<Forward> {
+async fn forward_write(next: pb::WorkerAddress, req: pb::WriteFileRequest, secret: &Secret) -> Result<Forward> {
     let id = next.worker_id;
     let ctx = move |e: Error| replica_err(id, e);
     let s = TcpStream::connect(&next.data_address)
@@ -281,6 +282,7 @@ async fn forward_write(next: pb::WorkerAddress, req: pb::WriteFileRequest) -> Re
         .map_err(|e| Error::io(format!("connect to replica worker {}", next.data_address), e))?;
     let _ = s.set_nodelay(true);
     let mut s = tokio::io::BufWriter::with_capacity(1 << 20, s);
+    locus_proto::authenticate(&mut s, secret).await.map_err(ctx)?;
     exchange(&mut s, pb::data_request::Req::Write(req)).await.map_err(ctx)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let task = tokio::spawn(async move {

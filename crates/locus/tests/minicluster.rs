@@ -549,6 +549,7 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
         drop(s);
     }
     let mut s = tokio::net::TcpStream::connect(c.worker(0).unwrap().data_address()).await.unwrap();
+    locus_proto::authenticate(&mut s, &c.client_token()).await.unwrap();
     s.write_all(&5u32.to_be_bytes()).await.unwrap();
     s.write_all(b"\xff\xff\xff\xff\xff").await.unwrap();
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
@@ -560,6 +561,7 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
     assert_eq!(c.client(ClientConfig::default()).unwrap().report().await.unwrap().workers.len(), 1);
     // A read range beyond its block is refused with an error frame; the worker stays up.
     let mut s = tokio::net::TcpStream::connect(c.worker(0).unwrap().data_address()).await.unwrap();
+    locus_proto::authenticate(&mut s, &c.client_token()).await.unwrap();
     let req = pb::ReadBlockRequest { block_id: 1, offset: 10, length: 10, block_length: 5, ..Default::default() };
     locus_proto::write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await.unwrap();
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();

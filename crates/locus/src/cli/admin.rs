@@ -16,11 +16,23 @@ use super::{Global, human, runtime};
 
 #[derive(Args)]
 pub struct MountArgs {
+    /// Locus path to mount at (e.g. /s3). With no PATH and URI, list the mounts.
     pub path: Option<String>,
+    /// The UFS: s3://bucket[/prefix] or file:///dir.
     pub uri: Option<String>,
-    /// key=value, e.g. endpoint=http://127.0.0.1:9000, access_key_id=..., secret_access_key=...
-    #[arg(long = "option")]
+    /// key=value, e.g. endpoint=http://127.0.0.1:9000, region=us-east-1. Repeatable. Put
+    /// credentials in --option-file or --option-env instead: arguments show in `ps`.
+    #[arg(long = "option", value_name = "KEY=VALUE")]
     pub options: Vec<String>,
+    /// A file of key=value lines (# comments), e.g. access_key_id and secret_access_key;
+    /// keep it mode 600.
+    #[arg(long, value_name = "FILE")]
+    pub option_file: Option<std::path::PathBuf>,
+    /// key=VAR: the option's value is environment variable VAR of this command, e.g.
+    /// secret_access_key=AWS_SECRET_ACCESS_KEY. Repeatable.
+    #[arg(long = "option-env", value_name = "KEY=VAR")]
+    pub option_env: Vec<String>,
+    /// Refuse writes under this mount.
     #[arg(long)]
     pub readonly: bool,
     /// How old metadata may get before it is checked against the UFS (e.g. 30s).
@@ -29,13 +41,45 @@ pub struct MountArgs {
     /// Default write type of writes under this mount (else the cluster's).
     #[arg(long)]
     pub write_type: Option<String>,
+    /// List the mounts as JSON lines (credentials redacted).
     #[arg(long)]
     pub json: bool,
 }
 
+/// The mount options of the command line: the file's, then --option-env's, then
+/// --option's (a later source overrides an earlier one for the same key).
+fn mount_options(a: &MountArgs) -> Result<HashMap<String, String>, Error> {
+    let mut opts = HashMap::new();
+    if let Some(p) = &a.option_file {
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| Error::invalid(format!("cannot read --option-file {}: {e}", p.display())))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| Error::invalid(format!("{} line {}: not key=value", p.display(), n + 1)))?;
+            opts.insert(k.trim().to_string(), v.trim().to_string());
+        }
+    }
+    for o in &a.option_env {
+        let (k, var) = o.split_once('=').ok_or_else(|| Error::invalid(format!("--option-env {o:?} is not KEY=VAR")))?;
+        let v = std::env::var(var)
+            .map_err(|_| Error::invalid(format!("--option-env {k}: environment variable {var} is not set")))?;
+        opts.insert(k.to_string(), v);
+    }
+    for o in &a.options {
+        let (k, v) = o.split_once('=').ok_or_else(|| Error::invalid(format!("option {o:?} is not key=value")))?;
+        opts.insert(k.to_string(), v.to_string());
+    }
+    Ok(opts)
+}
+
 /// Mount a UFS at a path; with no path and URI, list the mounts.
 pub async fn mount(c: &Client, a: &MountArgs) -> Result<()> {
-    let MountArgs { path, uri, options, readonly, sync_interval, write_type, json: as_json } = a;
+    let MountArgs { path, uri, readonly, sync_interval, write_type, json: as_json, .. } = a;
     let (Some(path), Some(uri)) = (path, uri) else {
         let t = c.mount_table().await?;
         for m in t {
@@ -56,11 +100,7 @@ pub async fn mount(c: &Client, a: &MountArgs) -> Result<()> {
         }
         return Ok(());
     };
-    let mut opts = HashMap::new();
-    for o in options {
-        let (k, v) = o.split_once('=').ok_or_else(|| Error::invalid(format!("option {o:?} is not key=value")))?;
-        opts.insert(k.to_string(), v.to_string());
-    }
+    let opts = mount_options(a)?;
     let sync_interval_ms = match sync_interval {
         Some(s) => {
             let d: Duration =
@@ -93,7 +133,7 @@ pub async fn unmount(c: &Client, path: &str) -> Result<()> {
 pub fn report(g: &Global, as_json: bool) -> Result<()> {
     let cfg = g.load_config([])?;
     runtime()?.block_on(async move {
-        let c = Client::new(&cfg.master_address, cfg.client.clone())?;
+        let c = super::client(&cfg)?;
         let r = c.report().await?;
         let mounts = c.mount_table().await?;
         let j = locus_proto::report_json(&r, &mounts);

@@ -163,7 +163,7 @@ pub fn run(g: &Global, fs: &FsArgs) -> Result<()> {
         ("client.locality", fs.remote.then(|| json!(Locality::Remote))),
     ])?;
     runtime()?.block_on(async move {
-        let c = Client::new(&cfg.master_address, cfg.client.clone())?;
+        let c = super::client(&cfg)?;
         run_fs(&c, &fs.cmd).await
     })
 }

@@ -78,6 +78,7 @@ pub fn run(g: &Global, cmd: &LocalCmd) -> Result<()> {
             }
         }
         println!("  data dir     {}", c.data_dir().display());
+        println!("  client token {} (clients in another directory: --token-file)", c.security().token_file.display());
         println!("Press Ctrl-C to stop.");
         wait_for_signal().await;
         println!("stopping");

@@ -26,6 +26,15 @@ pub struct Global {
     /// Master RPC address host:port (also LOCUS_MASTER; default 127.0.0.1:19998).
     #[arg(long, global = true)]
     pub master: Option<String>,
+    /// Client token file that clients present to the cluster (also security.token_file /
+    /// LOCUS_SECURITY__TOKEN_FILE; default ./locus-data/client.token).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Cluster secret file of the master and workers (also security.secret_file /
+    /// LOCUS_SECURITY__SECRET_FILE; default ./locus-data/cluster.secret; a master makes it
+    /// when missing).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
 }
 
 impl Global {
@@ -36,6 +45,12 @@ impl Global {
         if let Some(m) = &self.master {
             f = f.merge(Serialized::default("master_address", m));
         }
+        if let Some(p) = &self.token_file {
+            f = f.merge(Serialized::default("security.token_file", p));
+        }
+        if let Some(p) = &self.secret_file {
+            f = f.merge(Serialized::default("security.secret_file", p));
+        }
         for (k, v) in flags {
             if let Some(v) = v {
                 f = f.merge(Serialized::default(k, v));
@@ -43,6 +58,12 @@ impl Global {
         }
         Ok(Config::load(self.config.as_deref(), f)?)
     }
+}
+
+/// A client of the configured master, presenting the configured client token.
+pub fn client(cfg: &Config) -> Result<locus_client::Client> {
+    let token = locus_common::security::client_credential(&cfg.security)?;
+    Ok(locus_client::Client::new(&cfg.master_address, cfg.client.clone(), token)?)
 }
 
 /// A flag's value for [`Global::load_config`], if it was given.
@@ -60,7 +81,7 @@ pub fn exit_code(e: &anyhow::Error) -> (i32, String) {
         ErrorKind::InvalidArgument => 2,
         ErrorKind::NotFound => 3,
         ErrorKind::AlreadyExists => 4,
-        ErrorKind::PermissionDenied => 5,
+        ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => 5,
         ErrorKind::ResourceExhausted => 6,
         ErrorKind::Unavailable => 7,
         _ => 1,

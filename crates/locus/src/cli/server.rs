@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use locus_client::Client;
 
 use super::{Global, flag, parse_tiers, print_gateway_auth, runtime, wait_for_signal};
 
@@ -61,10 +60,11 @@ pub fn master(g: &Global, a: &MasterArgs) -> Result<()> {
             Some(format!("file://{}", dir.display()))
         }
     };
+    let secret = locus_common::security::load_or_create_secret(&cfg.security)?;
     runtime()?.block_on(async move {
         let rpc = tokio::net::TcpListener::bind(&cfg.master.rpc_address).await.context("bind master rpc")?;
         let web = tokio::net::TcpListener::bind(&cfg.master.web_address).await.context("bind master web")?;
-        let m = locus_master::MasterBuilder::new(cfg.master.clone()).root_ufs(root).build().await?;
+        let m = locus_master::MasterBuilder::new(cfg.master.clone(), secret).root_ufs(root).build().await?;
         println!("master rpc  {}", rpc.local_addr()?);
         println!("status page http://{}/  metrics http://{}/metrics", web.local_addr()?, web.local_addr()?);
         m.serve(rpc, web, wait_for_signal()).await?;
@@ -79,8 +79,10 @@ pub fn worker(g: &Global, a: &WorkerArgs) -> Result<()> {
         cfg.worker.tiers = parse_tiers(&a.tiers)?;
     }
     locus_common::init_logging(cfg.log_json);
+    let secret = locus_common::security::wait_for_secret(&cfg.security, std::time::Duration::from_secs(30))?;
     runtime()?.block_on(async move {
-        let w = locus_worker::WorkerBuilder::new(cfg.worker.clone(), cfg.master_address.clone()).start().await?;
+        let w =
+            locus_worker::WorkerBuilder::new(cfg.worker.clone(), cfg.master_address.clone(), secret).start().await?;
         println!("worker data {}  uds {:?}  master {}", w.data_address(), w.uds_path(), cfg.master_address);
         wait_for_signal().await;
         w.shutdown().await;
@@ -92,7 +94,7 @@ pub fn gateway(g: &Global, a: &GatewayArgs) -> Result<()> {
     let cfg = g.load_config([("gateway.address", flag(&a.address))])?;
     locus_common::init_logging(cfg.log_json);
     runtime()?.block_on(async move {
-        let client = Arc::new(Client::new(&cfg.master_address, cfg.client.clone())?);
+        let client = Arc::new(super::client(&cfg)?);
         let gw = locus_s3::GatewayBuilder::new(client, cfg.gateway.clone()).build()?;
         let listener = gw.bind().await?;
         println!("s3 gateway  http://{}  master {}", listener.local_addr()?, cfg.master_address);

@@ -27,6 +27,8 @@ import org.apache.hadoop.util.Progressable;
  *       LOCUS_MASTER, else the Locus config's master_address, 127.0.0.1:19998);
  *   <li>{@code fs.locus.config}: a Locus TOML config file for the client settings (else
  *       LOCUS_CONFIG); LOCUS_* variables apply as for the CLI;
+ *   <li>{@code fs.locus.token.file}: the cluster's client token file (else the config's
+ *       security.token_file, LOCUS_SECURITY__TOKEN_FILE, ./locus-data/client.token);
  *   <li>{@code fs.locus.read.buffer} and {@code fs.locus.write.buffer}: bytes per native
  *       read and per chunk written, 4 MiB each by default.
  * </ul>
@@ -59,7 +61,8 @@ public class LocusFileSystem extends FileSystem {
       master = conf.get("fs.locus.master", "");
     }
     String config = conf.get("fs.locus.config", "");
-    ctx = LocusNative.connect(master, config);
+    String tokenFile = conf.get("fs.locus.token.file", "");
+    ctx = LocusNative.connect(master, config, tokenFile);
     uri = URI.create("locus://" + (name.getAuthority() == null ? "" : name.getAuthority()) + "/");
     workingDir = new Path("/");
     readBuffer = conf.getInt("fs.locus.read.buffer", 4 << 20);

@@ -28,8 +28,11 @@ final class LocusNative {
     loaded = true;
   }
 
-  /** A connection to the master at {@code master} (empty: the configured default). */
-  static native long connect(String master, String configFile) throws IOException;
+  /**
+   * A connection to the master at {@code master} (empty: the configured default),
+   * presenting the client token in {@code tokenFile} (empty: the configured one).
+   */
+  static native long connect(String master, String configFile, String tokenFile) throws IOException;
 
   static native void close(long ctx);
 

@@ -1,0 +1,300 @@
+//! The cluster's credentials: one secret, two roles.
+//!
+//! - The **cluster secret** (`security.secret_file`, 32 random bytes in hex, mode 0600) is
+//!   what the services hold: the master and the workers. It authenticates a worker to the
+//!   master (registration, heartbeats, block commits, and `GetMount`, which returns a
+//!   mount's UFS credentials) and services to each other's data paths.
+//! - The **client token** (`security.token_file`) is derived from it,
+//!   HMAC-SHA256(secret, `"locus client token v1"`), so the services can check it without
+//!   storing it. Clients (the CLI, the S3 gateway, the Hadoop connector) present it to
+//!   the master and to workers. It grants every namespace and data call, and never the
+//!   services' calls: a client cannot read a mount's UFS credentials or pose as a worker.
+//!
+//! A master that finds no secret file makes one (and the token file beside the
+//! configured path); a worker waits for it, so a master and workers started together on
+//! one host share it with no set-up. On several hosts, copy `cluster.secret` to each
+//! worker and `client.token` to each client host (see README, "Security").
+//!
+//! Neither value is ever logged: [`Secret`]'s `Debug` and `Display` print a redaction.
+
+use std::fmt;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::config::SecurityConfig;
+use crate::{Error, ErrorKind, Result};
+
+/// The label the client token is derived under (a new label makes new tokens).
+const CLIENT_TOKEN_LABEL: &[u8] = b"locus client token v1";
+
+/// A credential's text. Compared in constant time; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Secret {
+    /// A secret from its text (surrounding whitespace dropped). Refuses one too short
+    /// to be a real secret.
+    pub fn new(text: &str) -> Result<Secret> {
+        let t = text.trim();
+        if t.len() < 16 {
+            return Err(Error::invalid("a cluster secret or client token must be at least 16 characters"));
+        }
+        if !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Error::invalid("a cluster secret or client token must be printable ASCII"));
+        }
+        Ok(Secret(t.to_string()))
+    }
+
+    /// A new random secret (32 bytes from the OS, in hex).
+    pub fn generate() -> Secret {
+        let bytes: [u8; 32] = rand::random();
+        Secret(hex(&bytes))
+    }
+
+    /// The text, for the wire (a header or an auth frame). Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `presented` is this secret, in time independent of where they differ.
+    pub fn matches(&self, presented: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+
+    /// The client token of this cluster secret.
+    pub fn client_token(&self) -> Secret {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.as_bytes()).expect("HMAC takes any key length");
+        mac.update(CLIENT_TOKEN_LABEL);
+        Secret(hex(&mac.finalize().into_bytes()))
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Who a caller proved to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A master or a worker: holds the cluster secret.
+    Service,
+    /// A client: holds the client token.
+    Client,
+}
+
+/// What the services check callers against: the cluster secret and its client token.
+#[derive(Clone, Debug)]
+pub struct Verifier {
+    secret: Secret,
+    client: Secret,
+}
+
+impl Verifier {
+    pub fn new(secret: &Secret) -> Verifier {
+        Verifier { secret: secret.clone(), client: secret.client_token() }
+    }
+
+    /// The role `presented` proves, if any.
+    pub fn role(&self, presented: &str) -> Option<Role> {
+        if self.secret.matches(presented) {
+            Some(Role::Service)
+        } else if self.client.matches(presented) {
+            Some(Role::Client)
+        } else {
+            None
+        }
+    }
+
+    /// The secret a service presents to other services.
+    pub fn secret(&self) -> &Secret {
+        &self.secret
+    }
+}
+
+/// The error a caller without valid credentials gets.
+pub fn unauthenticated(what: &str) -> Error {
+    Error::new(ErrorKind::Unauthenticated, format!("{what}: missing or wrong cluster credentials"))
+}
+
+/// Write `text` to `path` readable by this user only (0600), atomically: a temporary
+/// file beside it, renamed into place. Creates the parent directory (0700) if missing.
+pub fn write_private(path: &Path, text: &str) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_private_dir(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let r = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    r.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(format!("write {}", path.display()), e)
+    })
+}
+
+/// Create `dir` (and missing parents) with mode 0700 for the directories it makes.
+pub fn create_private_dir(dir: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| Error::io(format!("create {}", dir.display()), e))
+}
+
+/// Read a secret or token file. Warns (without the content) when others may read it.
+pub fn read_secret_file(path: &Path) -> Result<Secret> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let kind = if e.kind() == std::io::ErrorKind::NotFound { ErrorKind::NotFound } else { ErrorKind::Io };
+        Error::new(kind, format!("read {}: {e}", path.display()))
+    })?;
+    if let Ok(m) = std::fs::metadata(path)
+        && m.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(path = %path.display(), "credential file is readable by other users: chmod 600 it");
+    }
+    Secret::new(&text).map_err(|e| e.context(path.display()))
+}
+
+/// The master's secret: read `security.secret_file`, or make a new one there (and the
+/// client token at `security.token_file`) when it does not exist.
+pub fn load_or_create_secret(cfg: &SecurityConfig) -> Result<Secret> {
+    match read_secret_file(&cfg.secret_file) {
+        Ok(s) => {
+            if !cfg.token_file.exists() {
+                write_private(&cfg.token_file, s.client_token().expose())?;
+            }
+            Ok(s)
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            let s = Secret::generate();
+            write_private(&cfg.secret_file, s.expose())?;
+            write_private(&cfg.token_file, s.client_token().expose())?;
+            tracing::info!(secret = %cfg.secret_file.display(), token = %cfg.token_file.display(), "made a new cluster secret and client token");
+            Ok(s)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A worker's secret: `security.secret_file`, waiting up to `wait` for a master starting
+/// beside it to make the file.
+pub fn wait_for_secret(cfg: &SecurityConfig, wait: Duration) -> Result<Secret> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match read_secret_file(&cfg.secret_file) {
+            Err(e) if e.kind() == ErrorKind::NotFound && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::new(
+                    ErrorKind::Unauthenticated,
+                    format!(
+                        "no cluster secret at {} (the master makes it at first start; copy it here, or set \
+                         security.secret_file / LOCUS_SECURITY__SECRET_FILE)",
+                        cfg.secret_file.display()
+                    ),
+                ));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// A client's credential: the token file, else the client token of the secret file (a
+/// client on the master's host), else an error saying where it looked.
+pub fn client_credential(cfg: &SecurityConfig) -> Result<Secret> {
+    match read_secret_file(&cfg.token_file) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == ErrorKind::NotFound => match read_secret_file(&cfg.secret_file) {
+            Ok(s) => Ok(s.client_token()),
+            Err(e2) if e2.kind() == ErrorKind::NotFound => Err(Error::new(
+                ErrorKind::Unauthenticated,
+                format!(
+                    "no client token at {} (the master writes client.token beside its cluster secret; \
+                     set security.token_file or LOCUS_SECURITY__TOKEN_FILE to it)",
+                    cfg.token_file.display()
+                ),
+            )),
+            Err(e2) => Err(e2),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_follow_the_credential_presented() {
+        let s = Secret::generate();
+        let v = Verifier::new(&s);
+        assert_eq!(v.role(s.expose()), Some(Role::Service));
+        assert_eq!(v.role(s.client_token().expose()), Some(Role::Client));
+        assert_eq!(v.role(""), None);
+        assert_eq!(v.role(&s.expose()[1..]), None);
+        let mut wrong = s.expose().to_string();
+        wrong.replace_range(0..1, if wrong.starts_with('a') { "b" } else { "a" });
+        assert_eq!(v.role(&wrong), None);
+        // Another cluster's token is not this one's.
+        assert_eq!(v.role(Secret::generate().client_token().expose()), None);
+        assert_eq!(s.client_token(), s.client_token());
+        assert_ne!(s.client_token().expose(), s.expose());
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret::generate();
+        assert!(!format!("{s:?} {s}").contains(s.expose()));
+        assert!(!format!("{:?}", Verifier::new(&s)).contains(s.expose()));
+        assert!(Secret::new("short").is_err());
+        assert!(Secret::new("has a space inside it!!").is_err());
+    }
+
+    #[test]
+    fn files_are_private_and_made_once() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = SecurityConfig {
+            secret_file: d.path().join("sub/cluster.secret"),
+            token_file: d.path().join("sub/client.token"),
+        };
+        assert_eq!(client_credential(&cfg).unwrap_err().kind(), ErrorKind::Unauthenticated);
+        assert_eq!(wait_for_secret(&cfg, Duration::from_millis(150)).unwrap_err().kind(), ErrorKind::Unauthenticated);
+        let s = load_or_create_secret(&cfg).unwrap();
+        for p in [&cfg.secret_file, &cfg.token_file] {
+            assert_eq!(std::fs::metadata(p).unwrap().permissions().mode() & 0o777, 0o600, "{}", p.display());
+        }
+        assert_eq!(std::fs::metadata(d.path().join("sub")).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(load_or_create_secret(&cfg).unwrap(), s, "the secret is kept across starts");
+        assert_eq!(client_credential(&cfg).unwrap(), s.client_token());
+        assert_eq!(wait_for_secret(&cfg, Duration::ZERO).unwrap(), s);
+        // Without the token file, a client on the master's host derives it.
+        std::fs::remove_file(&cfg.token_file).unwrap();
+        assert_eq!(client_credential(&cfg).unwrap(), s.client_token());
+    }
+}
