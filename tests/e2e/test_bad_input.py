@@ -224,10 +224,14 @@ def test_cli_errors_without_a_master(tmp):
     """No master at the address: a quick one-line 'unavailable' (exit 7); bad flags: exit 2."""
     from conftest import Locus, free_port
 
-    gone = Locus(f"127.0.0.1:{free_port()}")
+    token = tmp / "client.token"
+    token.write_text("0123456789abcdef" * 4)
+    gone = Locus(f"127.0.0.1:{free_port()}", token_file=token)
     for args in (("report", "--json"), ("fs", "ls", "/"), ("fs", "cat", "/x")):
         t0 = time.monotonic()
-        r = gone.run(*args, timeout=60)
+        # A client waits client.master_retry (default 30 s) for a restarting master; this
+        # one is told to give up after 2 s.
+        r = gone.run(*args, timeout=60, env={"LOCUS_CLIENT__MASTER_RETRY": "2s"})
         msg = assert_one_line_error(r, 7)
         assert gone.master in msg, msg
         assert time.monotonic() - t0 < 15, f"{args} took too long to give up"

@@ -218,10 +218,15 @@ def test_directory_rename_of_persisted_files_moves_the_objects(hcluster, spark):
     assert body == files["d/sub/b.txt"]
 
 
-def test_unreachable_master_is_a_clear_io_error(spark):
+def test_unreachable_master_is_a_clear_io_error(spark, tmp):
     jvm = spark._jvm
     conf = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
     conf.setBoolean("fs.locus.impl.disable.cache", True)
+    # A client waits client.master_retry (default 30 s) for a restarting master; this one
+    # gives up after 2 s.
+    cfg = tmp / "impatient.toml"
+    cfg.write_text('[client]\nmaster_retry = "2s"\n')
+    conf.set("fs.locus.config", str(cfg))
     fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("locus://127.0.0.1:1/"), conf)
     t = time.monotonic()
     with pytest.raises(Exception, match="cannot reach the master at 127.0.0.1:1"):

@@ -37,6 +37,26 @@ pub struct Client {
     conns: Mutex<HashMap<String, Vec<DataConn>>>,
 }
 
+/// When a master call that failed may be sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Sending it twice does what sending it once does (reads, pins, persist requests...).
+    Idempotent,
+    /// Only if it surely never reached the master (creates, deletes, renames, mounts).
+    IfNotSent,
+}
+
+/// Whether a transport failure happened while connecting, before the request went out.
+fn never_sent(s: &tonic::Status) -> bool {
+    let mut text = s.message().to_ascii_lowercase();
+    let mut src = std::error::Error::source(s);
+    while let Some(e) = src {
+        text.push_str(&e.to_string().to_ascii_lowercase());
+        src = e.source();
+    }
+    text.contains("connect")
+}
+
 fn rpc_err(addr: &str, s: tonic::Status) -> Error {
     if s.code() == tonic::Code::Unavailable && s.metadata().get("x-locus-kind").is_none() {
         return Error::unavailable(format!(
@@ -76,6 +96,44 @@ impl Client {
 
     fn m(&self) -> AuthedMasterClient {
         self.master.clone()
+    }
+
+    /// One master RPC, sent again with backoff while the master cannot be reached (a
+    /// restart), for up to `client.master_retry`; then a clear `Unavailable` error.
+    /// `retry` says when a call may be sent again: any idempotent call after any
+    /// transport failure; the others only when the connection was never made (so the
+    /// master never saw them).
+    pub(crate) async fn rpc<Req, T, F, Fut>(&self, retry: Retry, req: Req, f: F) -> Result<T>
+    where
+        Req: Clone,
+        F: Fn(AuthedMasterClient, Req) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let started = std::time::Instant::now();
+        let mut wait = Duration::from_millis(50);
+        loop {
+            let s = match f(self.m(), req.clone()).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) => s,
+            };
+            let unreachable = s.metadata().get("x-locus-kind").is_none()
+                && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
+            let again = unreachable && (retry == Retry::Idempotent || never_sent(&s));
+            if !again {
+                return Err(self.err(s));
+            }
+            if started.elapsed() + wait > self.cfg.master_retry {
+                return Err(Error::unavailable(format!(
+                    "cannot reach the master at {} (tried for {:?}, client.master_retry; is it running? set \
+                     --master or LOCUS_MASTER)",
+                    self.master_address,
+                    started.elapsed()
+                )));
+            }
+            tracing::debug!(status = %s.message(), "master unreachable; trying again");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(1));
+        }
     }
 
     fn err(&self, s: tonic::Status) -> Error {

@@ -5,12 +5,12 @@ use locus_common::Result;
 use locus_common::config::WriteType;
 use locus_proto::pb;
 
-use crate::Client;
+use crate::{Client, Retry};
 
 impl Client {
     pub async fn status(&self, path: &str, with_blocks: bool) -> Result<pb::FileInfo> {
         let r = pb::GetStatusRequest { path: path.into(), with_blocks };
-        Ok(self.m().get_status(r).await.map_err(|s| self.err(s))?.into_inner())
+        self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.get_status(r).await }).await
     }
 
     /// One page of a listing: entries after `start_after` (or from it, when `inclusive`)
@@ -23,7 +23,7 @@ impl Client {
         limit: u32,
     ) -> Result<(Vec<pb::FileInfo>, bool)> {
         let r = pb::ListStatusRequest { path: path.into(), start_after: start_after.into(), limit, inclusive };
-        let r = self.m().list_status(r).await.map_err(|s| self.err(s))?.into_inner();
+        let r = self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.list_status(r).await }).await?;
         Ok((r.entries, r.truncated))
     }
 
@@ -53,83 +53,88 @@ impl Client {
     }
 
     pub async fn mkdir(&self, path: &str, recursive: bool) -> Result<()> {
-        self.m().create_directory(pb::PathRequest { path: path.into(), recursive }).await.map_err(|s| self.err(s))?;
+        let r = pb::PathRequest { path: path.into(), recursive };
+        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.create_directory(r).await }).await?;
         Ok(())
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
-        self.m().delete(pb::PathRequest { path: path.into(), recursive }).await.map_err(|s| self.err(s))?;
+        let r = pb::PathRequest { path: path.into(), recursive };
+        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.delete(r).await }).await?;
         Ok(())
     }
 
     pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
-        self.m().rename(pb::RenameRequest { src: src.into(), dst: dst.into() }).await.map_err(|s| self.err(s))?;
+        let r = pb::RenameRequest { src: src.into(), dst: dst.into() };
+        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.rename(r).await }).await?;
         Ok(())
     }
 
     pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
-        Ok(self.m().mount(req).await.map_err(|s| self.err(s))?.into_inner())
+        self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.mount(r).await }).await
     }
 
     pub async fn unmount(&self, path: &str) -> Result<()> {
-        self.m().unmount(pb::PathRequest { path: path.into(), recursive: false }).await.map_err(|s| self.err(s))?;
+        let r = pb::PathRequest { path: path.into(), recursive: false };
+        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.unmount(r).await }).await?;
         Ok(())
     }
 
     pub async fn mount_table(&self) -> Result<Vec<pb::MountInfo>> {
-        Ok(self.m().get_mount_table(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner().mounts)
+        let t = self.rpc(Retry::Idempotent, pb::Empty {}, |mut m, r| async move { m.get_mount_table(r).await }).await?;
+        Ok(t.mounts)
     }
 
     pub async fn set_pinned(&self, path: &str, pinned: bool, recursive: bool) -> Result<u64> {
         let r = pb::SetPinnedRequest { path: path.into(), pinned, recursive };
-        Ok(self.m().set_pinned(r).await.map_err(|s| self.err(s))?.into_inner().count)
+        Ok(self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.set_pinned(r).await }).await?.count)
     }
 
     /// Queue the persist of a MUST_CACHE file; returns its status (see `persist_state`).
     pub async fn persist(&self, path: &str) -> Result<pb::FileInfo> {
         let r = pb::PathRequest { path: path.into(), recursive: false };
-        Ok(self.m().persist(r).await.map_err(|s| self.err(s))?.into_inner())
+        self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.persist(r).await }).await
     }
 
     pub async fn set_replication(&self, path: &str, min: u32, max: u32, recursive: bool) -> Result<u64> {
         let r = pb::SetReplicationRequest { path: path.into(), min, max, recursive };
-        Ok(self.m().set_replication(r).await.map_err(|s| self.err(s))?.into_inner().count)
+        Ok(self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.set_replication(r).await }).await?.count)
     }
 
     pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
         let r = pb::PathRequest { path: path.into(), recursive };
-        Ok(self.m().free(r).await.map_err(|s| self.err(s))?.into_inner().count)
+        Ok(self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.free(r).await }).await?.count)
     }
 
     /// Replace the object metadata of a file or directory (`tags_only`: just its tags).
     /// Default metadata clears it.
     pub async fn set_object_meta(&self, path: &str, meta: pb::ObjectMeta, tags_only: bool) -> Result<pb::FileInfo> {
         let r = pb::SetObjectMetaRequest { path: path.into(), meta: Some(meta), tags_only };
-        Ok(self.m().set_object_meta(r).await.map_err(|s| self.err(s))?.into_inner())
+        self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.set_object_meta(r).await }).await
     }
 
     pub async fn report(&self) -> Result<pb::Report> {
-        Ok(self.m().get_report(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner())
+        self.rpc(Retry::Idempotent, pb::Empty {}, |mut m, r| async move { m.get_report(r).await }).await
     }
 
     /// Create an empty file: one master call, no worker involved.
     pub async fn touch(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
         let wt = pb::WriteType::from_opt(write_type.or(self.cfg.write_type)).into();
         let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: true };
-        Ok(self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner())
+        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.create_file(r).await }).await
     }
 
     /// Create an empty file the way a data write does: CreateFile, then CompleteFile.
     pub async fn create_and_complete_empty(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
         let wt = pb::WriteType::from_opt(write_type.or(self.cfg.write_type)).into();
         let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: false };
-        let target = self.m().create_file(r).await.map_err(|s| self.err(s))?.into_inner();
+        let target = self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.create_file(r).await }).await?;
         let req = pb::CompleteFileRequest {
             path: target.path,
             version: target.version,
             write_type: target.write_type,
             ..Default::default()
         };
-        Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
+        self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.complete_file(r).await }).await
     }
 }

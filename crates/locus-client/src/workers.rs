@@ -11,7 +11,7 @@ use locus_proto::{authenticate, exchange, pb};
 use tokio::io::{BufReader, BufWriter};
 use tokio::net::{TcpStream, UnixStream};
 
-use crate::Client;
+use crate::{Client, Retry};
 
 /// How long the worker list is trusted before it is fetched again.
 const WORKER_LIST_TTL: Duration = Duration::from_secs(2);
@@ -35,7 +35,8 @@ impl Client {
                 return Ok(c.list.clone());
             }
         }
-        let list = self.m().get_workers(pb::Empty {}).await.map_err(|s| self.err(s))?.into_inner().workers;
+        let list =
+            self.rpc(Retry::Idempotent, pb::Empty {}, |mut m, r| async move { m.get_workers(r).await }).await?.workers;
         let mut c = self.workers.lock();
         c.list = list.clone();
         c.fetched = Some(Instant::now());
@@ -82,12 +83,20 @@ impl Client {
     /// Workers for a write that must end on `copies` of them (0 = min(2, live)): a
     /// co-located worker first, then others in an order that spreads files. Waits up to
     /// `client.replication.wait` for enough live workers.
-    pub(crate) async fn write_pipeline(&self, path: &str, copies: u32) -> Result<Vec<pb::WorkerAddress>> {
+    /// Workers in `exclude` (found dead by this write, before the master noticed) are
+    /// left out and do not count as live.
+    pub(crate) async fn write_pipeline(
+        &self,
+        path: &str,
+        copies: u32,
+        exclude: &HashSet<u64>,
+    ) -> Result<Vec<pb::WorkerAddress>> {
         let rc = &self.cfg.replication;
         let deadline = Instant::now() + rc.wait;
         let mut refresh = false;
         loop {
-            let ws = self.workers(refresh).await?;
+            let mut ws = self.workers(refresh).await?;
+            ws.retain(|w| !exclude.contains(&w.worker_id));
             refresh = true;
             let want = if copies == 0 { ws.len().min(2) } else { copies as usize };
             let enough = want > 0 && ws.len() >= want;
@@ -126,6 +135,18 @@ impl Client {
         // Buffered: the credential leaves with the first request.
         authenticate(&mut c, &self.token).await?;
         Ok(c)
+    }
+
+    /// Whether worker `w` answers a hello on its data port within a second (a worker the
+    /// master still lists may have died a moment ago).
+    pub(crate) async fn answers(&self, w: &pb::WorkerAddress) -> bool {
+        let probe = async {
+            let s = TcpStream::connect(&w.data_address).await.map_err(|e| Error::io("connect", e))?;
+            let mut s = BufReader::new(BufWriter::new(s));
+            authenticate(&mut s, &self.token).await?;
+            exchange(&mut s, pb::data_request::Req::Hello(pb::Empty {})).await
+        };
+        matches!(tokio::time::timeout(Duration::from_secs(1), probe).await, Ok(Ok(r)) if r.worker_id == w.worker_id)
     }
 
     /// Connect to a co-located worker's Unix socket and present this client's token.

@@ -8,7 +8,9 @@ use locus_common::{Error, Result};
 use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::Client;
+use crate::{Client, Retry};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 /// Bytes per write frame sent to a worker.
 const WRITE_CHUNK: usize = 4 << 20;
@@ -50,38 +52,58 @@ impl Client {
         seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
     ) -> Result<pb::FileInfo> {
         let write_type = pb::WriteType::from_opt(opts.write_type.or(self.cfg.write_type)).into();
-        let target = self
-            .m()
-            .create_file(pb::CreateFileRequest {
-                path: path.into(),
-                overwrite: opts.overwrite,
-                write_type,
-                complete_empty: false,
-            })
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner();
+        let r =
+            pb::CreateFileRequest { path: path.into(), overwrite: opts.overwrite, write_type, complete_empty: false };
+        let target = self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.create_file(r).await }).await?;
         let wt = target
             .write_type()
             .typed()
             .ok_or_else(|| Error::internal(format!("the master named no write type for {path}")))?;
         let copies =
             if wt.needs_durable_copies() { opts.durable_replicas.unwrap_or(self.cfg.replication.durable) } else { 1 };
-        let mut pipeline = self.write_pipeline(path, copies).await?;
-        let w = pipeline.remove(0);
-        let mut c = self.conn(&w.data_address).await?;
-        let req = pb::WriteFileRequest {
-            mount_id: target.mount_id,
-            ufs_path: target.ufs_path.clone(),
-            content_type: opts.content_type.clone(),
-            user_metadata: opts.user_metadata.clone(),
-            write_type: target.write_type,
-            version: target.version,
-            block_size: target.block_size,
-            pipeline,
-            pin_epoch: target.pin_epoch,
+        // Open the pipeline. A worker that died a moment ago (the master still lists it)
+        // fails the opening before any byte is read from `input`: leave it out and choose
+        // again, for up to `client.replication.wait`.
+        let mut dead = HashSet::new();
+        let deadline = Instant::now() + self.cfg.replication.wait;
+        let (w, mut c) = loop {
+            let mut pipeline = self.write_pipeline(path, copies, &dead).await?;
+            let all = pipeline.clone();
+            let w = pipeline.remove(0);
+            let req = pb::WriteFileRequest {
+                mount_id: target.mount_id,
+                ufs_path: target.ufs_path.clone(),
+                content_type: opts.content_type.clone(),
+                user_metadata: opts.user_metadata.clone(),
+                write_type: target.write_type,
+                version: target.version,
+                block_size: target.block_size,
+                pipeline,
+                pin_epoch: target.pin_epoch,
+            };
+            let opened = async {
+                let mut c = self.conn(&w.data_address).await?;
+                exchange(&mut c, pb::data_request::Req::Write(req)).await?;
+                Ok::<_, Error>(c)
+            }
+            .await;
+            let e = match opened {
+                Ok(c) => break (w, c),
+                Err(e) if e.is_retryable() && Instant::now() < deadline => e,
+                Err(e) => return Err(e),
+            };
+            let mut found = false;
+            for x in &all {
+                if !self.answers(x).await {
+                    dead.insert(x.worker_id);
+                    found = true;
+                }
+            }
+            tracing::warn!(error = %e, dead = ?dead, "a write's pipeline failed to open; choosing workers again");
+            if !found {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         };
-        exchange(&mut c, pb::data_request::Req::Write(req)).await?;
         // Any error before the closing frame drops the connection, which the worker takes
         // as an abort.
         let mut buf = vec![0u8; WRITE_CHUNK];
@@ -115,7 +137,7 @@ impl Client {
             write_type: applied,
             persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
         };
-        Ok(self.m().complete_file(req).await.map_err(|s| self.err(s))?.into_inner())
+        self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.complete_file(r).await }).await
     }
 }
 

@@ -349,6 +349,12 @@ pub struct ClientConfig {
     /// Time limit of one master RPC. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub rpc_timeout: Duration,
+    /// How long a call keeps trying a master it cannot reach (a restart) before it fails
+    /// as unavailable, with backoff from 50 ms to 1 s. Calls the master may already have
+    /// applied (creates, deletes, renames) are sent again only when the connection was
+    /// never made. Default `30s`; `0s` fails at once.
+    #[serde(with = "humantime_serde")]
+    pub master_retry: Duration,
     /// Write type of writes that set none. Default: none, so the mount's or the
     /// cluster's (`master.write_type`) applies.
     pub write_type: Option<WriteType>,
@@ -368,6 +374,7 @@ impl Default for ClientConfig {
             short_circuit: true,
             locality: Locality::Auto,
             rpc_timeout: Duration::from_secs(30),
+            master_retry: Duration::from_secs(30),
             write_type: None,
             replication: ReplicationConfig::default(),
             read_ahead_blocks: 2,
