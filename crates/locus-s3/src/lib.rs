@@ -10,6 +10,7 @@
 //! Depends on `locus-client`, `locus-common` and `locus-proto` only; never on the
 //! master, worker, block store or UFS crates.
 
+mod limits;
 mod s3;
 
 use std::future::Future;
@@ -58,13 +59,12 @@ impl GatewayBuilder {
         let mut b = s3s::service::S3ServiceBuilder::new(s3::LocusS3::new(self.client, cfg.clone()));
         if !cfg.access_key_id.is_empty() {
             b.set_auth(Keys(Some((cfg.access_key_id.clone(), cfg.secret_access_key.clone()))));
-            if cfg.anonymous {
-                b.set_access(AllowAll);
-            }
+            b.set_access(limits::Access { anonymous: cfg.anonymous });
         } else if !cfg.anonymous {
             // No keys and no anonymous access: an auth provider that knows nobody, so
             // every request is refused.
             b.set_auth(Keys(None));
+            b.set_access(limits::Access { anonymous: false });
         }
         b.set_host(Hosts { domains: cfg.domains.clone() });
         Ok(Gateway { service: b.build(), cfg })
@@ -90,7 +90,15 @@ impl Gateway {
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<()> {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         tokio::pin!(shutdown);
+        // At most `gateway.max_connections` served at once: the next is accepted when one
+        // closes (meanwhile clients wait in the listen backlog).
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_connections));
+        let (idle, head_timeout) = (self.cfg.body_idle_timeout, self.cfg.header_read_timeout);
         loop {
+            let slot = tokio::select! {
+                s = slots.clone().acquire_owned() => s.expect("the semaphore is never closed"),
+                _ = &mut shutdown => break,
+            };
             let (stream, peer) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(c) => c,
@@ -115,7 +123,7 @@ impl Gateway {
                     let expects = req.headers().contains_key(http::header::EXPECT);
                     let done = Arc::new(AtomicBool::new(false));
                     let (parts, body) = req.into_parts();
-                    let body = s3s::Body::http_body_unsync(Tracked { inner: body, done: done.clone() });
+                    let body = s3s::Body::http_body_unsync(limits::IdleBody::new(body, done.clone(), idle));
                     let mut res = service.call(http::Request::from_parts(parts, body)).await?;
                     if (expects && empty) || (!empty && !done.load(Ordering::Acquire)) {
                         res.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
@@ -125,12 +133,16 @@ impl Gateway {
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .max_buf_size(MAX_HEAD_BYTES.max(8192))
+                .max_header_size(MAX_HEAD_BYTES)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(head_timeout)
                 .serve_connection(TokioIo::new(stream), svc);
             let conn = graceful.watch(conn);
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!(%peer, error = %e, "gateway connection ended with an error");
                 }
+                drop(slot);
             });
         }
         tokio::select! {
@@ -140,33 +152,6 @@ impl Gateway {
             }
         }
         Ok(())
-    }
-}
-
-/// A request body that records when it was read to the end.
-struct Tracked {
-    inner: hyper::body::Incoming,
-    done: Arc<AtomicBool>,
-}
-
-impl http_body::Body for Tracked {
-    type Data = bytes::Bytes;
-    type Error = hyper::Error;
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
-        let r = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if let std::task::Poll::Ready(None) = r {
-            self.done.store(true, Ordering::Release);
-        }
-        r
-    }
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
     }
 }
 
@@ -180,16 +165,6 @@ impl s3s::auth::S3Auth for Keys {
             Some((k, s)) if k == access_key => Ok(s.clone().into()),
             _ => Err(s3s::s3_error!(InvalidAccessKeyId)),
         }
-    }
-}
-
-/// Anonymous requests allowed (signed ones are still checked).
-struct AllowAll;
-
-#[async_trait::async_trait]
-impl s3s::access::S3Access for AllowAll {
-    async fn check(&self, _cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
-        Ok(())
     }
 }
 

@@ -1,0 +1,136 @@
+"""What keeps one client from holding the S3 gateway, tried with raw sockets and boto3:
+the head-size limit, the head and body time limits, the connection cap, and S3's
+one-week limit on presigned URLs."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from conftest import _port_open, gw_client, wait_until
+
+
+def _gateway(cluster_factory, **env):
+    c = cluster_factory(env={f"LOCUS_GATEWAY__{k.upper()}": v for k, v in env.items()})
+    wait_until(lambda: _port_open(c.gateway), timeout=20, what="the gateway to listen")
+    return c
+
+
+def _connect(addr: str) -> socket.socket:
+    host, port = addr.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _closed_within(s: socket.socket, seconds: float) -> float:
+    """Seconds until the server closes `s` (reading whatever it answers first)."""
+    t = time.monotonic()
+    s.settimeout(seconds)
+    while True:
+        b = s.recv(65536)
+        if not b:
+            return time.monotonic() - t
+
+
+def test_oversized_head_gets_431(cluster_factory):
+    c = _gateway(cluster_factory)
+    s = _connect(c.gateway)
+    s.sendall(b"GET /x HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * (100 << 10) + b"\r\n\r\n")
+    s.settimeout(10)
+    answer = b""
+    try:
+        while len(answer) < 12:
+            b = s.recv(4096)
+            if not b:
+                break
+            answer += b
+    except ConnectionResetError:
+        pass
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+
+
+def test_a_stalled_head_and_an_idle_connection_are_closed(cluster_factory):
+    c = _gateway(cluster_factory, header_read_timeout="2s")
+    s = _connect(c.gateway)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n")  # and never the rest
+    assert _closed_within(s, 15) < 10
+    # An idle keep-alive connection after a whole request goes the same way.
+    s = _connect(c.gateway)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    s.settimeout(10)
+    first = s.recv(65536)
+    assert first.startswith(b"HTTP/1.1 403"), first[:200]  # unsigned
+    assert _closed_within(s, 15) < 10
+    # A client that keeps sending is never cut off.
+    s3 = gw_client(f"http://{c.gateway}")
+    s3.create_bucket(Bucket="fine")
+    for i in range(3):
+        s3.put_object(Bucket="fine", Key=f"k{i}", Body=b"x")
+        time.sleep(1)
+    assert len(s3.list_objects_v2(Bucket="fine")["Contents"]) == 3
+
+
+def test_a_stalled_body_fails_and_leaves_no_object(cluster_factory):
+    c = _gateway(cluster_factory, body_idle_timeout="2s")
+    s3 = gw_client(f"http://{c.gateway}")
+    s3.create_bucket(Bucket="stall")
+    # A presigned PUT lets a raw socket send a valid request whose body then stalls.
+    url = s3.generate_presigned_url("put_object", Params={"Bucket": "stall", "Key": "half"}, ExpiresIn=600)
+    path = url.split(c.gateway, 1)[1]
+    s = _connect(c.gateway)
+    s.sendall(f"PUT {path} HTTP/1.1\r\nHost: {c.gateway}\r\nContent-Length: 1000000\r\n\r\n".encode() + b"y" * 1000)
+    took = _closed_within(s, 20)
+    assert took < 12, took
+    objs = s3.list_objects_v2(Bucket="stall").get("Contents", [])
+    assert objs == [], objs
+    # The gateway still serves.
+    s3.put_object(Bucket="stall", Key="whole", Body=b"z" * 1000)
+    assert s3.get_object(Bucket="stall", Key="whole")["Body"].read() == b"z" * 1000
+
+
+def test_connections_beyond_the_cap_wait_for_a_free_slot(cluster_factory):
+    c = _gateway(cluster_factory, max_connections="3")
+    url = f"http://{c.gateway}/"
+    held = [_connect(c.gateway) for _ in range(3)]
+    time.sleep(0.5)  # all three accepted
+    result: dict = {}
+
+    def call():
+        t = time.monotonic()
+        try:
+            urllib.request.urlopen(url, timeout=30)
+        except urllib.error.HTTPError as e:
+            result["status"] = e.code
+        result["took"] = time.monotonic() - t
+
+    th = threading.Thread(target=call)
+    th.start()
+    th.join(2)
+    assert th.is_alive(), f"a fourth connection was served while three were open: {result}"
+    held[0].close()
+    th.join(20)
+    assert not th.is_alive() and result.get("status") == 403, result  # served (unsigned: 403)
+    for s in held[1:]:
+        s.close()
+
+
+def test_presigned_urls_are_valid_for_at_most_a_week(cluster_factory):
+    c = _gateway(cluster_factory)
+    # SigV4 presigned URLs (X-Amz-Expires) are the ones S3 limits to a week.
+    s3 = gw_client(f"http://{c.gateway}", signature_version="s3v4")
+    s3.create_bucket(Bucket="pre")
+    s3.put_object(Bucket="pre", Key="k", Body=b"presigned")
+    week = 7 * 24 * 3600
+    ok = s3.generate_presigned_url("get_object", Params={"Bucket": "pre", "Key": "k"}, ExpiresIn=week)
+    assert urllib.request.urlopen(ok, timeout=10).read() == b"presigned"
+    too_long = s3.generate_presigned_url("get_object", Params={"Bucket": "pre", "Key": "k"}, ExpiresIn=week + 1)
+    try:
+        urllib.request.urlopen(too_long, timeout=10)
+        raise AssertionError("a presigned URL valid for more than a week was accepted")
+    except urllib.error.HTTPError as e:
+        body = e.read().decode()
+        assert e.code == 400, (e.code, body)
+        assert "<Code>AuthorizationQueryParametersError</Code>" in body, body
+        assert "604800" in body, body
