@@ -46,15 +46,23 @@ pub(crate) enum Retry {
     IfNotSent,
 }
 
-/// Whether a transport failure happened while connecting, before the request went out.
-fn never_sent(s: &tonic::Status) -> bool {
-    let mut text = s.message().to_ascii_lowercase();
+/// A status's message with the errors under it, for deciding what a transport failure
+/// was and for telling the user.
+fn status_text(s: &tonic::Status) -> String {
+    let mut text = s.message().to_string();
     let mut src = std::error::Error::source(s);
     while let Some(e) = src {
-        text.push_str(&e.to_string().to_ascii_lowercase());
+        text.push_str(": ");
+        text.push_str(&e.to_string());
         src = e.source();
     }
-    text.contains("connect")
+    text
+}
+
+/// Whether a transport failure happened while connecting, before the request went out.
+fn never_sent(s: &tonic::Status) -> bool {
+    let t = status_text(s).to_ascii_lowercase();
+    ["tcp connect error", "error trying to connect", "connection refused"].iter().any(|w| t.contains(w))
 }
 
 fn rpc_err(addr: &str, s: tonic::Status) -> Error {
@@ -111,29 +119,53 @@ impl Client {
     {
         let started = std::time::Instant::now();
         let mut wait = Duration::from_millis(50);
+        // Connections accepted and then dropped without an answer, in a row: a master
+        // restarting refuses connections (or drops the calls in flight once); a port that
+        // keeps doing it is not a master.
+        let mut dropped = 0;
         loop {
             let s = match f(self.m(), req.clone()).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => s,
             };
-            let unreachable = s.metadata().get("x-locus-kind").is_none()
-                && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
-            let again = unreachable && (retry == Retry::Idempotent || never_sent(&s));
+            let ours = s.metadata().get("x-locus-kind").is_some();
+            if !ours && (s.message().contains("grpc-status header missing") || s.code() == tonic::Code::Unimplemented) {
+                return Err(self.not_a_master(&s));
+            }
+            let unreachable =
+                !ours && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
+            let refused = unreachable && never_sent(&s);
+            dropped = if unreachable && !refused { dropped + 1 } else { 0 };
+            if dropped >= 3 {
+                return Err(self.not_a_master(&s));
+            }
+            let again = refused || (unreachable && retry == Retry::Idempotent);
             if !again {
                 return Err(self.err(s));
             }
             if started.elapsed() + wait > self.cfg.master_retry {
                 return Err(Error::unavailable(format!(
-                    "cannot reach the master at {} (tried for {:?}, client.master_retry; is it running? set \
-                     --master or LOCUS_MASTER)",
+                    "cannot reach the master at {} ({}; tried for {:.1} s, client.master_retry; is it running? \
+                     set --master or LOCUS_MASTER)",
                     self.master_address,
-                    started.elapsed()
+                    status_text(&s),
+                    started.elapsed().as_secs_f64()
                 )));
             }
             tracing::debug!(status = %s.message(), "master unreachable; trying again");
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(Duration::from_secs(1));
         }
+    }
+
+    /// The error for a `--master` that answers, but not as a Locus master.
+    fn not_a_master(&self, s: &tonic::Status) -> Error {
+        Error::invalid(format!(
+            "{} is not a Locus master ({}): --master and LOCUS_MASTER take the master's RPC host:port \
+             (default 127.0.0.1:19998), not the gateway's, a worker's or the status page's",
+            self.master_address,
+            status_text(s)
+        ))
     }
 
     fn err(&self, s: tonic::Status) -> Error {

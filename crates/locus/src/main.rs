@@ -47,13 +47,24 @@ enum Cmd {
 
 fn main() {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::Fs(_) | Cmd::Report { .. }) {
-        // Client commands piped into `head` and the like end quietly when the reader goes
-        // away, as other Unix tools do (Rust ignores SIGPIPE, so println! would panic).
-        // Servers keep ignoring it: a client hanging up must never kill them.
-        // SAFETY: resetting a signal disposition before any thread is started.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    }
+    // SIGPIPE stays ignored (Rust's default): a peer that hangs up on one of our sockets
+    // is an error to report, never a silent death. Output piped into `head` and the like
+    // still ends quietly, as other Unix tools do: a print to a closed stdout exits with
+    // the status a SIGPIPE death would give (the streaming commands check for
+    // BrokenPipe themselves).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
     let code = match run(cli) {
         Ok(()) => 0,
         Err(e) => {
