@@ -59,6 +59,67 @@ pub fn default_mem_dir(data_dir: &Path) -> PathBuf {
     PathBuf::from("/dev/shm").join(format!("locus{tag}"))
 }
 
+/// The file in a data dir that lists the tier directories its workers used (outside it,
+/// such as the MEM tiers in /dev/shm), so [`clean`] finds them.
+const TIER_RECORD: &str = "tier-dirs";
+
+/// Add `tiers`' directories to the data dir's record.
+fn record_tier_dirs(data_dir: &Path, tiers: &[TierConfig]) -> Result<()> {
+    let file = data_dir.join(TIER_RECORD);
+    let mut known: Vec<String> = std::fs::read_to_string(&file).unwrap_or_default().lines().map(String::from).collect();
+    let before = known.len();
+    for t in tiers {
+        let d = t.dir.display().to_string();
+        if !known.contains(&d) {
+            known.push(d);
+        }
+    }
+    if known.len() != before {
+        std::fs::write(&file, known.join("\n") + "\n")
+            .map_err(|e| Error::io(format!("write {}", file.display()), e))?;
+    }
+    Ok(())
+}
+
+/// Remove what a `local start` over `data_dir` keeps: the tier directories it recorded
+/// (and its default MEM tiers, found by the data dir's name even when the data dir is
+/// gone), the metadata, worker state and credentials; the default UFS (`<data_dir>/ufs`)
+/// only with `ufs`. Refuses while a cluster runs on it. Returns what it removed.
+pub fn clean(data_dir: &Path, ufs: bool) -> Result<Vec<PathBuf>> {
+    let data_dir = absolute(data_dir);
+    if std::os::unix::net::UnixStream::connect(data_dir.join("worker0").join("worker.sock")).is_ok() {
+        return Err(Error::new(
+            locus_common::ErrorKind::FailedPrecondition,
+            format!("a cluster is running on {} (stop it first)", data_dir.display()),
+        ));
+    }
+    let mut dirs: Vec<PathBuf> =
+        std::fs::read_to_string(data_dir.join(TIER_RECORD)).unwrap_or_default().lines().map(PathBuf::from).collect();
+    dirs.push(default_mem_dir(&data_dir));
+    let mut removed = Vec::new();
+    for d in dirs {
+        if d.exists() {
+            std::fs::remove_dir_all(&d).map_err(|e| Error::io(format!("remove {}", d.display()), e))?;
+            removed.push(d);
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(&data_dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if !ufs && e.file_name() == "ufs" {
+                continue;
+            }
+            let r = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+            r.map_err(|e| Error::io(format!("remove {}", p.display()), e))?;
+            removed.push(p);
+        }
+        if std::fs::read_dir(&data_dir).map(|mut d| d.next().is_none()).unwrap_or(false) {
+            let _ = std::fs::remove_dir(&data_dir);
+        }
+    }
+    Ok(removed)
+}
+
 /// `host:port` with the port moved up by `i` (port 0 stays 0).
 fn offset_port(addr: &str, i: usize) -> String {
     match addr.rsplit_once(':').and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h, p))) {
@@ -176,7 +237,13 @@ impl LocalCluster {
         w
     }
 
+    /// The tiers of worker `i` (directory and quota), as it runs them.
+    pub fn worker_tiers(&self, i: usize) -> Vec<TierConfig> {
+        self.worker_config(i).tiers
+    }
+
     pub async fn start_worker(&mut self, i: usize) -> Result<()> {
+        record_tier_dirs(&self.data_dir, &self.worker_config(i).tiers)?;
         let w = WorkerBuilder::new(self.worker_config(i), self.master_address(), self.secret.clone()).start().await?;
         self.workers[i] = Some(w);
         Ok(())

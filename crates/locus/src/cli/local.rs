@@ -37,11 +37,46 @@ pub enum LocalCmd {
         /// Do not run the S3 gateway.
         #[arg(long)]
         no_gateway: bool,
+        /// Remove the data dir and the MEM tiers when stopped (a throwaway cluster).
+        #[arg(long)]
+        ephemeral: bool,
+    },
+    /// Remove what `local start` keeps for a data dir: its MEM tiers in /dev/shm (found
+    /// even when the data dir was deleted), metadata, worker state and credentials.
+    Clean {
+        /// The data dir given to `local start` (default ./locus-data).
+        #[arg(long, default_value = "./locus-data")]
+        data_dir: PathBuf,
+        /// Also remove the default UFS, <data-dir>/ufs: the files written to Locus.
+        #[arg(long)]
+        ufs: bool,
     },
 }
 
 pub fn run(g: &Global, cmd: &LocalCmd) -> Result<()> {
-    let LocalCmd::Start { data_dir, workers, ufs, mem_quota, tiers, block_size, gateway_address, no_gateway } = cmd;
+    let (data_dir, workers, ufs, mem_quota, tiers, block_size, gateway_address, no_gateway, ephemeral) = match cmd {
+        LocalCmd::Start {
+            data_dir,
+            workers,
+            ufs,
+            mem_quota,
+            tiers,
+            block_size,
+            gateway_address,
+            no_gateway,
+            ephemeral,
+        } => (data_dir, workers, ufs, mem_quota, tiers, block_size, gateway_address, no_gateway, ephemeral),
+        LocalCmd::Clean { data_dir, ufs } => {
+            let removed = locus_cluster::clean(data_dir, *ufs)?;
+            for p in &removed {
+                println!("removed {}", p.display());
+            }
+            if removed.is_empty() {
+                println!("nothing to remove for {}", data_dir.display());
+            }
+            return Ok(());
+        }
+    };
     let mut cfg =
         g.load_config([("master.block_size", flag(block_size)), ("gateway.address", flag(gateway_address))])?;
     if let Some(m) = &g.master {
@@ -70,11 +105,14 @@ pub fn run(g: &Global, cmd: &LocalCmd) -> Result<()> {
         for i in 0..*workers {
             if let Some(w) = c.worker(i) {
                 println!(
-                    "  worker {}     data {}  uds {}",
+                    "  worker{i} (id {})  data {}  uds {}",
                     w.id(),
                     w.data_address(),
                     w.uds_path().map(|p| p.display().to_string()).unwrap_or_default()
                 );
+                for t in c.worker_tiers(i) {
+                    println!("    {} tier  {}  {}", t.alias.as_str(), t.dir.display(), t.quota.display().iec());
+                }
             }
         }
         println!("  data dir     {}", c.data_dir().display());
@@ -82,7 +120,13 @@ pub fn run(g: &Global, cmd: &LocalCmd) -> Result<()> {
         println!("Press Ctrl-C to stop.");
         wait_for_signal().await;
         println!("stopping");
+        let dir = c.data_dir().to_path_buf();
         c.shutdown().await;
+        if *ephemeral {
+            let d = dir.clone();
+            tokio::task::spawn_blocking(move || locus_cluster::clean(&d, true)).await??;
+            println!("removed {} and its tiers (--ephemeral)", dir.display());
+        }
         Ok(())
     })
 }
