@@ -33,6 +33,57 @@ pub struct TempBlock {
 }
 
 impl BlockStore {
+    /// Whether `need` more bytes could be stored here at all, making room by evicting and
+    /// demoting whatever may go: the tiers' quotas, less what pinned blocks (a write's
+    /// own blocks so far included) and writes in progress hold. Fails with
+    /// `ResourceExhausted`, naming the quotas, when they cannot; nothing is evicted. A
+    /// write checks its declared size before its first block and each block before
+    /// making room for it, so a write that cannot fit never evicts other files for
+    /// nothing.
+    pub fn check_room(&self, need: u64) -> Result<()> {
+        let s = self.inner.state.lock();
+        let mut held = vec![0u64; s.tiers.len()];
+        for (id, m) in &s.blocks {
+            if s.pinned(*id) {
+                held[m.tier] += m.len;
+            }
+        }
+        let mut free = 0u64;
+        for (t, h) in s.tiers.iter().zip(&held) {
+            free += t.quota.saturating_sub(h + t.reserved);
+        }
+        if need <= free {
+            return Ok(());
+        }
+        let tiers: Vec<String> = s
+            .tiers
+            .iter()
+            .zip(&held)
+            .map(|(t, h)| {
+                format!("{} quota {} bytes ({} pinned, {} being written)", t.alias.as_str(), t.quota, h, t.reserved)
+            })
+            .collect();
+        Err(Error::new(
+            ErrorKind::ResourceExhausted,
+            format!(
+                "out of cache space: {need} more bytes cannot fit in {}; at most {free} can be made free",
+                tiers.join(", ")
+            ),
+        ))
+    }
+
+    /// Drop at once what a failed write of file version `version` stored here (its blocks
+    /// 0, 1, ... as far as they go) and end its write pin, so its space comes back now
+    /// rather than when the master gives the write up. Blocking (it removes files).
+    pub fn abandon_write(&self, version: u64) -> u64 {
+        let mut n = 0;
+        while self.remove(locus_common::block_id(version, n)).unwrap_or(false) {
+            n += 1;
+        }
+        self.inner.state.lock().write_pins.remove(&version);
+        n
+    }
+
     /// Reserve `len` bytes for a new block on the top tier that can make room for it,
     /// evicting if needed.
     ///

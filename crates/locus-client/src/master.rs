@@ -91,6 +91,13 @@ impl Client {
         Ok(self.m().persist(r).await.map_err(|s| self.err(s))?.into_inner())
     }
 
+    /// Retry or drop the persist-queue operations given up at or below `path` (`locus
+    /// report` lists them). Returns how many; `NotFound` when there are none.
+    pub async fn resolve_persist_failures(&self, path: &str, action: pb::PersistFailureAction) -> Result<u64> {
+        let r = pb::PersistFailuresRequest { path: path.into(), action: action.into() };
+        Ok(self.m().resolve_persist_failures(r).await.map_err(|s| self.err(s))?.into_inner().count)
+    }
+
     pub async fn set_replication(&self, path: &str, min: u32, max: u32, recursive: bool) -> Result<u64> {
         let r = pb::SetReplicationRequest { path: path.into(), min, max, recursive };
         Ok(self.m().set_replication(r).await.map_err(|s| self.err(s))?.into_inner().count)

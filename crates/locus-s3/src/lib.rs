@@ -228,6 +228,7 @@ pub(crate) fn s3_error(e: Error, not_found: S3ErrorCode) -> S3Error {
         ErrorKind::NotFound => not_found,
         ErrorKind::AlreadyExists => S3ErrorCode::InvalidRequest,
         ErrorKind::InvalidArgument => S3ErrorCode::InvalidArgument,
+        ErrorKind::NameTooLong => S3ErrorCode::KeyTooLongError,
         ErrorKind::PermissionDenied => S3ErrorCode::AccessDenied,
         ErrorKind::FailedPrecondition | ErrorKind::DirectoryNotEmpty => S3ErrorCode::InvalidRequest,
         ErrorKind::ResourceExhausted | ErrorKind::Unavailable => S3ErrorCode::ServiceUnavailable,
