@@ -269,5 +269,11 @@ mod tests {
             *s3_error(Error::new(ErrorKind::PermissionDenied, "ro"), S3ErrorCode::NoSuchKey).code(),
             S3ErrorCode::AccessDenied
         );
+        // A name the mount's UFS cannot hold: too long, or otherwise refused.
+        assert_eq!(
+            *s3_error(Error::new(ErrorKind::NameTooLong, "x"), S3ErrorCode::NoSuchKey).code(),
+            S3ErrorCode::KeyTooLongError
+        );
+        assert_eq!(*s3_error(Error::invalid("x "), S3ErrorCode::NoSuchKey).code(), S3ErrorCode::InvalidArgument);
     }
 }
