@@ -246,6 +246,17 @@ impl Master {
                 let mut busy = false;
                 for p in t.pending.values_mut() {
                     if p.mount_id == mount_id && any_overlap(&p.paths, &paths) {
+                        if p.failed_ms.is_some() {
+                            // It will not drain by itself: say so now.
+                            return Err(Error::new(
+                                ErrorKind::FailedPrecondition,
+                                format!(
+                                    "a queued UFS change to {} was given up ({}); locus fs persist --retry or --drop it first",
+                                    p.path,
+                                    p.last_error.as_ref().map(|e| e.1.as_str()).unwrap_or("failed")
+                                ),
+                            ));
+                        }
                         busy = true;
                         p.not_before = None;
                     }

@@ -198,6 +198,11 @@ impl Ufs {
 
     /// Status of `path` (relative to the root; `""` is the root). `None` when absent.
     pub async fn stat(&self, path: &str) -> Result<Option<UfsStatus>> {
+        // A name the store cannot hold is not there (OpenDAL would look up another: "x "
+        // as "x").
+        if self.names.check(path, false).is_err() && self.names.check(path, true).is_err() {
+            return Ok(None);
+        }
         if !path.is_empty() {
             match self.op.stat(path).await {
                 Ok(m) if m.mode() == EntryMode::FILE => {
@@ -238,6 +243,10 @@ impl Ufs {
                 let name = rel.strip_prefix(dir_rel).unwrap_or(rel).trim_end_matches('/');
                 if name.is_empty() || name.contains('/') || name == "." || name == ".." {
                     return Ok(None); // the directory itself, or a name Locus cannot address
+                }
+                if name.ends_with(char::is_whitespace) || (dir_rel.is_empty() && name.starts_with(char::is_whitespace))
+                {
+                    return Ok(None); // OpenDAL would reach another name for it ("x " is read as "x")
                 }
                 let m = entry.metadata();
                 let is_dir = m.mode() == EntryMode::DIR;

@@ -203,5 +203,18 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::NameTooLong, "{e}");
         assert_eq!(kind(ufs.check_name(&"m".repeat(250), false)), Some(ErrorKind::NameTooLong));
         ufs.put(&"m".repeat(246), bytes::Bytes::from_static(b"5")).await.unwrap();
+        // So such a name is not there for Locus, even where a file has it ("x " is not
+        // looked up as "x", nor listed to be read as another file).
+        std::fs::write(dir.path().join("y "), b"6").unwrap();
+        assert!(ufs.stat("x ").await.unwrap().is_none());
+        assert!(ufs.stat("y ").await.unwrap().is_none());
+        assert!(ufs.stat("x").await.unwrap().is_some());
+        let names: Vec<String> = futures::TryStreamExt::try_collect::<Vec<_>>(ufs.list("").await.unwrap())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.path)
+            .collect();
+        assert!(names.contains(&"x".to_string()) && !names.contains(&"y ".to_string()), "{names:?}");
     }
 }
