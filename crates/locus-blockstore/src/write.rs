@@ -66,7 +66,7 @@ impl BlockStore {
         Err(Error::new(
             ErrorKind::ResourceExhausted,
             format!(
-                "out of cache space: {need} more bytes cannot fit in {}; at most {free} can be made free",
+                "the cache is full: {need} more bytes cannot fit in {}; at most {free} can be made free",
                 tiers.join(", ")
             ),
         ))
