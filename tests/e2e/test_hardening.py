@@ -95,3 +95,21 @@ def test_must_cache_write_bigger_than_mem_exits_6_and_frees_its_space(cluster_fa
     fits.write_bytes(os.urandom(8 * MiB))
     c.ok("fs", "put", "--write-type", "MUST_CACHE", str(fits), "/fits")
     assert c.cat("/fits") == fits.read_bytes()
+
+
+def test_s3_keys_past_1024_bytes_exit_2(cluster, s3, bucket, minio, tmp):
+    c = cluster
+    c.mount_s3("/s3", bucket, "pre", minio)
+    src = tmp / "small.txt"
+    src.write_bytes(b"s3")
+    # "pre/" + the key: 1024 bytes fit, more do not (components under 255 bytes each).
+    fits = "/".join(["k" * 200] * 5) + "/" + "k" * 15  # 1020 bytes: 1024 with "pre/"
+    too_long = fits + "k"  # 1025 with the prefix
+    msg = assert_one_line_error(c.fs("put", str(src), f"/s3/{too_long}"), 2)
+    assert "S3 key" in msg and "1024" in msg, msg
+    assert_one_line_error(c.fs("put", str(src), "/s3/trailing "), 2)
+    c.ok("fs", "put", str(src), f"/s3/{fits}")
+    wait_until(lambda: c.stat(f"/s3/{fits}")["persist_state"] == "PERSISTED", what="persisted")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="pre/").get("Contents", [])]
+    assert f"pre/{fits}" in keys, keys
+    assert not any(k.startswith("pre/trailing") for k in keys), keys
