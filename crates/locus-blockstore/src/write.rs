@@ -267,3 +267,59 @@ impl Drop for TempBlock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use locus_common::config::TierAlias;
+    use locus_common::{ErrorKind, block_id};
+
+    use crate::BlockStore;
+    use crate::tests::tier;
+
+    fn put(store: &BlockStore, id: u64, len: u64) {
+        let t = store.create(id, len).unwrap();
+        std::fs::write(&t.path, vec![1u8; len as usize]).unwrap();
+        t.commit(len, None).unwrap();
+    }
+
+    /// Room is counted over every tier, less pinned blocks and reservations; what may be
+    /// evicted counts as room. Checking evicts nothing.
+    #[test]
+    fn check_room_counts_what_could_be_freed_and_evicts_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let tiers = [tier(TierAlias::Mem, &d.path().join("m"), 4096), tier(TierAlias::Ssd, &d.path().join("s"), 4096)];
+        let store = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+        put(&store, block_id(1, 0), 2048); // evictable
+        put(&store, block_id(2, 0), 2048); // pinned below
+        store.set_pinned_versions(HashSet::from([2]), 1);
+        store.check_room(6144).unwrap();
+        let e = store.check_room(6145).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ResourceExhausted);
+        assert!(e.to_string().contains("MEM quota 4096") && e.to_string().contains("SSD quota 4096"), "{e}");
+        let t = store.create(block_id(3, 0), 1024).unwrap(); // a write in progress holds its reservation
+        assert!(store.check_room(5121).is_err());
+        drop(t);
+        store.check_room(6144).unwrap();
+        assert!(store.contains(block_id(1, 0)), "nothing evicted");
+    }
+
+    /// A failed write's blocks go at once, pinned or not, and its write pin ends.
+    #[test]
+    fn abandon_write_drops_the_blocks_and_the_pin() {
+        let d = tempfile::tempdir().unwrap();
+        let store = BlockStore::open(&[tier(TierAlias::Mem, &d.path().join("m"), 8192)], 0.9, 0.5).unwrap();
+        store.pin_written(7, 5);
+        for i in 0..3 {
+            put(&store, block_id(7, i), 1024);
+        }
+        put(&store, block_id(8, 0), 1024);
+        assert!(store.check_room(5121).is_err());
+        assert_eq!(store.abandon_write(7), 3);
+        assert!((0..3).all(|i| !store.contains(block_id(7, i))));
+        assert!(store.contains(block_id(8, 0)));
+        store.check_room(8192).unwrap(); // the pin is gone: block 8 is evictable room too
+        assert_eq!(store.usage()[0].used, 1024);
+    }
+}
