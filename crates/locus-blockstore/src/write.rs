@@ -33,6 +33,57 @@ pub struct TempBlock {
 }
 
 impl BlockStore {
+    /// Whether `need` more bytes could be stored here at all, making room by evicting and
+    /// demoting whatever may go: the tiers' quotas, less what pinned blocks (a write's
+    /// own blocks so far included) and writes in progress hold. Fails with
+    /// `ResourceExhausted`, naming the quotas, when they cannot; nothing is evicted. A
+    /// write checks its declared size before its first block and each block before
+    /// making room for it, so a write that cannot fit never evicts other files for
+    /// nothing.
+    pub fn check_room(&self, need: u64) -> Result<()> {
+        let s = self.inner.state.lock();
+        let mut held = vec![0u64; s.tiers.len()];
+        for (id, m) in &s.blocks {
+            if s.pinned(*id) {
+                held[m.tier] += m.len;
+            }
+        }
+        let mut free = 0u64;
+        for (t, h) in s.tiers.iter().zip(&held) {
+            free += t.quota.saturating_sub(h + t.reserved);
+        }
+        if need <= free {
+            return Ok(());
+        }
+        let tiers: Vec<String> = s
+            .tiers
+            .iter()
+            .zip(&held)
+            .map(|(t, h)| {
+                format!("{} quota {} bytes ({} pinned, {} being written)", t.alias.as_str(), t.quota, h, t.reserved)
+            })
+            .collect();
+        Err(Error::new(
+            ErrorKind::ResourceExhausted,
+            format!(
+                "the cache is full: {need} more bytes cannot fit in {}; at most {free} can be made free",
+                tiers.join(", ")
+            ),
+        ))
+    }
+
+    /// Drop at once what a failed write of file version `version` stored here (its blocks
+    /// 0, 1, ... as far as they go) and end its write pin, so its space comes back now
+    /// rather than when the master gives the write up. Blocking (it removes files).
+    pub fn abandon_write(&self, version: u64) -> u64 {
+        let mut n = 0;
+        while self.remove(locus_common::block_id(version, n)).unwrap_or(false) {
+            n += 1;
+        }
+        self.inner.state.lock().write_pins.remove(&version);
+        n
+    }
+
     /// Reserve `len` bytes for a new block on the top tier that can make room for it,
     /// evicting if needed.
     ///
@@ -216,5 +267,61 @@ impl Drop for TempBlock {
             self.inner.state.lock().tiers[self.tier].reserved -= self.reserved;
             self.inner.settled.notify_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use locus_common::config::TierAlias;
+    use locus_common::{ErrorKind, block_id};
+
+    use crate::BlockStore;
+    use crate::tests::tier;
+
+    fn put(store: &BlockStore, id: u64, len: u64) {
+        let t = store.create(id, len).unwrap();
+        std::fs::write(&t.path, vec![1u8; len as usize]).unwrap();
+        t.commit(len, None).unwrap();
+    }
+
+    /// Room is counted over every tier, less pinned blocks and reservations; what may be
+    /// evicted counts as room. Checking evicts nothing.
+    #[test]
+    fn check_room_counts_what_could_be_freed_and_evicts_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let tiers = [tier(TierAlias::Mem, &d.path().join("m"), 4096), tier(TierAlias::Ssd, &d.path().join("s"), 4096)];
+        let store = BlockStore::open(&tiers, 0.9, 0.5).unwrap();
+        put(&store, block_id(1, 0), 2048); // evictable
+        put(&store, block_id(2, 0), 2048); // pinned below
+        store.set_pinned_versions(HashSet::from([2]), 1);
+        store.check_room(6144).unwrap();
+        let e = store.check_room(6145).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ResourceExhausted);
+        assert!(e.to_string().contains("MEM quota 4096") && e.to_string().contains("SSD quota 4096"), "{e}");
+        let t = store.create(block_id(3, 0), 1024).unwrap(); // a write in progress holds its reservation
+        assert!(store.check_room(5121).is_err());
+        drop(t);
+        store.check_room(6144).unwrap();
+        assert!(store.contains(block_id(1, 0)), "nothing evicted");
+    }
+
+    /// A failed write's blocks go at once, pinned or not, and its write pin ends.
+    #[test]
+    fn abandon_write_drops_the_blocks_and_the_pin() {
+        let d = tempfile::tempdir().unwrap();
+        let store = BlockStore::open(&[tier(TierAlias::Mem, &d.path().join("m"), 8192)], 0.9, 0.5).unwrap();
+        store.pin_written(7, 5);
+        for i in 0..3 {
+            put(&store, block_id(7, i), 1024);
+        }
+        put(&store, block_id(8, 0), 1024);
+        assert!(store.check_room(5121).is_err());
+        assert_eq!(store.abandon_write(7), 3);
+        assert!((0..3).all(|i| !store.contains(block_id(7, i))));
+        assert!(store.contains(block_id(8, 0)));
+        store.check_room(8192).unwrap(); // the pin is gone: block 8 is evictable room too
+        assert_eq!(store.usage()[0].used, 1024);
     }
 }

@@ -96,6 +96,13 @@ impl Client {
         self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.persist(r).await }).await
     }
 
+    /// Retry or drop the persist-queue operations given up at or below `path` (`locus
+    /// report` lists them). Returns how many; `NotFound` when there are none.
+    pub async fn resolve_persist_failures(&self, path: &str, action: pb::PersistFailureAction) -> Result<u64> {
+        let r = pb::PersistFailuresRequest { path: path.into(), action: action.into() };
+        Ok(self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.resolve_persist_failures(r).await }).await?.count)
+    }
+
     pub async fn set_replication(&self, path: &str, min: u32, max: u32, recursive: bool) -> Result<u64> {
         let r = pb::SetReplicationRequest { path: path.into(), min, max, recursive };
         Ok(self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.set_replication(r).await }).await?.count)

@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 
+use futures::FutureExt;
 use locus_common::config::WriteType;
 use locus_common::{Error, Result};
 use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt};
 
 use crate::{Client, Retry};
 use std::collections::HashSet;
@@ -32,6 +33,10 @@ pub struct PutOptions {
     /// gateway sets it for multipart parts, which CompleteMultipartUpload copies into the
     /// object and deletes. It never delays the acknowledgement.
     pub persist_wait: Option<std::time::Duration>,
+    /// The size of the input, when known: a cached write that cannot fit in the workers'
+    /// cache at all then fails (MUST_CACHE) or goes through to the UFS before any other
+    /// file is evicted for it.
+    pub expected_length: Option<u64>,
 }
 
 impl Client {
@@ -80,6 +85,7 @@ impl Client {
                 block_size: target.block_size,
                 pipeline,
                 pin_epoch: target.pin_epoch,
+                expected_length: opts.expected_length.unwrap_or(0),
             };
             let opened = async {
                 let mut c = self.conn(&w.data_address).await?;
@@ -119,7 +125,20 @@ impl Client {
             if n == 0 {
                 break;
             }
-            write_chunk(&mut c, &buf[..n]).await.map_err(|e| Error::io("send", e))?;
+            // The worker answers before the last chunk only to give the write up (out of
+            // space, say): stop sending and return its error.
+            if c.fill_buf().now_or_never().is_some_and(|r| r.is_ok_and(|b| !b.is_empty())) {
+                return Err(early_answer(&mut c).await);
+            }
+            if let Err(e) = write_chunk(&mut c, &buf[..n]).await {
+                // Its answer, if it gave one, says why better than the broken connection.
+                return Err(
+                    match tokio::time::timeout(std::time::Duration::from_secs(2), read_response(&mut c)).await {
+                        Ok(Err(we)) if we.kind() != locus_common::ErrorKind::Unavailable => we,
+                        _ => Error::io("send", e),
+                    },
+                );
+            }
         }
         let meta = seal(input)?;
         end_chunks(&mut c).await.map_err(|e| Error::io("send", e))?;
@@ -138,6 +157,14 @@ impl Client {
             persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
         };
         self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.complete_file(r).await }).await
+    }
+}
+
+/// The error a worker answered with before the write's last chunk.
+async fn early_answer<S: tokio::io::AsyncRead + Unpin>(c: &mut S) -> Error {
+    match read_response(c).await {
+        Err(e) => e,
+        Ok(_) => Error::internal("the worker acknowledged a write before its last chunk"),
     }
 }
 

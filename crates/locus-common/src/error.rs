@@ -15,6 +15,9 @@ pub enum ErrorKind {
     AlreadyExists,
     /// The caller passed something malformed (bad path, bad option, garbled message).
     InvalidArgument,
+    /// A name longer than the under file system can store (a path component past the
+    /// file system's limit, an S3 key past 1024 bytes). Otherwise like `InvalidArgument`.
+    NameTooLong,
     /// The operation is not allowed (read-only mount, path escapes a mount).
     PermissionDenied,
     /// The caller presented no valid cluster credentials (secret or client token).
@@ -44,6 +47,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found",
             ErrorKind::AlreadyExists => "already_exists",
             ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::NameTooLong => "name_too_long",
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::ResourceExhausted => "resource_exhausted",
@@ -63,10 +67,11 @@ impl ErrorKind {
     }
 
     /// All kinds, for round-trip tests of the front-end mappings.
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::NotFound,
         ErrorKind::AlreadyExists,
         ErrorKind::InvalidArgument,
+        ErrorKind::NameTooLong,
         ErrorKind::PermissionDenied,
         ErrorKind::Unauthenticated,
         ErrorKind::ResourceExhausted,

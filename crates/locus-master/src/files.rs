@@ -87,6 +87,9 @@ impl Master {
         if path == "/" {
             return Err(Error::invalid("cannot write to /"));
         }
+        // A name the UFS cannot hold as it is is refused now, not by a persist later.
+        let (m, rel) = self.mount_for(&path)?;
+        m.ufs.check_name(&rel, false)?;
         if let Some(rec) = self.resolve_with(&path, true).await? {
             if rec.is_dir {
                 return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));

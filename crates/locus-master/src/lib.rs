@@ -19,6 +19,7 @@ mod mounts;
 mod namespace;
 mod ops;
 mod persist;
+mod persist_failures;
 mod replication;
 mod resolve;
 mod service;

@@ -25,6 +25,9 @@ pub(crate) struct Metrics {
     pub(crate) persist_ops: IntCounterVec,
     /// Bytes of the files the persist queue has persisted (a retried persist counts once).
     pub(crate) persisted_bytes: IntCounter,
+    /// Persist-queue operations given up (see `persist_failures`), waiting for a retry or
+    /// a drop.
+    pub(crate) persist_failed: IntGauge,
 }
 
 impl Metrics {
@@ -75,6 +78,12 @@ impl Metrics {
         .unwrap();
         registry.register(Box::new(persist_ops.clone())).unwrap();
         registry.register(Box::new(persisted_bytes.clone())).unwrap();
+        let persist_failed = IntGauge::new(
+            "locus_persist_failed_paths",
+            "Persist-queue operations given up after failing (locus report lists them; locus fs persist --retry or --drop)",
+        )
+        .unwrap();
+        registry.register(Box::new(persist_failed.clone())).unwrap();
         Metrics {
             registry,
             bytes_read,
@@ -89,6 +98,7 @@ impl Metrics {
             corrupt_blocks,
             persist_ops,
             persisted_bytes,
+            persist_failed,
         }
     }
 }
@@ -130,6 +140,7 @@ impl Master {
         rep.persist_oldest_age_ms = b.oldest_age_ms;
         rep.persist_queue_ops = b.ops;
         rep.jobs = self.inner.jobs.lock().iter().map(|j| j.status().into()).collect();
+        (rep.persist_failed_ops, rep.persist_failed) = self.failed_persists();
         rep
     }
 
@@ -137,6 +148,7 @@ impl Master {
         let rep = self.report();
         let m = &self.inner.metrics;
         m.workers_live.set(rep.workers.iter().filter(|w| w.live).count() as i64);
+        m.persist_failed.set(rep.persist_failed_ops as i64);
         let mut cap: BTreeMap<&str, u64> = BTreeMap::new();
         let mut used: BTreeMap<&str, u64> = BTreeMap::new();
         let mut pooled: BTreeMap<&str, u64> = BTreeMap::new();

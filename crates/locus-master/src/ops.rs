@@ -80,6 +80,9 @@ impl Master {
 
     pub async fn create_directory(&self, path: &str, recursive: bool) -> Result<()> {
         let path = normalize(path)?;
+        // A name the UFS cannot hold as it is is refused now (its ancestors' too).
+        let (m, rel) = self.mount_for(&path)?;
+        m.ufs.check_name(&rel, true)?;
         if let Some(rec) = self.resolve(&path).await? {
             if rec.is_dir && recursive {
                 return Ok(());
@@ -165,6 +168,9 @@ impl Master {
             return Err(Error::invalid(format!("cannot move {src} into itself")));
         }
         let rec = self.must_resolve(&src).await?;
+        // A destination the UFS cannot hold as it is is refused before anything moves.
+        let (dm, drel) = self.mount_for(&dst)?;
+        dm.ufs.check_name(&drel, rec.is_dir)?;
         if self.resolve_with(&dst, true).await?.is_some() {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{dst} exists")));
         }

@@ -30,7 +30,9 @@ use crate::namespace::Effects;
 use crate::store::*;
 use crate::{Master, MountEntry, now_ms};
 
-/// Operations looked at per scheduling round (later ones wait for the next round).
+/// Operations looked at per scheduling round (later ones wait for the next round). Those
+/// given up, waiting out a backoff or an initial wait are not counted: they must not keep
+/// unrelated operations behind them from starting.
 const WINDOW: usize = 512;
 /// Longest wait between retries of a failing operation.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -40,19 +42,27 @@ pub(crate) struct Pending {
     /// The end of an initial wait (a PERSIST with `not_before_ms`): the operation starts
     /// then, or as soon as a later operation on an overlapping path is queued.
     not_before: Option<Instant>,
-    mount_id: u64,
-    paths: Vec<String>,
-    kind: pb::PersistOpKind,
+    pub(crate) mount_id: u64,
+    pub(crate) paths: Vec<String>,
+    pub(crate) kind: pb::PersistOpKind,
     length: u64,
     enqueued_ms: i64,
+    /// The Locus path when queued (the source of a rename).
+    pub(crate) path: String,
+    /// Failed attempts so far and the last one's error.
+    pub(crate) failures: u32,
+    pub(crate) last_error: Option<(ErrorKind, String)>,
+    /// Given up (see `persist_failures`): not run again until retried, and it holds back
+    /// the operations on overlapping paths queued after it (their order must hold).
+    pub(crate) failed_ms: Option<i64>,
 }
 
 #[derive(Default)]
 pub(crate) struct Tracker {
-    pending: BTreeMap<u64, Pending>,
-    running: HashSet<u64>,
+    pub(crate) pending: BTreeMap<u64, Pending>,
+    pub(crate) running: HashSet<u64>,
     /// seq → (not before, failures so far)
-    retry: HashMap<u64, (Instant, u32)>,
+    pub(crate) retry: HashMap<u64, (Instant, u32)>,
     /// Synchronous UFS changes in progress: token → (mount, paths).
     sync_ops: HashMap<u64, (u64, Vec<String>)>,
     next_token: u64,
@@ -65,7 +75,7 @@ fn overlaps(a: &str, b: &str) -> bool {
     a.is_empty() || b.is_empty() || a == b || inside(a, b) || inside(b, a)
 }
 
-fn any_overlap(a: &[String], b: &[String]) -> bool {
+pub(crate) fn any_overlap(a: &[String], b: &[String]) -> bool {
     a.iter().any(|x| b.iter().any(|y| overlaps(x, y)))
 }
 
@@ -192,6 +202,9 @@ impl Master {
             if !locus_common::path::is_staged(&op.path) {
                 op.not_before_ms = 0;
             }
+            // At its new path it starts over (a persist given up at the old one included).
+            (op.failures, op.failed_ms) = (0, 0);
+            op.last_error.clear();
             out.push(self.enqueue(w, op)?);
         }
         Ok(out)
@@ -233,6 +246,17 @@ impl Master {
                 let mut busy = false;
                 for p in t.pending.values_mut() {
                     if p.mount_id == mount_id && any_overlap(&p.paths, &paths) {
+                        if p.failed_ms.is_some() {
+                            // It will not drain by itself: say so now.
+                            return Err(Error::new(
+                                ErrorKind::FailedPrecondition,
+                                format!(
+                                    "a queued UFS change to {} was given up ({}); locus fs persist --retry or --drop it first",
+                                    p.path,
+                                    p.last_error.as_ref().map(|e| e.1.as_str()).unwrap_or("failed")
+                                ),
+                            ));
+                        }
                         busy = true;
                         p.not_before = None;
                     }
@@ -282,7 +306,9 @@ impl Master {
         }
         let mut t = self.inner.persist.lock();
         for op in ops {
-            t.pending.insert(op.seq, pending_of(&op));
+            let p = pending_of(&op);
+            crate::persist_failures::rerun_given_up(&mut t, p.mount_id, &p.paths, op.seq);
+            t.pending.insert(op.seq, p);
         }
         drop(t);
         self.inner.persist_wake.notify_one();
@@ -344,9 +370,14 @@ impl Master {
                 earlier.push((p.mount_id, &p.paths, Some(*seq)));
                 continue;
             }
-            looked += 1;
             let due = t.retry.get(seq).is_none_or(|(at, _)| *at <= now);
-            if !blocked && due && !t.running.contains(seq) {
+            if p.failed_ms.is_some() || !due {
+                // Given up or backing off: it holds back its paths only.
+                earlier.push((p.mount_id, &p.paths, None));
+                continue;
+            }
+            looked += 1;
+            if !blocked && !t.running.contains(seq) {
                 start.push(*seq);
             }
             earlier.push((p.mount_id, &p.paths, None));
@@ -369,10 +400,18 @@ impl Master {
                 t.retry.remove(&seq);
             }
             Err(e) => {
-                let failures = t.retry.get(&seq).map(|r| r.1).unwrap_or(0) + 1;
+                let Some(p) = t.pending.get(&seq) else {
+                    t.retry.remove(&seq);
+                    return;
+                };
+                let (failures, path, given_up) = (p.failures, p.path.clone(), p.failed_ms.is_some());
+                if given_up {
+                    t.retry.remove(&seq);
+                    tracing::error!(seq, path, failures, error = %e, "persist queue operation given up (locus fs persist --retry or --drop)");
+                    return;
+                }
                 let wait = (Duration::from_millis(100) * 2u32.pow(failures.min(10))).min(MAX_BACKOFF);
                 t.retry.insert(seq, (Instant::now() + wait, failures));
-                let path = t.pending.get(&seq).map(|p| p.paths[0].clone()).unwrap_or_default();
                 tracing::warn!(seq, path, failures, retry_in = ?wait, error = %e, "persist queue operation failed");
             }
         }
@@ -665,6 +704,10 @@ fn pending_of(op: &pb::PersistOp) -> Pending {
         kind: op.kind(),
         length: op.length,
         enqueued_ms: op.enqueued_ms,
+        path: op.path.clone(),
+        failures: op.failures,
+        last_error: (!op.last_error.is_empty()).then(|| (ErrorKind::from(op.last_error_kind()), op.last_error.clone())),
+        failed_ms: (op.failed_ms > 0).then_some(op.failed_ms),
     }
 }
 
@@ -689,7 +732,13 @@ pub(crate) fn start(master: Master) -> Job {
         loop {
             for seq in master.runnable() {
                 let m = master.clone();
-                running.push(async move { (seq, m.run_op(seq).await) });
+                running.push(async move {
+                    let r = m.run_op(seq).await;
+                    if let Err(e) = &r {
+                        m.record_failure(seq, e).await;
+                    }
+                    (seq, r)
+                });
             }
             status.set_running(!running.is_empty());
             status.set_backlog(master.inner.persist.lock().pending.len() as u64);

@@ -120,4 +120,8 @@ impl pb::master_server::Master for Master {
         require_service(&r, "CommitBlocks")?;
         ok(Master::commit_blocks(self, r.into_inner()).await.map(|_| pb::Empty {}))
     }
+    async fn resolve_persist_failures(&self, r: Request<pb::PersistFailuresRequest>) -> R<pb::CountResponse> {
+        let r = r.into_inner();
+        ok(Master::resolve_persist_failures(self, &r.path, r.action()).await.map(|count| pb::CountResponse { count }))
+    }
 }

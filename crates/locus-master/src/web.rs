@@ -88,6 +88,25 @@ async fn index(State(m): State<Master>) -> Html<String> {
             s("last_error")
         ));
     }
+    let mut failed = String::new();
+    for f in &r.persist_failed {
+        failed.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            f.kind().name(),
+            esc(&f.path),
+            f.failures,
+            esc(&f.last_error)
+        ));
+    }
+    let failed = if r.persist_failed_ops == 0 {
+        String::new()
+    } else {
+        format!(
+            "<h2>Persist failures ({})</h2><p>Given up; <code>locus fs persist --retry PATH</code> or <code>--drop PATH</code>.</p>\
+<table><tr><th>kind</th><th>path</th><th>attempts</th><th>last error</th></tr>{failed}</table>",
+            r.persist_failed_ops
+        )
+    };
     let mut mounts = String::new();
     for mi in m.mount_table(false) {
         mounts.push_str(&format!(
@@ -104,7 +123,7 @@ async fn index(State(m): State<Master>) -> Html<String> {
 <h2>Bytes read by source</h2><table><tr><th>short_circuit</th><th>local_worker</th><th>remote_worker</th><th>ufs</th><th>hit ratio</th></tr>\
 <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td></tr></table>\
 <h2>Mounts</h2><table><tr><th>path</th><th>uri</th><th>read-only</th></tr>{mounts}</table>\
-<h2>Background jobs</h2><table><tr><th>on</th><th>job</th><th>state</th><th>runs</th><th>failures</th><th>last run</th><th>backlog</th><th>last error</th></tr>{jobs}</table>\
+<h2>Background jobs</h2><table><tr><th>on</th><th>job</th><th>state</th><th>runs</th><th>failures</th><th>last run</th><th>backlog</th><th>last error</th></tr>{jobs}</table>{failed}\
 <p><a href=/metrics>/metrics</a> · <a href=/api/report>/api/report</a></p></body></html>",
         bytesize(t.short_circuit),
         bytesize(t.local_worker),

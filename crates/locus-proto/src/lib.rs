@@ -46,7 +46,7 @@ fn kind_to_code(kind: ErrorKind) -> tonic::Code {
     match kind {
         ErrorKind::NotFound => Code::NotFound,
         ErrorKind::AlreadyExists => Code::AlreadyExists,
-        ErrorKind::InvalidArgument => Code::InvalidArgument,
+        ErrorKind::InvalidArgument | ErrorKind::NameTooLong => Code::InvalidArgument,
         ErrorKind::PermissionDenied => Code::PermissionDenied,
         ErrorKind::Unauthenticated => Code::Unauthenticated,
         ErrorKind::ResourceExhausted => Code::ResourceExhausted,
@@ -191,6 +191,14 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
         "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type().typed().map(|w| w.as_str())})).collect::<Vec<_>>(),
         "persist_backlog": {"files": r.persist_backlog_files, "bytes": r.persist_backlog_bytes, "oldest_age_ms": r.persist_oldest_age_ms, "queued_ops": r.persist_queue_ops},
         "jobs": jobs_json(r),
+        "persist_failed": {
+            "ops": r.persist_failed_ops,
+            "operations": r.persist_failed.iter().map(|f| json!({
+                "seq": f.seq, "kind": f.kind().name(), "path": f.path, "ufs_path": f.ufs_path,
+                "failures": f.failures, "error": f.last_error,
+                "error_kind": ErrorKind::from(f.last_error_kind()).as_str(), "failed_ms": f.failed_ms,
+            })).collect::<Vec<_>>(),
+        },
     })
 }
 

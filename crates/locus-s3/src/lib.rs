@@ -203,6 +203,7 @@ pub(crate) fn s3_error(e: Error, not_found: S3ErrorCode) -> S3Error {
         ErrorKind::NotFound => not_found,
         ErrorKind::AlreadyExists => S3ErrorCode::InvalidRequest,
         ErrorKind::InvalidArgument => S3ErrorCode::InvalidArgument,
+        ErrorKind::NameTooLong => S3ErrorCode::KeyTooLongError,
         ErrorKind::PermissionDenied => S3ErrorCode::AccessDenied,
         ErrorKind::FailedPrecondition | ErrorKind::DirectoryNotEmpty => S3ErrorCode::InvalidRequest,
         ErrorKind::ResourceExhausted | ErrorKind::Unavailable => S3ErrorCode::ServiceUnavailable,
@@ -246,5 +247,11 @@ mod tests {
             *s3_error(Error::new(ErrorKind::PermissionDenied, "ro"), S3ErrorCode::NoSuchKey).code(),
             S3ErrorCode::AccessDenied
         );
+        // A name the mount's UFS cannot hold: too long, or otherwise refused.
+        assert_eq!(
+            *s3_error(Error::new(ErrorKind::NameTooLong, "x"), S3ErrorCode::NoSuchKey).code(),
+            S3ErrorCode::KeyTooLongError
+        );
+        assert_eq!(*s3_error(Error::invalid("x "), S3ErrorCode::NoSuchKey).code(), S3ErrorCode::InvalidArgument);
     }
 }

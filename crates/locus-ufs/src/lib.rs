@@ -16,6 +16,9 @@ use locus_common::{Error, ErrorKind, Result};
 use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::{EntryMode, Operator};
 
+mod names;
+pub use names::NameRules;
+
 /// Status of one UFS object or directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UfsStatus {
@@ -45,6 +48,7 @@ impl UfsStatus {
 pub struct Ufs {
     op: Operator,
     uri: String,
+    names: NameRules,
 }
 
 /// Options understood for `s3://` mounts (others are rejected).
@@ -58,13 +62,33 @@ fn ufs_err(ctx: impl std::fmt::Display, e: opendal::Error) -> Error {
         opendal::ErrorKind::IsADirectory | opendal::ErrorKind::NotADirectory => ErrorKind::FailedPrecondition,
         opendal::ErrorKind::ConfigInvalid | opendal::ErrorKind::Unsupported => ErrorKind::InvalidArgument,
         opendal::ErrorKind::RateLimited => ErrorKind::Unavailable,
+        // OpenDAL's `fs` reports most OS errors as temporary `Unexpected` ones; those that
+        // no retry can mend are told apart here, so the persist queue gives them up.
+        _ if os_error(&e) == Some(libc::ENAMETOOLONG) => ErrorKind::NameTooLong,
+        _ if os_error(&e)
+            .is_some_and(|c| [libc::EISDIR, libc::ENOTDIR, libc::ENOTEMPTY, libc::EEXIST].contains(&c)) =>
+        {
+            ErrorKind::FailedPrecondition
+        }
         _ if e.is_temporary() => ErrorKind::Unavailable,
         _ => ErrorKind::Ufs,
     };
-    let retryable = e.is_temporary();
+    let retryable = e.is_temporary() && !matches!(kind, ErrorKind::NameTooLong | ErrorKind::FailedPrecondition);
     // The OpenDAL error stays the source: its kind, status and context remain reachable
     // (`std::error::Error::source`), and `Display` still reads "ctx: error".
     Error::new(kind, ctx.to_string()).with_source(e).set_retryable(retryable)
+}
+
+/// The OS error under an OpenDAL error, if one is its source (a local file system's).
+fn os_error(e: &opendal::Error) -> Option<i32> {
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return io.raw_os_error();
+        }
+        src = s.source();
+    }
+    None
 }
 
 impl Ufs {
@@ -74,6 +98,7 @@ impl Ufs {
         // Installs the process-wide HTTP transport (reqwest) once; later calls do nothing.
         static INSTALL: std::sync::Once = std::sync::Once::new();
         INSTALL.call_once(opendal::install_default);
+        let names;
         let op = if let Some(dir) = uri.strip_prefix("file://") {
             if !dir.starts_with('/') {
                 return Err(Error::invalid(format!("file:// mounts need an absolute directory: {uri}")));
@@ -91,9 +116,11 @@ impl Ufs {
             // Writes go to a temporary file renamed into place on close, so an aborted
             // or failed write never tears the object it replaces. Read-only roots skip it.
             let tmp = std::path::Path::new(dir).join(locus_common::path::UFS_TEMP_DIR);
-            if std::fs::create_dir_all(&tmp).is_ok() {
+            let atomic = std::fs::create_dir_all(&tmp).is_ok();
+            if atomic {
                 b = b.atomic_write_dir(&tmp.to_string_lossy());
             }
+            names = NameRules::file(dir, atomic);
             Operator::new(b).map_err(|e| ufs_err("file mount", e))?
         } else if let Some(rest) = uri.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -111,6 +138,7 @@ impl Ufs {
                     )));
                 }
             }
+            names = NameRules::s3(prefix);
             let mut b = opendal::services::S3::default()
                 .bucket(bucket)
                 .root(&format!("/{prefix}"))
@@ -139,11 +167,19 @@ impl Ufs {
         let op = op
             .layer(TimeoutLayer::new().with_timeout(timeout).with_io_timeout(timeout))
             .layer(RetryLayer::new().with_max_times(3).with_min_delay(Duration::from_millis(100)));
-        Ok(Ufs { op, uri: uri.to_string() })
+        Ok(Ufs { op, uri: uri.to_string(), names })
     }
 
     pub fn uri(&self) -> &str {
         &self.uri
+    }
+
+    /// Whether this UFS can hold `rel` (a path relative to the mount's root) faithfully,
+    /// as a directory or as a file: refused with `NameTooLong` (a component or key past
+    /// the store's limit) or `InvalidArgument` (a name the store, or OpenDAL on its way
+    /// there, would change). See [`NameRules`].
+    pub fn check_name(&self, rel: &str, is_dir: bool) -> Result<()> {
+        self.names.check(rel, is_dir)
     }
 
     /// Verify that the store answers and the root exists (a missing bucket fails here).
@@ -162,6 +198,11 @@ impl Ufs {
 
     /// Status of `path` (relative to the root; `""` is the root). `None` when absent.
     pub async fn stat(&self, path: &str) -> Result<Option<UfsStatus>> {
+        // A name the store cannot hold is not there (OpenDAL would look up another: "x "
+        // as "x").
+        if self.names.check(path, false).is_err() && self.names.check(path, true).is_err() {
+            return Ok(None);
+        }
         if !path.is_empty() {
             match self.op.stat(path).await {
                 Ok(m) if m.mode() == EntryMode::FILE => {
@@ -202,6 +243,10 @@ impl Ufs {
                 let name = rel.strip_prefix(dir_rel).unwrap_or(rel).trim_end_matches('/');
                 if name.is_empty() || name.contains('/') || name == "." || name == ".." {
                     return Ok(None); // the directory itself, or a name Locus cannot address
+                }
+                if name.ends_with(char::is_whitespace) || (dir_rel.is_empty() && name.starts_with(char::is_whitespace))
+                {
+                    return Ok(None); // OpenDAL would reach another name for it ("x " is read as "x")
                 }
                 let m = entry.metadata();
                 let is_dir = m.mode() == EntryMode::DIR;

@@ -21,7 +21,22 @@ impl Inner {
     /// pipeline holds the blocks and has reported them to the master.
     pub(crate) async fn handle_write(&self, sock: &mut TcpStream, w: pb::WriteFileRequest) -> Result<()> {
         let wt = w.write_type().typed().unwrap_or(WriteType::Through);
-        let mut blocks = if wt.caches() {
+        // A write that declared a size the cache cannot hold at all fails (MUST_CACHE) or
+        // goes through to the UFS (the others) before anything is evicted for it.
+        let mut spilled = false;
+        let mut caches = wt.caches();
+        if caches && w.expected_length > 0 {
+            let (store, need) = (self.store.clone(), w.expected_length);
+            if let Err(e) = crate::blocking(move || store.check_room(need)).await? {
+                if wt == WriteType::MustCache {
+                    return Err(e.context(format!("MUST_CACHE write of {} ({need} bytes)", w.ufs_path)));
+                }
+                tracing::info!(path = %w.ufs_path, bytes = need, "cache too small: the write goes through to the UFS");
+                caches = false;
+                spilled = true;
+            }
+        }
+        let mut blocks = if caches {
             if w.version == 0 || w.block_size == 0 {
                 return Err(Error::invalid("a cached write needs a file version and a block size"));
             }
@@ -39,13 +54,13 @@ impl Inner {
         } else {
             None
         };
-        let mut ufs_writer = match wt.writes_ufs() {
+        let mut ufs_writer = match wt.writes_ufs() || spilled {
             true => Some(self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?),
             false => None,
         };
         // The rest of the pipeline, fed by a task so that forwarding overlaps local writes.
         let mut down = None;
-        if wt.caches() && !w.pipeline.is_empty() {
+        if caches && !w.pipeline.is_empty() {
             let next = w.pipeline[0].clone();
             let req = pb::WriteFileRequest {
                 pipeline: w.pipeline[1..].to_vec(),
@@ -64,7 +79,6 @@ impl Inner {
         }
         write_frame(sock, &pb::DataResponse::default()).await?; // ready
         sock.flush().await.map_err(|e| Error::io("send", e))?;
-        let mut spilled = false;
         let res: Result<u64> = async {
             let mut total = 0u64;
             loop {
@@ -153,19 +167,23 @@ impl Inner {
                 if let Some(u) = ufs_writer.take() {
                     u.abort().await;
                 }
-                return Err(e);
+                if let Some((_, task)) = down.take() {
+                    task.abort(); // the replicas drop their partial copies
+                }
+                return self.give_up_write(sock, &w, caches, e).await;
             }
         };
-        let mut replicas = u32::from(wt.caches());
+        let mut replicas = u32::from(caches);
         if let Some((tx, task)) = down.take() {
             drop(tx);
-            let r = task.await.map_err(|e| Error::internal(format!("pipeline task: {e}")))?;
-            match r {
+            let r = task.await.map_err(|e| Error::internal(format!("pipeline task: {e}")));
+            match r.and_then(|r| r) {
                 Ok(r) => replicas += r.replicas,
                 Err(e) => {
                     if let Some(u) = ufs_writer.take() {
                         u.abort().await;
                     }
+                    self.abandon_blocks(&w, caches).await;
                     return Err(e);
                 }
             }
@@ -175,7 +193,13 @@ impl Inner {
             resp.set_write_type(pb::WriteType::CacheThrough);
         }
         if let Some(u) = ufs_writer {
-            let st = u.close().await?;
+            let st = match u.close().await {
+                Ok(st) => st,
+                Err(e) => {
+                    self.abandon_blocks(&w, caches).await;
+                    return Err(e);
+                }
+            };
             if st.length != total {
                 return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after writing {total}", st.length)));
             }
@@ -188,6 +212,59 @@ impl Inner {
             self.commit_changes().await?;
         }
         write_frame(sock, &resp).await
+    }
+
+    /// A write failed while its chunks stream in: drop what it stored here at once, answer
+    /// with the error now, and read (and discard) the rest of its chunks, so the writer
+    /// gets the answer rather than a reset connection, and the connection stays usable.
+    /// (The writer stops sending when it sees the early answer.)
+    async fn give_up_write(
+        &self,
+        sock: &mut TcpStream,
+        w: &pb::WriteFileRequest,
+        caches: bool,
+        e: Error,
+    ) -> Result<()> {
+        self.abandon_blocks(w, caches).await;
+        tracing::info!(path = %w.ufs_path, error = %e, "write failed");
+        if e.kind() == ErrorKind::Io || e.kind() == ErrorKind::InvalidArgument {
+            return Err(e); // the connection itself broke, or is out of step: close it
+        }
+        write_frame(sock, &pb::DataResponse::error(&e)).await?;
+        sock.flush().await.map_err(|e| Error::io("send", e))?;
+        let mut scratch = vec![0u8; 256 << 10];
+        loop {
+            let mut lenb = [0u8; 4];
+            if sock.read_exact(&mut lenb).await.is_err() {
+                return Ok(()); // the writer went: nothing more to read
+            }
+            let mut left = u32::from_be_bytes(lenb) as usize;
+            if left == 0 {
+                return Ok(());
+            }
+            while left > 0 {
+                let k = left.min(scratch.len());
+                match sock.read(&mut scratch[..k]).await {
+                    Ok(0) | Err(_) => return Ok(()),
+                    Ok(n) => left -= n,
+                }
+            }
+        }
+    }
+
+    /// Drop the blocks a failed cached write stored here (and its write pin).
+    async fn abandon_blocks(&self, w: &pb::WriteFileRequest, caches: bool) {
+        if !caches {
+            return;
+        }
+        let (store, version) = (self.store.clone(), w.version);
+        let freed = crate::blocking(move || store.abandon_write(version)).await.unwrap_or(0);
+        if freed > 0 {
+            tracing::info!(path = %w.ufs_path, blocks = freed, "dropped the blocks of a failed write");
+            if let Err(e) = self.commit_changes().await {
+                tracing::warn!(error = %e, "reporting dropped blocks");
+            }
+        }
     }
 
     /// Send what a write stored in blocks so far to the UFS writer taking over.
@@ -224,6 +301,8 @@ impl BlockWriter {
     fn write(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             if self.cur.is_none() {
+                // Nothing is evicted for a block that cannot fit whatever goes.
+                self.store.check_room(self.block_size)?;
                 let t = self.store.create(locus_common::block_id(self.version, self.index), self.block_size)?;
                 let f = t.open()?;
                 self.cur = Some((t, f, 0));

@@ -189,6 +189,22 @@ fn print_report(j: &serde_json::Value) {
         b["oldest_age_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
         b["queued_ops"]
     );
+    let f = &j["persist_failed"];
+    if f["ops"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "Persist failures: {} operation(s) given up (locus fs persist --retry PATH, or --drop PATH)",
+            f["ops"]
+        );
+        for o in f["operations"].as_array().into_iter().flatten() {
+            println!(
+                "  {:<8} {}  ({} attempt(s)) {}",
+                o["kind"].as_str().unwrap_or(""),
+                o["path"].as_str().unwrap_or(""),
+                o["failures"],
+                o["error"].as_str().unwrap_or("")
+            );
+        }
+    }
     println!("Bytes read by source:");
     for s in ReadSource::ALL {
         let k = s.as_str();

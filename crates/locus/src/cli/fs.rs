@@ -87,9 +87,22 @@ pub enum FsCmd {
         #[arg(long)]
         durable: Option<u32>,
     },
-    /// Write a MUST_CACHE file to the UFS, and wait until it is persisted.
+    /// Write a MUST_CACHE file to the UFS, and wait until it is persisted. With --retry or
+    /// --drop: act on the persist-queue operations that were given up after failing
+    /// (`locus report` lists them with their last error).
     Persist {
+        /// The file to persist; with --retry or --drop, a file or a directory (the given-up
+        /// operations at or below it).
         path: String,
+        /// Run the given-up operations at or below PATH again, their attempts counted anew
+        /// (after fixing what made them fail, such as something in the way in the UFS).
+        #[arg(long, conflicts_with = "drop")]
+        retry: bool,
+        /// Take the given-up operations at or below PATH off the queue. A file whose
+        /// persist is dropped stays in Locus as NOT_PERSISTED, pinned (its cached copies
+        /// are its only ones) until it is deleted or persisted again.
+        #[arg(long)]
+        drop: bool,
         /// Return once the persist is queued.
         #[arg(long)]
         no_wait: bool,
@@ -310,20 +323,49 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 c.put_with(path, &mut tokio::io::stdin(), &popts, |_| Ok(pb::ObjectMeta::default())).await?
             } else {
                 let mut f = tokio::fs::File::open(local).await.map_err(|e| Error::io(format!("open {local}"), e))?;
+                // A regular file declares its size (a write that cannot fit fails first).
+                let popts = match f.metadata().await {
+                    Ok(m) if m.is_file() => PutOptions { expected_length: Some(m.len()), ..popts },
+                    _ => popts,
+                };
                 c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await?
             };
             println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state().name());
         }
-        FsCmd::Persist { path, no_wait, timeout } => {
+        FsCmd::Persist { path, retry, drop, no_wait, timeout } => {
             let limit: Duration = humantime::parse_duration(timeout)
                 .map_err(|e| Error::invalid(format!("bad --timeout {timeout:?}: {e}")))?;
+            if *retry || *drop {
+                let action = if *retry { pb::PersistFailureAction::Retry } else { pb::PersistFailureAction::Drop };
+                let n = c.resolve_persist_failures(path, action).await?;
+                println!(
+                    "{} {n} given-up persist queue operation(s) at or below {path}",
+                    if *retry { "retrying" } else { "dropped" }
+                );
+                return Ok(());
+            }
             let mut fi = c.persist(path).await?;
             let start = std::time::Instant::now();
+            let mut checked = start;
             while !*no_wait && !fi.persist_state().is_persisted() {
                 if fi.persist_state() == pb::PersistState::Lost {
                     return Err(
                         Error::new(ErrorKind::Corrupt, format!("{path} was lost before it was persisted")).into()
                     );
+                }
+                if checked.elapsed() > Duration::from_secs(1) {
+                    checked = std::time::Instant::now();
+                    let r = c.report().await?;
+                    if let Some(f) = r.persist_failed.iter().find(|f| f.path == fi.path) {
+                        return Err(Error::new(
+                            ErrorKind::from(f.last_error_kind()),
+                            format!(
+                                "the persist of {path} was given up after {} attempt(s): {} (locus fs persist --retry or --drop)",
+                                f.failures, f.last_error
+                            ),
+                        )
+                        .into());
+                    }
                 }
                 if start.elapsed() > limit {
                     return Err(Error::unavailable(format!(

@@ -78,7 +78,7 @@ pub fn exit_code(e: &anyhow::Error) -> (i32, String) {
         return (1, format!("{e:#}"));
     };
     let code = match le.kind() {
-        ErrorKind::InvalidArgument => 2,
+        ErrorKind::InvalidArgument | ErrorKind::NameTooLong => 2,
         ErrorKind::NotFound => 3,
         ErrorKind::AlreadyExists => 4,
         ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => 5,
