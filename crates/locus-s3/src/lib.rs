@@ -10,6 +10,7 @@
 //! Depends on `locus-client`, `locus-common` and `locus-proto` only; never on the
 //! master, worker, block store or UFS crates.
 
+mod answer;
 mod s3;
 
 use std::future::Future;
@@ -115,8 +116,10 @@ impl Gateway {
                     let expects = req.headers().contains_key(http::header::EXPECT);
                     let done = Arc::new(AtomicBool::new(false));
                     let (parts, body) = req.into_parts();
+                    let (method, path) = (parts.method.clone(), parts.uri.path().to_string());
                     let body = s3s::Body::http_body_unsync(Tracked { inner: body, done: done.clone() });
-                    let mut res = service.call(http::Request::from_parts(parts, body)).await?;
+                    let res = service.call(http::Request::from_parts(parts, body)).await?;
+                    let mut res = answer::finish(res, &method, &path);
                     if (expects && empty) || (!empty && !done.load(Ordering::Acquire)) {
                         res.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
                     }
@@ -210,10 +213,10 @@ impl S3Host for Hosts {
         };
         if name.parse::<IpAddr>().is_err() {
             for d in &self.domains {
-                if let Some(bucket) = name.strip_suffix(d.as_str()).and_then(|b| b.strip_suffix('.')) {
-                    if !bucket.is_empty() {
-                        return Ok(VirtualHost::new(d.as_str()).with_bucket(bucket));
-                    }
+                if let Some(bucket) = name.strip_suffix(d.as_str()).and_then(|b| b.strip_suffix('.'))
+                    && !bucket.is_empty()
+                {
+                    return Ok(VirtualHost::new(d.as_str()).with_bucket(bucket));
                 }
             }
         }
@@ -233,9 +236,7 @@ pub(crate) fn s3_error(e: Error, not_found: S3ErrorCode) -> S3Error {
         ErrorKind::ResourceExhausted | ErrorKind::Unavailable => S3ErrorCode::ServiceUnavailable,
         ErrorKind::Ufs | ErrorKind::Corrupt | ErrorKind::Io | ErrorKind::Internal => S3ErrorCode::InternalError,
     };
-    if code == S3ErrorCode::InternalError || code == S3ErrorCode::ServiceUnavailable {
-        tracing::warn!(error = %e, "gateway request failed");
-    }
+    // (Logged with the request's id once answered: `answer::finish`.)
     S3Error::with_message(code, e.to_string())
 }
 
