@@ -115,8 +115,9 @@ impl Gateway {
                     let empty = http_body::Body::is_end_stream(req.body());
                     let expects = req.headers().contains_key(http::header::EXPECT);
                     let done = Arc::new(AtomicBool::new(false));
-                    let (parts, body) = req.into_parts();
+                    let (mut parts, body) = req.into_parts();
                     let (method, path) = (parts.method.clone(), parts.uri.path().to_string());
+                    allow_unknown_length(&mut parts);
                     let body = s3s::Body::http_body_unsync(Tracked { inner: body, done: done.clone() });
                     let res = service.call(http::Request::from_parts(parts, body)).await?;
                     let mut res = answer::finish(res, &method, &path);
@@ -143,6 +144,28 @@ impl Gateway {
             }
         }
         Ok(())
+    }
+}
+
+/// Let an upload (PutObject, UploadPart) come with `Transfer-Encoding: chunked`, no
+/// `Content-Length` and an unsigned payload (`x-amz-content-sha256: UNSIGNED-PAYLOAD`),
+/// as streaming clients send a body of unknown size: `s3s` refuses such a body
+/// (MissingContentLength) unless told a length, so it is told `0`. The length only
+/// feeds the early size check (`EntityTooLarge` before any byte is read); the bytes are
+/// counted, checked against the limit and hashed as they stream. (A signed payload hash
+/// needs the length to check it: such a request is still refused.)
+fn allow_unknown_length(parts: &mut http::request::Parts) {
+    let h = &parts.headers;
+    let chunked = h
+        .get(http::header::TRANSFER_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let unsigned = h.get("x-amz-content-sha256").is_some_and(|v| v.as_bytes() == b"UNSIGNED-PAYLOAD");
+    let upload = parts.method == http::Method::PUT
+        && parts.uri.query().is_none_or(|q| q.is_empty() || q.contains("partNumber=") || q.starts_with("x-id="))
+        && !h.contains_key("x-amz-copy-source");
+    if chunked && unsigned && upload && !h.contains_key(http::header::CONTENT_LENGTH) {
+        parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
     }
 }
 

@@ -79,12 +79,15 @@ fn check_acl(
     if let Some(c) = canned {
         return if c == BucketCannedACL::PRIVATE { Ok(()) } else { Err(not_supported()) };
     }
-    if let Some(f) = full {
-        // `id="<owner id>"`, the owner's full control, and nothing else.
-        let only_owner = f.split(',').map(str::trim).all(|g| g.replace('"', "") == format!("id={id}"));
+    if grant_headers.iter().any(|g| g.is_some()) {
+        // `x-amz-grant-full-control: id="<owner id>"`, the owner's full control, and
+        // nothing else.
+        let only_owner = full
+            .as_deref()
+            .is_some_and(|f| f.split(',').map(str::trim).all(|g| g.replace('"', "") == format!("id={id}")));
         return if only_owner && rest.iter().all(|g| g.is_none()) { Ok(()) } else { Err(not_supported()) };
     }
-    let p = policy.unwrap();
+    let Some(p) = policy else { return Err(not_supported()) };
     let grants = p.grants.as_deref().unwrap_or_default();
     let owner_only = grants.len() == 1
         && grants.iter().all(|g| {
