@@ -113,6 +113,11 @@ def test_versioning_calls_on_unversioned_buckets(gateway, bucket):
         expect(404, None, s3.head_object, Bucket=bucket, Key="ver/a", VersionId=vid)
     expect(400, "InvalidArgument", s3.get_object, Bucket=bucket, Key="ver/a", VersionId=BAD_VERSION)
     expect(404, "NoSuchVersion", s3.get_object, Bucket=bucket, Key="ver/none", VersionId="null")
+    s3.copy_object(Bucket=bucket, Key="ver/copy", CopySource={"Bucket": bucket, "Key": "ver/b", "VersionId": "null"})
+    assert s3.get_object(Bucket=bucket, Key="ver/copy")["Body"].read() == b"ver/b"
+    s3.delete_object(Bucket=bucket, Key="ver/copy")
+    expect(404, "NoSuchVersion", s3.copy_object, Bucket=bucket, Key="ver/copy",
+           CopySource={"Bucket": bucket, "Key": "ver/b", "VersionId": AWS_VERSION})
     expect(400, "InvalidArgument", s3.delete_object, Bucket=bucket, Key="ver/a", VersionId=BAD_VERSION)
     s3.delete_object(Bucket=bucket, Key="ver/a", VersionId=AWS_VERSION)  # no such version: nothing goes
     assert s3.get_object(Bucket=bucket, Key="ver/a")["Body"].read() == b"ver/a"
@@ -287,6 +292,8 @@ def test_listing_details(gateway, bucket):
     assert status == 200 and b"<Key>lst/a+b%2Bc%25d%26e.txt</Key>" in body and b"<Key>lst/%C3%BC/y</Key>" in body
     status, _, body = signed(gateway, "GET", f"/{bucket}?list-type=2&prefix=lst%2F")
     assert b"<Key>lst/a b+c%d&amp;e.txt</Key>" in body, body[:500]
+    status, _, body = signed(gateway, "GET", f"/{bucket}?list-type=2&encoding-type=base64")
+    assert status == 400 and b"InvalidArgument" in body
     # Prefix=/ : only keys beginning with '/' (there are none)
     assert s3.list_objects_v2(Bucket=bucket, Prefix="/").get("KeyCount") == 0
     assert "Contents" not in s3.list_objects(Bucket=bucket, Prefix="/")

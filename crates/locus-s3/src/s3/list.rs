@@ -317,7 +317,7 @@ pub(super) async fn list_objects_v2(gw: &LocusS3, req: S3Request<ListObjectsV2In
     let prefix = i.prefix.clone().unwrap_or_default();
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
     let owner = i.fetch_owner.unwrap_or(false).then(|| owner(&gw.cfg));
-    let enc = Encoding::of(i.encoding_type.as_ref());
+    let enc = Encoding::of(i.encoding_type.as_ref())?;
     let page = list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
     let next = page.last.as_deref().map(encode_token);
     let (objects, prefixes) = split_entries(page.entries, owner, enc);
@@ -345,7 +345,7 @@ pub(super) async fn list_objects(gw: &LocusS3, req: S3Request<ListObjectsInput>)
     let marker = i.marker.clone().unwrap_or_default();
     let prefix = i.prefix.clone().unwrap_or_default();
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
-    let enc = Encoding::of(i.encoding_type.as_ref());
+    let enc = Encoding::of(i.encoding_type.as_ref())?;
     let page = list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &marker, max).await?;
     // S3 sends NextMarker only with a delimiter (without one, the last key is the marker).
     let next_marker = page.last.filter(|_| delimiter.is_some()).map(|k| enc.apply(&k));
@@ -380,8 +380,13 @@ pub(super) struct Encoding {
 }
 
 impl Encoding {
-    pub(super) fn of(t: Option<&EncodingType>) -> Encoding {
-        Encoding { url: t.is_some_and(|t| t.as_str().eq_ignore_ascii_case(EncodingType::URL)) }
+    /// The encoding a listing asked for (`url`, the only one S3 knows, or none).
+    pub(super) fn of(t: Option<&EncodingType>) -> S3Result<Encoding> {
+        match t.map(|t| t.as_str()) {
+            None | Some("") => Ok(Encoding { url: false }),
+            Some(t) if t.eq_ignore_ascii_case(EncodingType::URL) => Ok(Encoding { url: true }),
+            Some(_) => Err(s3_error!(InvalidArgument, "Invalid Encoding Method specified in Request")),
+        }
     }
 
     /// `s` as sent: with `encoding-type=url`, every byte but unreserved ones and `/`

@@ -189,10 +189,10 @@ impl LocusS3 {
     /// Source object and byte range of a copy.
     async fn copy_source(&self, source: Source<'_>) -> S3Result<(pb::FileInfo, u64, u64)> {
         let Source { src, range, if_match, if_none_match } = source;
-        let CopySource::Bucket { bucket, key, .. } = src else {
+        let CopySource::Bucket { bucket, key, version_id } = src else {
             return Err(s3_error!(NotImplemented, "copy from an access point"));
         };
-        let fi = self.object(bucket, key, true).await?;
+        let fi = self.object_version(bucket, key, version_id.as_deref(), true).await?;
         let tag = etag_of(&fi);
         // Unlike GET's, a failed copy-source If-None-Match is a 412, not a 304.
         if if_match.is_some_and(|c| !etag_matches(c, &tag)) || if_none_match.is_some_and(|c| etag_matches(c, &tag)) {
