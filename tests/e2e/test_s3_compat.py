@@ -105,6 +105,13 @@ def test_versioning_calls_on_unversioned_buckets(gateway, bucket):
     assert [x["Key"] for x in r["Versions"]] == keys[:2]
     assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["ver/c/"]
     # versionId=null is the object; other ids name nothing, malformed ones are refused
+    t = s3.get_object_tagging(Bucket=bucket, Key="ver/a", VersionId="null")
+    assert t["TagSet"] == [] and t.get("VersionId") == "null"
+    expect(404, "NoSuchVersion", s3.get_object_tagging, Bucket=bucket, Key="ver/a", VersionId=AWS_VERSION)
+    e = expect(501, "NotImplemented", s3.put_bucket_versioning, Bucket=bucket,
+               VersioningConfiguration={"Status": "Enabled"})
+    assert "version" in e.response["Error"]["Message"]
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
     g = s3.get_object(Bucket=bucket, Key="ver/a", VersionId="null")
     assert g["Body"].read() == b"ver/a" and g["VersionId"] == "null"
     assert s3.head_object(Bucket=bucket, Key="ver/a", VersionId="null")["ContentLength"] == 5
@@ -406,6 +413,15 @@ def test_acls_are_private_only(gateway, bucket):
     expect(400, "AccessControlListNotSupported", s3.put_bucket_acl, Bucket=bucket,
            GrantRead='uri="http://acs.amazonaws.com/groups/global/AllUsers"')
     expect(404, "NoSuchKey", s3.get_object_acl, Bucket=bucket, Key="acl/none")
+    # writes that ask for an ACL: only the private ones
+    s3.put_object(Bucket=bucket, Key="acl/p", Body=b"p", ACL="private")
+    s3.put_object(Bucket=bucket, Key="acl/p", Body=b"p", ACL="bucket-owner-full-control")
+    expect(400, "AccessControlListNotSupported", s3.put_object, Bucket=bucket, Key="acl/p", Body=b"p",
+           ACL="public-read")
+    expect(400, "AccessControlListNotSupported", s3.copy_object, Bucket=bucket, Key="acl/c", ACL="public-read",
+           CopySource={"Bucket": bucket, "Key": "acl/p"})
+    expect(400, "AccessControlListNotSupported", s3.create_multipart_upload, Bucket=bucket, Key="acl/m",
+           ACL="authenticated-read")
     out = json.loads(aws(gateway, "s3api", "get-bucket-acl", "--bucket", bucket).stdout)
     assert out["Grants"][0]["Permission"] == "FULL_CONTROL"
     r = aws(gateway, "s3api", "put-bucket-acl", "--bucket", bucket, "--acl", "public-read", check=False)

@@ -38,6 +38,22 @@ pub(super) async fn put_object_acl(gw: &LocusS3, req: S3Request<PutObjectAclInpu
     ok(PutObjectAclOutput::default())
 }
 
+/// The ACL a write (PutObject, CopyObject, CreateMultipartUpload) asks the new object to
+/// get: none, `private`, `bucket-owner-full-control` (the same here) or the owner's full
+/// control grant; anything else is refused, as S3 does with ACLs disabled.
+pub(super) fn check_write_acl(
+    gw: &LocusS3,
+    canned: Option<&ObjectCannedACL>,
+    grants: [&Option<String>; 4],
+) -> S3Result<()> {
+    let [full, read, read_acp, write_acp] = grants;
+    let canned = canned.map(|c| c.as_str()).filter(|c| *c != ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL);
+    if canned.is_none() && grants.iter().all(|g| g.is_none()) {
+        return Ok(());
+    }
+    check_acl(gw, canned, [full, read, read_acp, &None, write_acp], None)
+}
+
 fn full_control(o: &Owner) -> Grant {
     Grant {
         grantee: Some(Grantee {

@@ -321,6 +321,9 @@ impl S3 for LocusS3 {
     async fn get_bucket_versioning(&self, req: S3Request<GetBucketVersioningInput>) -> R<GetBucketVersioningOutput> {
         versioning::get_bucket_versioning(self, req).await
     }
+    async fn put_bucket_versioning(&self, req: S3Request<PutBucketVersioningInput>) -> R<PutBucketVersioningOutput> {
+        versioning::put_bucket_versioning(self, req).await
+    }
     async fn list_object_versions(&self, req: S3Request<ListObjectVersionsInput>) -> R<ListObjectVersionsOutput> {
         versioning::list_object_versions(self, req).await
     }

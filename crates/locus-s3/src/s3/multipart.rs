@@ -14,6 +14,7 @@ use md5::{Digest as _, Md5};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
+use super::acl::check_write_acl;
 use super::checksum::{Expected, sent_checksums, with_checksums};
 use super::put::{Source, copy_result, copy_source};
 use super::tagging::parse_tagging;
@@ -40,6 +41,7 @@ pub(super) async fn create_multipart_upload(
     let upload_id = hex(&rand::random::<[u8; 16]>());
     let dir = gw.upload_dir(&i.bucket, &upload_id)?;
     gw.client.mkdir(&dir, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
+    check_write_acl(gw, i.acl.as_ref(), [&i.grant_full_control, &i.grant_read, &i.grant_read_acp, &i.grant_write_acp])?;
     let tags = parse_tagging(i.tagging.as_deref())?;
     let key = i.key.clone();
     let m = sent_meta!(i, tags);
@@ -192,6 +194,7 @@ pub(super) async fn complete_multipart_upload(
         tracing::warn!(dir, error = %e, "cannot remove the parts of a completed upload");
     }
     ok(CompleteMultipartUploadOutput {
+        location: Some(format!("/{}/{}", i.bucket, i.key)),
         bucket: Some(i.bucket),
         key: Some(i.key),
         e_tag: Some(etag(&final_etag)),

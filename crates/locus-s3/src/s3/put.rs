@@ -6,6 +6,7 @@ use locus_proto::pb;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Result, s3_error};
 
+use super::acl::check_write_acl;
 use super::checksum::{Expected, Written, sent_checksums, with_checksums};
 use super::get::etag_matches;
 use super::tagging::parse_tagging;
@@ -44,6 +45,7 @@ pub(super) async fn put_object(gw: &LocusS3, req: S3Request<PutObjectInput>) -> 
         return ok(PutObjectOutput { e_tag: Some(etag(EMPTY_MD5)), ..Default::default() });
     }
     gw.check_write_conditions(&path, i.if_match.as_ref(), i.if_none_match.as_ref()).await?;
+    check_write_acl(gw, i.acl.as_ref(), [&i.grant_full_control, &i.grant_read, &i.grant_read_acp, &i.grant_write_acp])?;
     let tags = parse_tagging(i.tagging.as_deref())?;
     let sums = sent_checksums!(i);
     let expected = Expected::new(i.content_md5.as_deref(), sums, &headers)?;
@@ -60,6 +62,7 @@ pub(super) async fn copy_object(gw: &LocusS3, req: S3Request<CopyObjectInput>) -
     let i = req.input;
     gw.bucket(&i.bucket).await?;
     let path = object_path(&i.bucket, &i.key)?;
+    check_write_acl(gw, i.acl.as_ref(), [&i.grant_full_control, &i.grant_read, &i.grant_read_acp, &i.grant_write_acp])?;
     let replace_meta = i.metadata_directive.as_ref().is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
     let replace_tags = i.tagging_directive.as_ref().is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
     let source = copy_source!(i, None);

@@ -15,8 +15,9 @@ pub(super) async fn get_object_tagging(
     gw: &LocusS3,
     req: S3Request<GetObjectTaggingInput>,
 ) -> R<GetObjectTaggingOutput> {
-    let fi = gw.object(&req.input.bucket, &req.input.key, false).await?;
-    ok(GetObjectTaggingOutput { tag_set: tag_set(&meta_of(&fi).tags), ..Default::default() })
+    let i = req.input;
+    let fi = gw.object_version(&i.bucket, &i.key, i.version_id.as_deref(), false).await?;
+    ok(GetObjectTaggingOutput { tag_set: tag_set(&meta_of(&fi).tags), version_id: i.version_id })
 }
 
 pub(super) async fn put_object_tagging(
@@ -24,10 +25,10 @@ pub(super) async fn put_object_tagging(
     req: S3Request<PutObjectTaggingInput>,
 ) -> R<PutObjectTaggingOutput> {
     let i = req.input;
-    let fi = gw.object(&i.bucket, &i.key, false).await?;
+    let fi = gw.object_version(&i.bucket, &i.key, i.version_id.as_deref(), false).await?;
     let tags = check_tags(pairs(i.tagging), OBJECT_TAGS)?;
     set_tags(gw, &fi, tags).await?;
-    ok(PutObjectTaggingOutput::default())
+    ok(PutObjectTaggingOutput { version_id: i.version_id })
 }
 
 pub(super) async fn get_bucket_tagging(
@@ -76,9 +77,10 @@ pub(super) async fn delete_object_tagging(
     gw: &LocusS3,
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> R<DeleteObjectTaggingOutput> {
-    let fi = gw.object(&req.input.bucket, &req.input.key, false).await?;
+    let i = req.input;
+    let fi = gw.object_version(&i.bucket, &i.key, i.version_id.as_deref(), false).await?;
     set_tags(gw, &fi, HashMap::new()).await?;
-    ok(DeleteObjectTaggingOutput::default())
+    ok(DeleteObjectTaggingOutput { version_id: i.version_id })
 }
 
 /// Replace an object's or a bucket's tags (its other metadata stays).

@@ -21,6 +21,18 @@ pub(super) async fn get_bucket_versioning(
     ok(GetBucketVersioningOutput::default())
 }
 
+/// Versioning is never turned on (nor suspended): Locus keeps one version of an object.
+pub(super) async fn put_bucket_versioning(
+    gw: &LocusS3,
+    req: S3Request<PutBucketVersioningInput>,
+) -> R<PutBucketVersioningOutput> {
+    gw.bucket(&req.input.bucket).await?;
+    Err(s3_error!(
+        NotImplemented,
+        "Locus keeps one version of each object: bucket versioning cannot be enabled or suspended"
+    ))
+}
+
 pub(super) async fn list_object_versions(
     gw: &LocusS3,
     req: S3Request<ListObjectVersionsInput>,
