@@ -357,6 +357,10 @@ def test_list_buckets_pages_and_creation_dates(gateway):
             assert b["CreationDate"] > year_ago, b
     out = aws(gateway, "s3", "ls").stdout.decode()
     assert "1970" not in out and " lake" in out, out
+    # an S3 prefix (no time of its own) first seen through Locus gets that time
+    gateway.minio.put_object(Bucket=gateway.minio_bucket, Key="from-ufs/dir/x", Body=b"x")
+    st = gateway.cluster.stat("/lake/from-ufs/dir")
+    assert st["is_dir"] and st["mtime_ms"] > year_ago.timestamp() * 1000, st
     for b in made:
         s3.delete_bucket(Bucket=b)
 
