@@ -265,7 +265,10 @@ def test_multipart_retries_replaced_parts_and_part_numbers(gateway, bucket):
     assert g["ResponseMetadata"]["HTTPStatusCode"] == 206
     h = s3.head_object(Bucket=bucket, Key=key, PartNumber=2)
     assert h["ContentLength"] == len(p2) and h["PartsCount"] == 2
+    assert h["ResponseMetadata"]["HTTPStatusCode"] == 206
     assert h["ContentRange"] == f"bytes {len(p1)}-{total - 1}/{total}"
+    h = s3.head_object(Bucket=bucket, Key=key, Range="bytes=0-1")
+    assert h["ResponseMetadata"]["HTTPStatusCode"] == 206 and h["ContentLength"] == 2
     e = expect(416, "InvalidPartNumber", s3.get_object, Bucket=bucket, Key=key, PartNumber=3)
     assert e.response["Error"]["Message"]
     expect(400, "InvalidRequest", s3.get_object, Bucket=bucket, Key=key, PartNumber=1, Range="bytes=0-1")

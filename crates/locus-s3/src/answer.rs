@@ -1,6 +1,6 @@
 //! What every answer gets on its way out, whoever made it (an operation, or `s3s`
 //! refusing a request before any operation ran): a request id in `x-amz-request-id`
-//! (and `x-amz-id-2`); for an error, the same id as the body's `<RequestId>` and a
+//! (and `x-amz-id-2`); for a HEAD of a range or a part, 206 as its GET; for an error, the same id as the body's `<RequestId>` and a
 //! `<Message>` (S3's wording when the error came without one), and one log line: debug
 //! for a client's mistake (4xx), warn for the gateway's failure (5xx).
 
@@ -20,6 +20,10 @@ pub(crate) fn finish(mut res: Response<s3s::Body>, method: &Method, path: &str) 
         res.headers_mut().insert("x-amz-id-2", v);
     }
     let status = res.status();
+    if status == StatusCode::OK && method == Method::HEAD && res.headers().contains_key(http::header::CONTENT_RANGE) {
+        // A HEAD of a range or a part answers as its GET would (`s3s` answers 200).
+        *res.status_mut() = StatusCode::PARTIAL_CONTENT;
+    }
     if !(status.is_client_error() || status.is_server_error()) {
         return res;
     }
