@@ -433,6 +433,35 @@ mod tests {
     }
 
     #[test]
+    fn version_ids() {
+        assert_eq!(version_id(None).unwrap(), None);
+        assert_eq!(version_id(Some("null")).unwrap(), Some(VersionId::Null));
+        for other in ["3HL4kqtJlcpXroDTDmJ_rmSpXd3dIbrH", "0b5e8f0e-7c1a-4c4e-9d1f-2a3b4c5d6e7f"] {
+            assert_eq!(version_id(Some(other)).unwrap(), Some(VersionId::Other), "{other}");
+        }
+        for bad in ["", "NULL", "abc", "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrH", "0b5e8f0e+7c1a-4c4e-9d1f-2a3b4c5d6e7f"] {
+            assert!(version_id(Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn aws_chunked_is_not_stored_as_an_encoding() {
+        assert_eq!(stored_encoding(None), "");
+        assert_eq!(stored_encoding(Some("aws-chunked".into())), "");
+        assert_eq!(stored_encoding(Some("aws-chunked, gzip".into())), "gzip");
+        assert_eq!(stored_encoding(Some("gzip,br".into())), "gzip, br");
+    }
+
+    #[test]
+    fn owner_ids_look_canonical() {
+        let cfg = GatewayConfig { access_key_id: "k".into(), ..Default::default() };
+        let o = owner(&cfg);
+        assert_eq!(o.id.as_deref().map(str::len), Some(64));
+        assert_eq!(o.display_name.as_deref(), Some("k"));
+        assert_eq!(owner(&cfg).id, o.id, "stable");
+    }
+
+    #[test]
     fn etags_follow_s3() {
         let mut fi = pb::FileInfo { length: 3, fingerprint: "3:m1700".into(), ..Default::default() };
         let derived = etag_of(&fi);
