@@ -272,6 +272,18 @@ def test_multipart_retries_replaced_parts_and_part_numbers(gateway, bucket):
     e = expect(416, "InvalidPartNumber", s3.get_object, Bucket=bucket, Key=key, PartNumber=3)
     assert e.response["Error"]["Message"]
     expect(400, "InvalidRequest", s3.get_object, Bucket=bucket, Key=key, PartNumber=1, Range="bytes=0-1")
+    # three parts, all but the last of one size (as SDKs upload): every part found
+    sizes = [5 * MiB + 3, 5 * MiB + 3, 777]
+    blobs = [os.urandom(n) for n in sizes]
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp/three")["UploadId"]
+    tags = [s3.upload_part(Bucket=bucket, Key="mp/three", UploadId=up, PartNumber=n + 1, Body=b)["ETag"]
+            for n, b in enumerate(blobs)]
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp/three", UploadId=up, MultipartUpload={
+        "Parts": [{"PartNumber": n + 1, "ETag": t} for n, t in enumerate(tags)]})
+    for n, b in enumerate(blobs):
+        g = s3.get_object(Bucket=bucket, Key="mp/three", PartNumber=n + 1)
+        assert g["Body"].read() == b and g["PartsCount"] == 3
+    expect(416, None, s3.head_object, Bucket=bucket, Key="mp/three", PartNumber=4)  # (a HEAD has no body)
     # an object not uploaded in parts is its own part 1
     s3.put_object(Bucket=bucket, Key="mp/single", Body=b"single")
     g = s3.get_object(Bucket=bucket, Key="mp/single", PartNumber=1)

@@ -78,12 +78,22 @@ fn part(meta: &pb::ObjectMeta, n: Option<i32>) -> S3Result<Option<Part>> {
         return Err(s3_error!(InvalidArgument, "Part number must be an integer between 1 and 10000, inclusive"));
     }
     let n = n as usize;
-    if meta.part_sizes.is_empty() {
+    let count = meta.part_count as usize;
+    if count == 0 || meta.part_sizes.is_empty() {
         return if n == 1 { Ok(Some(Part::Whole)) } else { Err(part_not_satisfiable()) };
     }
-    let Some(len) = meta.part_sizes.get(n - 1) else { return Err(part_not_satisfiable()) };
-    let start = meta.part_sizes[..n - 1].iter().sum();
-    Ok(Some(Part::Of { start, len: *len, count: meta.part_sizes.len() as i32 }))
+    if n > count {
+        return Err(part_not_satisfiable());
+    }
+    let sizes = &meta.part_sizes;
+    let (start, len) = if sizes.len() == count {
+        (sizes[..n - 1].iter().sum(), sizes[n - 1])
+    } else {
+        // Every part but the last has the first size.
+        let (each, last) = (sizes[0], sizes[sizes.len() - 1]);
+        ((n as u64 - 1) * each, if n == count { last } else { each })
+    };
+    Ok(Some(Part::Of { start, len, count: count as i32 }))
 }
 
 fn part_not_satisfiable() -> S3Error {
@@ -374,7 +384,7 @@ mod tests {
 
     #[test]
     fn parts() {
-        let multi = pb::ObjectMeta { part_sizes: vec![6, 4], ..Default::default() };
+        let multi = pb::ObjectMeta { part_sizes: vec![6, 4], part_count: 2, ..Default::default() };
         let sel =
             |meta: &pb::ObjectMeta, n| select(&file(10), TAG, Conditions::default(), part(meta, Some(n)).unwrap());
         let want =
@@ -382,6 +392,13 @@ mod tests {
         assert_eq!(sel(&multi, 1).unwrap(), want(0, 6, "bytes 0-5/10", Some(2)));
         assert_eq!(sel(&multi, 2).unwrap(), want(6, 4, "bytes 6-9/10", Some(2)));
         assert!(part(&multi, Some(3)).is_err());
+        // three parts of 3 and a last of 1, kept as [3, 1]
+        let uniform = pb::ObjectMeta { part_sizes: vec![3, 1], part_count: 4, ..Default::default() };
+        let sel10 = |n| select(&file(10), TAG, Conditions::default(), part(&uniform, Some(n)).unwrap()).unwrap();
+        assert_eq!(sel10(1), want(0, 3, "bytes 0-2/10", Some(4)));
+        assert_eq!(sel10(3), want(6, 3, "bytes 6-8/10", Some(4)));
+        assert_eq!(sel10(4), want(9, 1, "bytes 9-9/10", Some(4)));
+        assert!(part(&uniform, Some(5)).is_err());
         let single = pb::ObjectMeta::default();
         assert_eq!(sel(&single, 1).unwrap(), want(0, 10, "bytes 0-9/10", None), "part 1 is the whole object");
         let e = part(&single, Some(2)).unwrap_err();

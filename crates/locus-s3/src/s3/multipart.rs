@@ -186,7 +186,8 @@ pub(super) async fn complete_multipart_upload(
         content_language: rec.content_language,
         expires: rec.expires,
         upload_id: i.upload_id.clone(),
-        part_sizes: chosen.iter().map(|fi| fi.length).collect(),
+        part_sizes: part_sizes(&chosen.iter().map(|fi| fi.length).collect::<Vec<_>>()),
+        part_count: chosen.len() as u32,
     };
     let opts = object_options(&meta, wt);
     gw.checked_put(&path, StreamingBlob::wrap(body), Expected::default(), None, opts, meta).await?;
@@ -325,6 +326,15 @@ struct UploadRecord {
     expires: String,
 }
 
+/// The part sizes an object keeps: all of them, or, when every part but the last has
+/// the same size (as SDKs upload), that size and the last one's.
+fn part_sizes(sizes: &[u64]) -> Vec<u64> {
+    match sizes {
+        [first, middle @ .., last] if middle.iter().all(|s| s == first) => vec![*first, *last],
+        _ => sizes.to_vec(),
+    }
+}
+
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
@@ -394,5 +404,18 @@ impl LocusS3 {
             .map_err(|e| s3_error(e, S3ErrorCode::NoSuchUpload))?;
         parts.sort_by_key(|p| p.0);
         Ok(parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_parts_are_kept_short() {
+        assert_eq!(part_sizes(&[8, 8, 8, 3]), vec![8, 3]);
+        assert_eq!(part_sizes(&[8, 3]), vec![8, 3]);
+        assert_eq!(part_sizes(&[5]), vec![5]);
+        assert_eq!(part_sizes(&[8, 9, 8, 3]), vec![8, 9, 8, 3]);
     }
 }

@@ -80,7 +80,14 @@ pub(super) async fn copy_object(gw: &LocusS3, req: S3Request<CopyObjectInput>) -
                 sent_meta!(i, tags)
             } else {
                 // The source's metadata and standard headers; not its upload's parts.
-                pb::ObjectMeta { etag: String::new(), upload_id: String::new(), part_sizes: Vec::new(), tags, ..old.clone() }
+                pb::ObjectMeta {
+                    etag: String::new(),
+                    upload_id: String::new(),
+                    part_sizes: Vec::new(),
+                    part_count: 0,
+                    tags,
+                    ..old.clone()
+                }
             };
             // Same bytes, same MD5: a source whose ETag is the MD5 Locus recorded when it
             // was written (not a multipart ETag) gives it to the copy, which then skips an
