@@ -32,9 +32,19 @@ pub fn split_block_id(id: u64) -> (u64, u64) {
 
 /// Install a `tracing` subscriber writing structured logs to stderr.
 /// `json` selects JSON lines; the filter comes from `RUST_LOG` (default `info`).
+///
+/// The `s3s` crate's own events are off unless `RUST_LOG` names it: it logs every
+/// refused request at ERROR (twice), while the gateway logs each answer once, by its
+/// request id (client mistakes at debug, its own failures at warn).
 pub fn init_logging(json: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let spec = std::env::var("RUST_LOG").unwrap_or_default();
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if !spec.contains("s3s")
+        && let Ok(d) = "s3s=off".parse()
+    {
+        filter = filter.add_directive(d);
+    }
     // Colours only on a terminal: logs written to a file or a pipe stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);

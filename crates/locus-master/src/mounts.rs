@@ -104,7 +104,10 @@ impl Master {
                 if let Some((parent_path, name)) = lpath::split_parent(&info.path) {
                     let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?
                         .ok_or_else(|| Error::not_found(parent_path.to_string()))?;
-                    me.new_inode(w, parent, name, true, 0, String::new(), 0, 0, None)?;
+                    // Its time is the mount's (an S3 bucket's listing gives directories
+                    // none): S3 clients show it as the bucket's creation date.
+                    let now = crate::now_ms();
+                    me.new_inode(w, parent, name, true, 0, String::new(), now, now, None)?;
                 }
                 Ok(info)
             })

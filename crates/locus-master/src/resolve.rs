@@ -71,7 +71,10 @@ impl Master {
             put_inode(w, &rec)?;
             return Ok(id);
         }
-        let rec = self.new_inode(w, parent, name, st.is_dir, st.length, fp, st.mtime_ms, now, None)?;
+        // An S3 prefix has no time of its own: a directory gets the time Locus first saw it
+        // (what S3 clients show as a bucket's creation date).
+        let mtime = if st.is_dir && st.mtime_ms <= 0 { now } else { st.mtime_ms };
+        let rec = self.new_inode(w, parent, name, st.is_dir, st.length, fp, mtime, now, None)?;
         fx.loaded += 1;
         Ok(rec.id)
     }

@@ -10,6 +10,7 @@
 //! Depends on `locus-client`, `locus-common` and `locus-proto` only; never on the
 //! master, worker, block store or UFS crates.
 
+mod answer;
 mod limits;
 mod s3;
 
@@ -122,9 +123,12 @@ impl Gateway {
                     let empty = http_body::Body::is_end_stream(req.body());
                     let expects = req.headers().contains_key(http::header::EXPECT);
                     let done = Arc::new(AtomicBool::new(false));
-                    let (parts, body) = req.into_parts();
+                    let (mut parts, body) = req.into_parts();
+                    let (method, path) = (parts.method.clone(), parts.uri.path().to_string());
+                    allow_unknown_length(&mut parts);
                     let body = s3s::Body::http_body_unsync(limits::IdleBody::new(body, done.clone(), idle));
-                    let mut res = service.call(http::Request::from_parts(parts, body)).await?;
+                    let res = service.call(http::Request::from_parts(parts, body)).await?;
+                    let mut res = answer::finish(res, &method, &path);
                     if (expects && empty) || (!empty && !done.load(Ordering::Acquire)) {
                         res.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
                     }
@@ -152,6 +156,28 @@ impl Gateway {
             }
         }
         Ok(())
+    }
+}
+
+/// Let an upload (PutObject, UploadPart) come with `Transfer-Encoding: chunked`, no
+/// `Content-Length` and an unsigned payload (`x-amz-content-sha256: UNSIGNED-PAYLOAD`),
+/// as streaming clients send a body of unknown size: `s3s` refuses such a body
+/// (MissingContentLength) unless told a length, so it is told `0`. The length only
+/// feeds the early size check (`EntityTooLarge` before any byte is read); the bytes are
+/// counted, checked against the limit and hashed as they stream. (A signed payload hash
+/// needs the length to check it: such a request is still refused.)
+fn allow_unknown_length(parts: &mut http::request::Parts) {
+    let h = &parts.headers;
+    let chunked = h
+        .get(http::header::TRANSFER_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let unsigned = h.get("x-amz-content-sha256").is_some_and(|v| v.as_bytes() == b"UNSIGNED-PAYLOAD");
+    let upload = parts.method == http::Method::PUT
+        && parts.uri.query().is_none_or(|q| q.is_empty() || q.contains("partNumber=") || q.starts_with("x-id="))
+        && !h.contains_key("x-amz-copy-source");
+    if chunked && unsigned && upload && !h.contains_key(http::header::CONTENT_LENGTH) {
+        parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
     }
 }
 
@@ -185,10 +211,10 @@ impl S3Host for Hosts {
         };
         if name.parse::<IpAddr>().is_err() {
             for d in &self.domains {
-                if let Some(bucket) = name.strip_suffix(d.as_str()).and_then(|b| b.strip_suffix('.')) {
-                    if !bucket.is_empty() {
-                        return Ok(VirtualHost::new(d.as_str()).with_bucket(bucket));
-                    }
+                if let Some(bucket) = name.strip_suffix(d.as_str()).and_then(|b| b.strip_suffix('.'))
+                    && !bucket.is_empty()
+                {
+                    return Ok(VirtualHost::new(d.as_str()).with_bucket(bucket));
                 }
             }
         }
@@ -212,9 +238,7 @@ pub(crate) fn s3_error(e: Error, not_found: S3ErrorCode) -> S3Error {
             S3ErrorCode::InternalError
         }
     };
-    if code == S3ErrorCode::InternalError || code == S3ErrorCode::ServiceUnavailable {
-        tracing::warn!(error = %e, "gateway request failed");
-    }
+    // (Logged with the request's id once answered: `answer::finish`.)
     S3Error::with_message(code, e.to_string())
 }
 

@@ -1,29 +1,65 @@
 //! Bucket operations: list, create, head, locate and delete buckets. A bucket is a
 //! top-level directory of the namespace.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use locus_common::ErrorKind;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, s3_error};
 
 use super::list::{self, ListRequest};
-use super::{LocusS3, R, bucket_path, ok, timestamp};
+use super::{LocusS3, R, bucket_path, ok, owner, timestamp};
 use crate::s3_error;
 
-pub(super) async fn list_buckets(gw: &LocusS3, _req: S3Request<ListBucketsInput>) -> R<ListBucketsOutput> {
+/// ListBuckets, with the paging AWS added in 2024: `max-buckets` (1 to 10000), a
+/// `continuation-token` (the last bucket of the page before) and a name `prefix`. Asked
+/// for any of them without `max-buckets`, a page holds 10000 buckets.
+pub(super) async fn list_buckets(gw: &LocusS3, req: S3Request<ListBucketsInput>) -> R<ListBucketsOutput> {
+    let i = req.input;
+    let max = match i.max_buckets {
+        Some(n) if !(1..=10_000).contains(&n) => {
+            return Err(s3_error!(InvalidArgument, "max-buckets must be an integer between 1 and 10000"));
+        }
+        Some(n) => n as usize,
+        None if i.continuation_token.is_some() || i.prefix.is_some() || i.bucket_region.is_some() => 10_000,
+        None => usize::MAX,
+    };
+    let after = match i.continuation_token.as_deref().filter(|t| !t.is_empty()) {
+        Some(t) => B64URL
+            .decode(t)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| s3_error!(InvalidArgument, "The continuation token provided is incorrect"))?,
+        None => String::new(),
+    };
+    let prefix = i.prefix.clone().unwrap_or_default();
+    // Every bucket is in the gateway's region.
+    let other_region = i.bucket_region.as_deref().is_some_and(|r| r != gw.cfg.region);
     let mut buckets = Vec::new();
+    let mut more = false;
     gw.client
         .list_each("/", false, |e| {
-            if e.is_dir && s3s::path::check_bucket_name(&e.name) {
-                buckets.push(Bucket {
-                    name: Some(e.name.clone()),
-                    creation_date: Some(timestamp(e.mtime_ms)),
-                    ..Default::default()
-                });
+            if !e.is_dir || !s3s::path::check_bucket_name(&e.name) || other_region {
+                return;
             }
+            if !e.name.starts_with(&prefix) || e.name.as_str() <= after.as_str() {
+                return;
+            }
+            if buckets.len() == max {
+                more = true;
+                return;
+            }
+            buckets.push(Bucket {
+                name: Some(e.name.clone()),
+                creation_date: Some(timestamp(e.mtime_ms)),
+                bucket_region: Some(gw.cfg.region.clone()),
+            });
         })
         .await
         .map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
-    ok(ListBucketsOutput { buckets: Some(buckets), ..Default::default() })
+    let continuation_token =
+        more.then(|| buckets.last().and_then(|b| b.name.as_deref()).map(|n| B64URL.encode(n))).flatten();
+    ok(ListBucketsOutput { buckets: Some(buckets), continuation_token, owner: Some(owner(&gw.cfg)), prefix: i.prefix })
 }
 
 pub(super) async fn create_bucket(gw: &LocusS3, req: S3Request<CreateBucketInput>) -> R<CreateBucketOutput> {
@@ -35,7 +71,7 @@ pub(super) async fn create_bucket(gw: &LocusS3, req: S3Request<CreateBucketInput
         ErrorKind::AlreadyExists => s3_error!(BucketAlreadyOwnedByYou),
         _ => s3_error(e, S3ErrorCode::NoSuchBucket),
     })?;
-    ok(CreateBucketOutput { location: Some(format!("/{b}")), ..Default::default() })
+    ok(CreateBucketOutput { location: Some(format!("/{b}")) })
 }
 
 pub(super) async fn head_bucket(gw: &LocusS3, req: S3Request<HeadBucketInput>) -> R<HeadBucketOutput> {

@@ -205,13 +205,13 @@ impl LocusS3 {
                 ("SHA256", &want.checksum_sha256, &sums.checksum_sha256),
             ];
             for (alg, w, got) in pairs {
-                if let Some(w) = w {
-                    if Some(w) != got.as_ref() {
-                        return fail(s3_error!(
-                            BadDigest,
-                            "the {alg} checksum you specified did not match what we received"
-                        ));
-                    }
+                if let Some(w) = w
+                    && Some(w) != got.as_ref()
+                {
+                    return fail(s3_error!(
+                        BadDigest,
+                        "the {alg} checksum you specified did not match what we received"
+                    ));
                 }
             }
             let mut meta = meta;

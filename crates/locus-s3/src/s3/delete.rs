@@ -7,12 +7,13 @@ use locus_proto::pb;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
-use super::{LocusS3, R, bucket_path, object_path, ok};
+use super::{LocusS3, R, VersionId, bucket_path, object_path, ok, version_id};
 use crate::s3_error;
 
 pub(super) async fn delete_object(gw: &LocusS3, req: S3Request<DeleteObjectInput>) -> R<DeleteObjectOutput> {
-    gw.delete_key(&req.input.bucket, &req.input.key).await?;
-    ok(DeleteObjectOutput::default())
+    let i = req.input;
+    gw.delete_version(&i.bucket, &i.key, i.version_id.as_deref()).await?;
+    ok(DeleteObjectOutput { version_id: i.version_id, ..Default::default() })
 }
 
 pub(super) async fn delete_objects(gw: &LocusS3, req: S3Request<DeleteObjectsInput>) -> R<DeleteObjectsOutput> {
@@ -25,10 +26,10 @@ pub(super) async fn delete_objects(gw: &LocusS3, req: S3Request<DeleteObjectsInp
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for o in i.delete.objects {
-        match gw.delete_key(&i.bucket, &o.key).await {
+        match gw.delete_version(&i.bucket, &o.key, o.version_id.as_deref()).await {
             Ok(()) => {
                 if !quiet {
-                    deleted.push(DeletedObject { key: Some(o.key), ..Default::default() });
+                    deleted.push(DeletedObject { key: Some(o.key), version_id: o.version_id, ..Default::default() });
                 }
             }
             Err(e) => errors.push(s3s::dto::Error {
@@ -43,6 +44,18 @@ pub(super) async fn delete_objects(gw: &LocusS3, req: S3Request<DeleteObjectsInp
 }
 
 impl LocusS3 {
+    /// Delete one key, or its version `versionId`: `null` is the object itself; another
+    /// well-formed id names no version here, so there is nothing to delete.
+    async fn delete_version(&self, bucket: &str, key: &str, version: Option<&str>) -> S3Result<()> {
+        match version_id(version)? {
+            Some(VersionId::Other) => {
+                object_path(bucket, key)?;
+                self.bucket(bucket).await.map(|_| ())
+            }
+            _ => self.delete_key(bucket, key).await,
+        }
+    }
+
     async fn is_empty_dir(&self, path: &str) -> S3Result<bool> {
         let (page, _) =
             self.client.list_page(path, "", false, 1).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;

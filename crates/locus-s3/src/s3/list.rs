@@ -24,7 +24,7 @@ use locus_proto::pb;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
-use super::{LocusS3, R, etag, etag_of, ok, timestamp};
+use super::{LocusS3, R, etag, etag_of, ok, owner, timestamp};
 use crate::{UPLOADS_DIR, s3_error};
 
 /// Entries fetched from the master per call.
@@ -34,7 +34,7 @@ const PAGE: u32 = 1000;
 #[derive(Debug)]
 pub(crate) enum Entry {
     /// An object (a directory here is an empty directory: a `dir/` marker object).
-    Object { key: String, fi: pb::FileInfo },
+    Object { key: String, fi: Box<pb::FileInfo> },
     /// A common prefix, ending with the delimiter.
     Prefix(String),
 }
@@ -153,10 +153,12 @@ impl Cursor {
     /// sort after `name` (as `prefix/`) although their names sort before it.
     async fn hold_prefix_dirs(&mut self, c: &Client, name: &str) -> Result<()> {
         for (i, b) in name.bytes().enumerate() {
-            if i > 0 && b < b'/' && name.is_char_boundary(i) {
-                if let Some(fi) = dir_status(c, &lpath::join(&self.path, &name[..i])).await? {
-                    self.held.push(Reverse(Held(format!("{}/", fi.name), fi)));
-                }
+            if i > 0
+                && b < b'/'
+                && name.is_char_boundary(i)
+                && let Some(fi) = dir_status(c, &lpath::join(&self.path, &name[..i])).await?
+            {
+                self.held.push(Reverse(Held(format!("{}/", fi.name), fi)));
             }
         }
         Ok(())
@@ -176,14 +178,18 @@ async fn dir_status(c: &Client, path: &str) -> Result<Option<pb::FileInfo>> {
 /// Locus path of a key prefix that ends at a directory boundary (`a/b/` → `/bucket/a/b`);
 /// `None` when no such directory can exist.
 fn dir_path(bucket: &str, dir_key: &str) -> Option<String> {
-    lpath::normalize(&format!("/{bucket}/{dir_key}"))
-        .ok()
-        .filter(|_| !dir_key.split('/').any(|c| c == UPLOADS_DIR) && (dir_key.is_empty() || !dir_key.contains("//")))
+    // (No key begins with `/` or holds `//`: such a prefix names nothing.)
+    lpath::normalize(&format!("/{bucket}/{dir_key}")).ok().filter(|_| {
+        !dir_key.split('/').any(|c| c == UPLOADS_DIR) && !dir_key.starts_with('/') && !dir_key.contains("//")
+    })
 }
 
 /// One page of a listing: up to `max_keys` entries after `req.after`, and whether more
 /// follow.
 pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry>, bool)> {
+    if req.max_keys == 0 {
+        return Ok((Vec::new(), false));
+    }
     let prefix = req.prefix;
     let slash = req.delimiter == Some("/");
     // The deepest directory the prefix names, and the rest of the prefix inside it.
@@ -200,11 +206,11 @@ pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry
     // After a common prefix, skip the whole group it stands for.
     let mut after = req.after.to_string();
     let mut skip_group: Option<String> = None;
-    if let Some(d) = req.delimiter.filter(|d| !d.is_empty()) {
-        if let Some(i) = after.strip_prefix(prefix).and_then(|r| r.find(d)) {
-            after.truncate(prefix.len() + i + d.len());
-            skip_group = Some(after.clone());
-        }
+    if let Some(d) = req.delimiter.filter(|d| !d.is_empty())
+        && let Some(i) = after.strip_prefix(prefix).and_then(|r| r.find(d))
+    {
+        after.truncate(prefix.len() + i + d.len());
+        skip_group = Some(after.clone());
     }
     let mut stack: Vec<Cursor> = Vec::new();
     if after.as_str() < prefix {
@@ -281,17 +287,17 @@ pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry
         if !key.starts_with(prefix) {
             continue;
         }
-        if let Some(d) = req.delimiter.filter(|d| !d.is_empty()) {
-            if let Some(i) = key[prefix.len()..].find(d) {
-                let group = key[..prefix.len() + i + d.len()].to_string();
-                if last_group.as_deref() != Some(group.as_str()) {
-                    last_group = Some(group.clone());
-                    out.push(Entry::Prefix(group));
-                }
-                continue;
+        if let Some(d) = req.delimiter.filter(|d| !d.is_empty())
+            && let Some(i) = key[prefix.len()..].find(d)
+        {
+            let group = key[..prefix.len() + i + d.len()].to_string();
+            if last_group.as_deref() != Some(group.as_str()) {
+                last_group = Some(group.clone());
+                out.push(Entry::Prefix(group));
             }
+            continue;
         }
-        out.push(Entry::Object { key, fi });
+        out.push(Entry::Object { key, fi: Box::new(fi) });
     }
     let truncated = out.len() > req.max_keys;
     out.truncate(req.max_keys);
@@ -310,19 +316,22 @@ pub(super) async fn list_objects_v2(gw: &LocusS3, req: S3Request<ListObjectsV2In
     };
     let prefix = i.prefix.clone().unwrap_or_default();
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
-    let (objects, prefixes, truncated, last) =
-        list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
-    let next = last.map(|k| encode_token(&k));
+    let owner = i.fetch_owner.unwrap_or(false).then(|| owner(&gw.cfg));
+    let enc = Encoding::of(i.encoding_type.as_ref())?;
+    let page = list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
+    let next = page.last.as_deref().map(encode_token);
+    let (objects, prefixes) = split_entries(page.entries, owner, enc);
     ok(ListObjectsV2Output {
         name: Some(i.bucket),
-        prefix: Some(prefix),
-        delimiter,
+        prefix: Some(enc.apply(&prefix)),
+        delimiter: delimiter.map(|d| enc.apply(&d)),
+        encoding_type: i.encoding_type,
         max_keys: Some(max as i32),
         key_count: Some((objects.len() + prefixes.len()) as i32),
-        is_truncated: Some(truncated),
+        is_truncated: Some(page.truncated),
         continuation_token: i.continuation_token,
         next_continuation_token: next,
-        start_after: i.start_after,
+        start_after: i.start_after.map(|s| enc.apply(&s)),
         contents: Some(objects),
         common_prefixes: Some(prefixes),
         ..Default::default()
@@ -333,40 +342,84 @@ pub(super) async fn list_objects(gw: &LocusS3, req: S3Request<ListObjectsInput>)
     let i = req.input;
     gw.bucket(&i.bucket).await?;
     let max = max_keys(i.max_keys)?;
-    let after = i.marker.clone().unwrap_or_default();
+    let marker = i.marker.clone().unwrap_or_default();
     let prefix = i.prefix.clone().unwrap_or_default();
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
-    let (objects, prefixes, truncated, next) =
-        list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
+    let enc = Encoding::of(i.encoding_type.as_ref())?;
+    let page = list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &marker, max).await?;
+    // S3 sends NextMarker only with a delimiter (without one, the last key is the marker).
+    let next_marker = page.last.filter(|_| delimiter.is_some()).map(|k| enc.apply(&k));
+    let (objects, prefixes) = split_entries(page.entries, Some(owner(&gw.cfg)), enc);
     ok(ListObjectsOutput {
         name: Some(i.bucket),
-        prefix: Some(prefix),
-        delimiter,
-        marker: i.marker,
+        prefix: Some(enc.apply(&prefix)),
+        delimiter: delimiter.map(|d| enc.apply(&d)),
+        encoding_type: i.encoding_type,
+        marker: Some(enc.apply(&marker)),
         max_keys: Some(max as i32),
-        is_truncated: Some(truncated),
-        next_marker: next,
+        is_truncated: Some(page.truncated),
+        next_marker,
         contents: Some(objects),
         common_prefixes: Some(prefixes),
         ..Default::default()
     })
 }
 
-/// One page of a bucket listing as ListObjects V1 and V2 both answer it: the objects,
-/// the common prefixes, whether more follow, and the last key listed when they do.
-async fn list_page(
+/// One page of a bucket listing: the entries, whether more follow, and the last key
+/// listed when they do.
+pub(super) struct Page {
+    pub(super) entries: Vec<Entry>,
+    pub(super) truncated: bool,
+    pub(super) last: Option<String>,
+}
+
+/// How a listing's keys are sent back: as they are, or URL-encoded (`encoding-type=url`).
+#[derive(Clone, Copy)]
+pub(super) struct Encoding {
+    url: bool,
+}
+
+impl Encoding {
+    /// The encoding a listing asked for (`url`, the only one S3 knows, or none).
+    pub(super) fn of(t: Option<&EncodingType>) -> S3Result<Encoding> {
+        match t.map(|t| t.as_str()) {
+            None | Some("") => Ok(Encoding { url: false }),
+            Some(t) if t.eq_ignore_ascii_case(EncodingType::URL) => Ok(Encoding { url: true }),
+            Some(_) => Err(s3_error!(InvalidArgument, "Invalid Encoding Method specified in Request")),
+        }
+    }
+
+    /// `s` as sent: with `encoding-type=url`, every byte but unreserved ones and `/`
+    /// percent-encoded, a space as `+` (as S3 does; clients decode with `unquote_plus`).
+    pub(super) fn apply(self, s: &str) -> String {
+        if !self.url {
+            return s.to_string();
+        }
+        let mut out = String::with_capacity(s.len());
+        for b in s.bytes() {
+            match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => out.push(b as char),
+                b' ' => out.push('+'),
+                _ => out.push_str(&format!("%{b:02X}")),
+            }
+        }
+        out
+    }
+}
+
+/// One page of a bucket listing as ListObjects (V1, V2) and ListObjectVersions answer it.
+pub(super) async fn list_page(
     gw: &LocusS3,
     bucket: &str,
     prefix: &str,
     delimiter: Option<&str>,
     after: &str,
     max_keys: usize,
-) -> S3Result<(Vec<Object>, Vec<CommonPrefix>, bool, Option<String>)> {
+) -> S3Result<Page> {
     let lr = ListRequest { bucket, prefix, delimiter, after, max_keys, skip_hidden: true };
     let (entries, truncated) = list(&gw.client, &lr).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
     let last = truncated.then(|| entries.last().map(|e| e.key().to_string())).flatten();
-    let (objects, prefixes) = split_entries(entries);
-    Ok((objects, prefixes, truncated, last))
+    Ok(Page { entries, truncated, last })
 }
 
 fn encode_token(key: &str) -> String {
@@ -389,20 +442,21 @@ fn max_keys(m: Option<i32>) -> S3Result<usize> {
     }
 }
 
-fn split_entries(entries: Vec<Entry>) -> (Vec<Object>, Vec<CommonPrefix>) {
+fn split_entries(entries: Vec<Entry>, owner: Option<Owner>, enc: Encoding) -> (Vec<Object>, Vec<CommonPrefix>) {
     let mut objects = Vec::new();
     let mut prefixes = Vec::new();
     for e in entries {
         match e {
             Entry::Object { key, fi } => objects.push(Object {
                 e_tag: Some(etag(&etag_of(&fi))),
-                key: Some(key),
+                key: Some(enc.apply(&key)),
                 last_modified: Some(timestamp(fi.mtime_ms)),
+                owner: owner.clone(),
                 size: Some(if fi.is_dir { 0 } else { fi.length as i64 }),
                 storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
                 ..Default::default()
             }),
-            Entry::Prefix(p) => prefixes.push(CommonPrefix { prefix: Some(p) }),
+            Entry::Prefix(p) => prefixes.push(CommonPrefix { prefix: Some(enc.apply(&p)) }),
         }
     }
     (objects, prefixes)
@@ -411,6 +465,13 @@ fn split_entries(entries: Vec<Entry>) -> (Vec<Object>, Vec<CommonPrefix>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_encoding_follows_s3() {
+        let url = Encoding { url: true };
+        assert_eq!(url.apply("a b/c+d%e&f=ü~_.-"), "a+b/c%2Bd%25e%26f%3D%C3%BC~_.-");
+        assert_eq!(Encoding { url: false }.apply("a b+"), "a b+");
+    }
 
     #[test]
     fn continuation_tokens_round_trip() {

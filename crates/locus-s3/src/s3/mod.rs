@@ -4,10 +4,12 @@
 //! `s3s` parses each request (method, path, query, headers) into a typed operation and
 //! calls the matching method of its [`S3`] trait, so the endpoint is decided before it
 //! is handled; the trait impl below only routes each operation to its area:
-//! [`bucket`], [`list`], [`get`], [`put`] (and copy), [`delete`], [`tagging`] and
-//! [`multipart`]; [`checksum`] checks what uploads send. Locus errors become S3 codes
-//! in one place, [`crate::s3_error`].
+//! [`bucket`], [`list`], [`get`], [`put`] (and copy), [`delete`], [`tagging`] (object and
+//! bucket tags), [`multipart`], [`versioning`] (the versioning calls on buckets that
+//! never had it) and [`acl`]; [`checksum`] checks what uploads send. Locus errors become
+//! S3 codes in one place, [`crate::s3_error`].
 
+mod acl;
 mod bucket;
 mod checksum;
 mod delete;
@@ -16,6 +18,7 @@ mod list;
 mod multipart;
 mod put;
 mod tagging;
+mod versioning;
 
 use std::io;
 use std::sync::Arc;
@@ -119,6 +122,105 @@ fn object_path(bucket: &str, key: &str) -> S3Result<String> {
     Ok(format!("/{bucket}/{k}"))
 }
 
+/// The `versionId` of a request. Buckets are never versioned: each object is its own
+/// only version, `null`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum VersionId {
+    /// `null`: the object as it is.
+    Null,
+    /// A well-formed id (an AWS or a MinIO one) that no object here has.
+    Other,
+}
+
+/// Check a request's `versionId`: `null`, some other well-formed id (which names no
+/// version here), or InvalidArgument as S3 answers a malformed one.
+fn version_id(v: Option<&str>) -> S3Result<Option<VersionId>> {
+    let Some(v) = v else { return Ok(None) };
+    if v == "null" {
+        return Ok(Some(VersionId::Null));
+    }
+    let aws = v.len() == 32 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_');
+    let uuid = v.len() == 36
+        && v.bytes()
+            .enumerate()
+            .all(|(i, b)| if [8, 13, 18, 23].contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() });
+    if aws || uuid {
+        Ok(Some(VersionId::Other))
+    } else {
+        Err(s3_error!(InvalidArgument, "Invalid version id specified"))
+    }
+}
+
+/// The owner of every bucket and object: the gateway's one account, named by its access
+/// key (an ID of 64 hex digits derived from it, as S3's canonical user ids look).
+fn owner(cfg: &GatewayConfig) -> Owner {
+    let name = if cfg.access_key_id.is_empty() { "locus" } else { cfg.access_key_id.as_str() };
+    let id = format!("{}{}", hex(&Md5::digest(format!("locus-owner/{name}"))), hex(&Md5::digest(name)));
+    Owner { display_name: Some(name.to_string()), id: Some(id) }
+}
+
+/// An HTTP date (the stored form of `Expires`).
+fn http_date(t: &Timestamp) -> String {
+    let mut buf = Vec::new();
+    match t.format(TimestampFormat::HttpDate, &mut buf) {
+        Ok(()) => String::from_utf8(buf).unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// `Content-Encoding` as stored: without `aws-chunked`, which only describes how the
+/// request body was sent (S3 drops it too).
+fn stored_encoding(e: Option<String>) -> String {
+    let Some(e) = e else { return String::new() };
+    e.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The object metadata a PutObject, CreateMultipartUpload or CopyObject (`REPLACE`)
+/// input sends: content type, user metadata, tags and the standard headers
+/// (`Cache-Control`, `Content-Disposition`, `Content-Encoding`, `Content-Language`,
+/// `Expires`).
+macro_rules! sent_meta {
+    ($i:expr, $tags:expr) => {
+        locus_proto::pb::ObjectMeta {
+            content_type: $i.content_type.unwrap_or_default(),
+            user: $i.metadata.unwrap_or_default(),
+            tags: $tags,
+            cache_control: $i.cache_control.unwrap_or_default(),
+            content_disposition: $i.content_disposition.unwrap_or_default(),
+            content_encoding: $crate::s3::stored_encoding($i.content_encoding),
+            content_language: $i.content_language.unwrap_or_default(),
+            expires: $i.expires.as_ref().map($crate::s3::http_date).unwrap_or_default(),
+            ..Default::default()
+        }
+    };
+}
+use sent_meta;
+
+/// A GetObject or HeadObject output with `fields`, and the standard headers stored
+/// with the object (`meta`).
+macro_rules! with_standard_headers {
+    ($t:ident { $($f:ident: $v:expr),* $(,)? }, $meta:expr) => {{
+        let m: &locus_proto::pb::ObjectMeta = $meta;
+        let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        $t {
+            $($f: $v,)*
+            cache_control: some(&m.cache_control),
+            content_disposition: some(&m.content_disposition),
+            content_encoding: some(&m.content_encoding),
+            content_language: some(&m.content_language),
+            expires: (!m.expires.is_empty())
+                .then(|| s3s::dto::Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, &m.expires).ok())
+                .flatten(),
+            ..Default::default()
+        }
+    }};
+}
+use with_standard_headers;
+
 /// The write type a request asked for with `x-locus-write-type`.
 fn write_type(headers: &http::HeaderMap) -> S3Result<Option<WriteType>> {
     match headers.get(WRITE_TYPE_HEADER) {
@@ -168,6 +270,29 @@ impl LocusS3 {
         }
     }
 
+    /// An object named with an optional `versionId` (only `null` names one here).
+    pub(super) async fn object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        with_blocks: bool,
+    ) -> S3Result<pb::FileInfo> {
+        match version_id(version)? {
+            Some(VersionId::Other) => {
+                self.bucket(bucket).await?;
+                Err(s3_error!(NoSuchVersion, "The specified version does not exist."))
+            }
+            Some(VersionId::Null) => match self.object(bucket, key, with_blocks).await {
+                Err(e) if *e.code() == S3ErrorCode::NoSuchKey => {
+                    Err(s3_error!(NoSuchVersion, "The specified version does not exist."))
+                }
+                r => r,
+            },
+            None => self.object(bucket, key, with_blocks).await,
+        }
+    }
+
     /// Stream a range of an object's bytes.
     fn stream(&self, fi: pb::FileInfo, start: u64, len: u64, opts: ReadOptions) -> StreamingBlob {
         StreamingBlob::wrap(self.client.read_stream(fi, start, len, opts))
@@ -191,6 +316,37 @@ impl S3 for LocusS3 {
     }
     async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> R<DeleteBucketOutput> {
         bucket::delete_bucket(self, req).await
+    }
+
+    async fn get_bucket_versioning(&self, req: S3Request<GetBucketVersioningInput>) -> R<GetBucketVersioningOutput> {
+        versioning::get_bucket_versioning(self, req).await
+    }
+    async fn put_bucket_versioning(&self, req: S3Request<PutBucketVersioningInput>) -> R<PutBucketVersioningOutput> {
+        versioning::put_bucket_versioning(self, req).await
+    }
+    async fn list_object_versions(&self, req: S3Request<ListObjectVersionsInput>) -> R<ListObjectVersionsOutput> {
+        versioning::list_object_versions(self, req).await
+    }
+    async fn get_bucket_tagging(&self, req: S3Request<GetBucketTaggingInput>) -> R<GetBucketTaggingOutput> {
+        tagging::get_bucket_tagging(self, req).await
+    }
+    async fn put_bucket_tagging(&self, req: S3Request<PutBucketTaggingInput>) -> R<PutBucketTaggingOutput> {
+        tagging::put_bucket_tagging(self, req).await
+    }
+    async fn delete_bucket_tagging(&self, req: S3Request<DeleteBucketTaggingInput>) -> R<DeleteBucketTaggingOutput> {
+        tagging::delete_bucket_tagging(self, req).await
+    }
+    async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> R<GetBucketAclOutput> {
+        acl::get_bucket_acl(self, req).await
+    }
+    async fn put_bucket_acl(&self, req: S3Request<PutBucketAclInput>) -> R<PutBucketAclOutput> {
+        acl::put_bucket_acl(self, req).await
+    }
+    async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> R<GetObjectAclOutput> {
+        acl::get_object_acl(self, req).await
+    }
+    async fn put_object_acl(&self, req: S3Request<PutObjectAclInput>) -> R<PutObjectAclOutput> {
+        acl::put_object_acl(self, req).await
     }
 
     async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> R<ListObjectsV2Output> {
@@ -274,6 +430,35 @@ mod tests {
         assert!(object_path("b", &"k".repeat(1025)).is_err());
         // a reserved name deeper down is an ordinary name
         assert!(object_path("b", "x/.locus-uploads").is_ok());
+    }
+
+    #[test]
+    fn version_ids() {
+        assert_eq!(version_id(None).unwrap(), None);
+        assert_eq!(version_id(Some("null")).unwrap(), Some(VersionId::Null));
+        for other in ["3HL4kqtJlcpXroDTDmJ_rmSpXd3dIbrH", "0b5e8f0e-7c1a-4c4e-9d1f-2a3b4c5d6e7f"] {
+            assert_eq!(version_id(Some(other)).unwrap(), Some(VersionId::Other), "{other}");
+        }
+        for bad in ["", "NULL", "abc", "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrH", "0b5e8f0e+7c1a-4c4e-9d1f-2a3b4c5d6e7f"] {
+            assert!(version_id(Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn aws_chunked_is_not_stored_as_an_encoding() {
+        assert_eq!(stored_encoding(None), "");
+        assert_eq!(stored_encoding(Some("aws-chunked".into())), "");
+        assert_eq!(stored_encoding(Some("aws-chunked, gzip".into())), "gzip");
+        assert_eq!(stored_encoding(Some("gzip,br".into())), "gzip, br");
+    }
+
+    #[test]
+    fn owner_ids_look_canonical() {
+        let cfg = GatewayConfig { access_key_id: "k".into(), ..Default::default() };
+        let o = owner(&cfg);
+        assert_eq!(o.id.as_deref().map(str::len), Some(64));
+        assert_eq!(o.display_name.as_deref(), Some("k"));
+        assert_eq!(owner(&cfg).id, o.id, "stable");
     }
 
     #[test]

@@ -14,10 +14,13 @@ use md5::{Digest as _, Md5};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
+use super::acl::check_write_acl;
 use super::checksum::{Expected, sent_checksums, with_checksums};
 use super::put::{Source, copy_result, copy_source};
 use super::tagging::parse_tagging;
-use super::{LocusS3, R, empty_body, etag, etag_of, hex, object_options, object_path, ok, timestamp, write_type};
+use super::{
+    LocusS3, R, empty_body, etag, etag_of, hex, object_options, object_path, ok, sent_meta, timestamp, write_type,
+};
 use crate::{UPLOADS_DIR, s3_error};
 
 /// S3's smallest part (all but the last part of an upload).
@@ -38,12 +41,21 @@ pub(super) async fn create_multipart_upload(
     let upload_id = hex(&rand::random::<[u8; 16]>());
     let dir = gw.upload_dir(&i.bucket, &upload_id)?;
     gw.client.mkdir(&dir, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
+    check_write_acl(gw, i.acl.as_ref(), [&i.grant_full_control, &i.grant_read, &i.grant_read_acp, &i.grant_write_acp])?;
+    let tags = parse_tagging(i.tagging.as_deref())?;
+    let key = i.key.clone();
+    let m = sent_meta!(i, tags);
     let rec = UploadRecord {
-        key: i.key.clone(),
-        content_type: i.content_type.unwrap_or_default(),
-        user: i.metadata.unwrap_or_default(),
-        tags: parse_tagging(i.tagging.as_deref())?,
+        key,
+        content_type: m.content_type,
+        user: m.user,
+        tags: m.tags,
         initiated_ms: now_ms(),
+        cache_control: m.cache_control,
+        content_disposition: m.content_disposition,
+        content_encoding: m.content_encoding,
+        content_language: m.content_language,
+        expires: m.expires,
     };
     let raw = serde_json::to_vec(&rec).map_err(|e| s3_error!(InternalError, "{e}"))?;
     gw.client
@@ -99,7 +111,26 @@ pub(super) async fn complete_multipart_upload(
     let wt = write_type(&req.headers)?;
     let i = req.input;
     let path = object_path(&i.bucket, &i.key)?;
-    let (dir, rec) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
+    let (dir, rec) = match gw.upload(&i.bucket, &i.key, &i.upload_id).await {
+        Ok(u) => u,
+        Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+            // A retry of a Complete that went through (its answer lost, say): the object
+            // it made answers again, as long as it is still there.
+            return match gw.client.status(&path, false).await {
+                Ok(fi) if fi.meta.as_ref().is_some_and(|m| m.upload_id == i.upload_id) => {
+                    ok(CompleteMultipartUploadOutput {
+                        bucket: Some(i.bucket),
+                        key: Some(i.key),
+                        e_tag: Some(etag(&etag_of(&fi))),
+                        ..Default::default()
+                    })
+                }
+                _ => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    gw.check_write_conditions(&path, i.if_match.as_ref(), i.if_none_match.as_ref()).await?;
     let wanted = i.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
     if wanted.is_empty() {
         return Err(s3_error!(MalformedXML, "the upload names no parts"));
@@ -144,14 +175,27 @@ pub(super) async fn complete_multipart_upload(
             client.read_stream(fi, 0, len, ReadOptions { read_type: Some(ReadType::NoCache), ..Default::default() })
         })
         .flatten();
-    let meta =
-        pb::ObjectMeta { content_type: rec.content_type, etag: final_etag.clone(), user: rec.user, tags: rec.tags };
+    let meta = pb::ObjectMeta {
+        content_type: rec.content_type,
+        etag: final_etag.clone(),
+        user: rec.user,
+        tags: rec.tags,
+        cache_control: rec.cache_control,
+        content_disposition: rec.content_disposition,
+        content_encoding: rec.content_encoding,
+        content_language: rec.content_language,
+        expires: rec.expires,
+        upload_id: i.upload_id.clone(),
+        part_sizes: part_sizes(&chosen.iter().map(|fi| fi.length).collect::<Vec<_>>()),
+        part_count: chosen.len() as u32,
+    };
     let opts = object_options(&meta, wt);
     gw.checked_put(&path, StreamingBlob::wrap(body), Expected::default(), None, opts, meta).await?;
     if let Err(e) = gw.client.delete(&dir, true).await {
         tracing::warn!(dir, error = %e, "cannot remove the parts of a completed upload");
     }
     ok(CompleteMultipartUploadOutput {
+        location: Some(format!("/{}/{}", i.bucket, i.key)),
         bucket: Some(i.bucket),
         key: Some(i.key),
         e_tag: Some(etag(&final_etag)),
@@ -269,6 +313,26 @@ struct UploadRecord {
     user: HashMap<String, String>,
     tags: HashMap<String, String>,
     initiated_ms: i64,
+    /// The standard headers the object gets (absent from records of older gateways).
+    #[serde(default)]
+    cache_control: String,
+    #[serde(default)]
+    content_disposition: String,
+    #[serde(default)]
+    content_encoding: String,
+    #[serde(default)]
+    content_language: String,
+    #[serde(default)]
+    expires: String,
+}
+
+/// The part sizes an object keeps: all of them, or, when every part but the last has
+/// the same size (as SDKs upload), that size and the last one's.
+fn part_sizes(sizes: &[u64]) -> Vec<u64> {
+    match sizes {
+        [first, middle @ .., last] if middle.iter().all(|s| s == first) => vec![*first, *last],
+        _ => sizes.to_vec(),
+    }
 }
 
 fn now_ms() -> i64 {
@@ -330,15 +394,28 @@ impl LocusS3 {
         let mut parts = Vec::new();
         self.client
             .list_each(dir, false, |e| {
-                if let Ok(n) = e.name.parse::<i32>() {
-                    if !e.is_dir {
-                        parts.push((n, e.clone()));
-                    }
+                if let Ok(n) = e.name.parse::<i32>()
+                    && !e.is_dir
+                {
+                    parts.push((n, e.clone()));
                 }
             })
             .await
             .map_err(|e| s3_error(e, S3ErrorCode::NoSuchUpload))?;
         parts.sort_by_key(|p| p.0);
         Ok(parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_parts_are_kept_short() {
+        assert_eq!(part_sizes(&[8, 8, 8, 3]), vec![8, 3]);
+        assert_eq!(part_sizes(&[8, 3]), vec![8, 3]);
+        assert_eq!(part_sizes(&[5]), vec![5]);
+        assert_eq!(part_sizes(&[8, 9, 8, 3]), vec![8, 9, 8, 3]);
     }
 }

@@ -4,20 +4,22 @@ use futures::StreamExt;
 use locus_client::{PutOptions, ReadOptions};
 use locus_proto::pb;
 use s3s::dto::*;
-use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Result, s3_error};
 
+use super::acl::check_write_acl;
 use super::checksum::{Expected, Written, sent_checksums, with_checksums};
 use super::get::etag_matches;
 use super::tagging::parse_tagging;
 use super::{
-    EMPTY_MD5, LocusS3, R, empty_body, etag, etag_of, meta_of, object_options, object_path, ok, timestamp, write_type,
+    EMPTY_MD5, LocusS3, R, empty_body, etag, etag_of, meta_of, object_options, object_path, ok, sent_meta, timestamp,
+    write_type,
 };
 use crate::s3_error;
 
 pub(super) async fn put_object(gw: &LocusS3, req: S3Request<PutObjectInput>) -> R<PutObjectOutput> {
     let headers = req.headers;
     let trailers = req.trailing_headers;
-    let i = req.input;
+    let mut i = req.input;
     gw.bucket(&i.bucket).await?;
     let path = object_path(&i.bucket, &i.key)?;
     if i.content_length.is_some_and(|n| n as u64 > gw.cfg.max_object_size.as_u64()) {
@@ -25,7 +27,7 @@ pub(super) async fn put_object(gw: &LocusS3, req: S3Request<PutObjectInput>) -> 
     }
     if i.key.ends_with('/') {
         // (Streaming-signed markers declare a body length for their empty chunk.)
-        if let Some(mut body) = i.body {
+        if let Some(mut body) = i.body.take() {
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "{e}"))?;
                 if !chunk.is_empty() {
@@ -42,17 +44,14 @@ pub(super) async fn put_object(gw: &LocusS3, req: S3Request<PutObjectInput>) -> 
             .map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
         return ok(PutObjectOutput { e_tag: Some(etag(EMPTY_MD5)), ..Default::default() });
     }
-    if matches!(i.if_none_match, Some(ETagCondition::Any)) && gw.client.status(&path, false).await.is_ok() {
-        return Err(s3_error!(PreconditionFailed));
-    }
+    gw.check_write_conditions(&path, i.if_match.as_ref(), i.if_none_match.as_ref()).await?;
+    check_write_acl(gw, i.acl.as_ref(), [&i.grant_full_control, &i.grant_read, &i.grant_read_acp, &i.grant_write_acp])?;
     let tags = parse_tagging(i.tagging.as_deref())?;
-    let user = i.metadata.unwrap_or_default();
-    let content_type = i.content_type.unwrap_or_default();
     let sums = sent_checksums!(i);
     let expected = Expected::new(i.content_md5.as_deref(), sums, &headers)?;
-    let body = i.body.unwrap_or_else(empty_body);
+    let body = i.body.take().unwrap_or_else(empty_body);
     let wt = write_type(&headers)?;
-    let meta = pb::ObjectMeta { content_type, etag: String::new(), user, tags };
+    let meta = sent_meta!(i, tags);
     let opts = object_options(&meta, wt);
     let w = gw.checked_put(&path, body, expected, trailers, opts, meta).await?;
     ok(with_checksums!(PutObjectOutput { e_tag: Some(etag(&w.md5)), size: Some(w.fi.length as i64) }, w.sums))
@@ -63,6 +62,7 @@ pub(super) async fn copy_object(gw: &LocusS3, req: S3Request<CopyObjectInput>) -
     let i = req.input;
     gw.bucket(&i.bucket).await?;
     let path = object_path(&i.bucket, &i.key)?;
+    check_write_acl(gw, i.acl.as_ref(), [&i.grant_full_control, &i.grant_read, &i.grant_read_acp, &i.grant_write_acp])?;
     let replace_meta = i.metadata_directive.as_ref().is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
     let replace_tags = i.tagging_directive.as_ref().is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
     let source = copy_source!(i, None);
@@ -75,17 +75,26 @@ pub(super) async fn copy_object(gw: &LocusS3, req: S3Request<CopyObjectInput>) -
                 ));
             }
             let old = meta_of(src);
-            let (content_type, user) = if replace_meta {
-                (i.content_type.unwrap_or_default(), i.metadata.unwrap_or_default())
-            } else {
-                (old.content_type.clone(), old.user.clone())
-            };
             let tags = if replace_tags { parse_tagging(i.tagging.as_deref())? } else { old.tags.clone() };
+            let mut meta = if replace_meta {
+                sent_meta!(i, tags)
+            } else {
+                // The source's metadata and standard headers; not its upload's parts.
+                pb::ObjectMeta {
+                    etag: String::new(),
+                    upload_id: String::new(),
+                    part_sizes: Vec::new(),
+                    part_count: 0,
+                    tags,
+                    ..old.clone()
+                }
+            };
             // Same bytes, same MD5: a source whose ETag is the MD5 Locus recorded when it
             // was written (not a multipart ETag) gives it to the copy, which then skips an
             // MD5 pass.
-            let src_md5 = if is_md5(&old.etag) { old.etag } else { String::new() };
-            let meta = pb::ObjectMeta { content_type, etag: src_md5, user, tags };
+            if is_md5(&old.etag) {
+                meta.etag = old.etag;
+            }
             Ok((object_options(&meta, wt), meta))
         })
         .await?;
@@ -150,13 +159,50 @@ impl LocusS3 {
         self.checked_put(dest, body, Expected::default(), None, opts, meta).await
     }
 
+    /// The preconditions of a write (PutObject, CompleteMultipartUpload), checked against
+    /// what the key holds now: `If-None-Match: *` fails (412) when it holds an object,
+    /// `If-Match` when its ETag differs (412) or it holds none (404 NoSuchKey).
+    pub(super) async fn check_write_conditions(
+        &self,
+        path: &str,
+        if_match: Option<&ETagCondition>,
+        if_none_match: Option<&ETagCondition>,
+    ) -> S3Result<()> {
+        if if_match.is_none() && if_none_match.is_none() {
+            return Ok(());
+        }
+        let current = match self.client.status(path, false).await {
+            Ok(fi) if !fi.is_dir => Some(etag_of(&fi)),
+            Ok(_) => None,
+            Err(e) if e.kind() == locus_common::ErrorKind::NotFound => None,
+            Err(e) => return Err(s3_error(e, S3ErrorCode::NoSuchKey)),
+        };
+        let failed = || {
+            S3Error::with_message(
+                S3ErrorCode::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            )
+        };
+        match (&current, if_match) {
+            (None, Some(_)) => return Err(s3_error!(NoSuchKey, "The specified key does not exist.")),
+            (Some(tag), Some(c)) if !etag_matches(c, tag) => return Err(failed()),
+            _ => {}
+        }
+        if let (Some(tag), Some(c)) = (&current, if_none_match)
+            && etag_matches(c, tag)
+        {
+            return Err(failed());
+        }
+        Ok(())
+    }
+
     /// Source object and byte range of a copy.
     async fn copy_source(&self, source: Source<'_>) -> S3Result<(pb::FileInfo, u64, u64)> {
         let Source { src, range, if_match, if_none_match } = source;
-        let CopySource::Bucket { bucket, key, .. } = src else {
+        let CopySource::Bucket { bucket, key, version_id } = src else {
             return Err(s3_error!(NotImplemented, "copy from an access point"));
         };
-        let fi = self.object(bucket, key, true).await?;
+        let fi = self.object_version(bucket, key, version_id.as_deref(), true).await?;
         let tag = etag_of(&fi);
         // Unlike GET's, a failed copy-source If-None-Match is a 412, not a 304.
         if if_match.is_some_and(|c| !etag_matches(c, &tag)) || if_none_match.is_some_and(|c| etag_matches(c, &tag)) {

@@ -1,5 +1,6 @@
-//! Object tagging: Get/Put/DeleteObjectTagging, and the checks on tags however they
-//! come (an `x-amz-tagging` header or a Tagging body).
+//! Object and bucket tagging: Get/Put/DeleteObjectTagging, Get/Put/DeleteBucketTagging
+//! (a bucket's tags are the tags of its directory's object metadata), and the checks on
+//! tags however they come (an `x-amz-tagging` header or a Tagging body).
 
 use std::collections::HashMap;
 
@@ -14,8 +15,9 @@ pub(super) async fn get_object_tagging(
     gw: &LocusS3,
     req: S3Request<GetObjectTaggingInput>,
 ) -> R<GetObjectTaggingOutput> {
-    let fi = gw.object(&req.input.bucket, &req.input.key, false).await?;
-    ok(GetObjectTaggingOutput { tag_set: tag_set(&meta_of(&fi).tags), ..Default::default() })
+    let i = req.input;
+    let fi = gw.object_version(&i.bucket, &i.key, i.version_id.as_deref(), false).await?;
+    ok(GetObjectTaggingOutput { tag_set: tag_set(&meta_of(&fi).tags), version_id: i.version_id })
 }
 
 pub(super) async fn put_object_tagging(
@@ -23,24 +25,65 @@ pub(super) async fn put_object_tagging(
     req: S3Request<PutObjectTaggingInput>,
 ) -> R<PutObjectTaggingOutput> {
     let i = req.input;
-    let fi = gw.object(&i.bucket, &i.key, false).await?;
-    let tags = check_tags(
-        i.tagging.tag_set.into_iter().map(|t| (t.key.unwrap_or_default(), t.value.unwrap_or_default())).collect(),
-    )?;
+    let fi = gw.object_version(&i.bucket, &i.key, i.version_id.as_deref(), false).await?;
+    let tags = check_tags(pairs(i.tagging), OBJECT_TAGS)?;
     set_tags(gw, &fi, tags).await?;
-    ok(PutObjectTaggingOutput::default())
+    ok(PutObjectTaggingOutput { version_id: i.version_id })
+}
+
+pub(super) async fn get_bucket_tagging(
+    gw: &LocusS3,
+    req: S3Request<GetBucketTaggingInput>,
+) -> R<GetBucketTaggingOutput> {
+    let fi = gw.bucket(&req.input.bucket).await?;
+    let tags = meta_of(&fi).tags;
+    if tags.is_empty() {
+        return Err(s3_error!(NoSuchTagSet, "The TagSet does not exist"));
+    }
+    ok(GetBucketTaggingOutput { tag_set: tag_set(&tags) })
+}
+
+pub(super) async fn put_bucket_tagging(
+    gw: &LocusS3,
+    req: S3Request<PutBucketTaggingInput>,
+) -> R<PutBucketTaggingOutput> {
+    let i = req.input;
+    let fi = gw.bucket(&i.bucket).await?;
+    let tags = check_tags(pairs(i.tagging), BUCKET_TAGS)?;
+    set_tags(gw, &fi, tags).await?;
+    ok(PutBucketTaggingOutput {})
+}
+
+pub(super) async fn delete_bucket_tagging(
+    gw: &LocusS3,
+    req: S3Request<DeleteBucketTaggingInput>,
+) -> R<DeleteBucketTaggingOutput> {
+    let fi = gw.bucket(&req.input.bucket).await?;
+    if !meta_of(&fi).tags.is_empty() {
+        set_tags(gw, &fi, HashMap::new()).await?;
+    }
+    ok(DeleteBucketTaggingOutput {})
+}
+
+/// The most tags an object can have, and a bucket.
+const OBJECT_TAGS: usize = 10;
+const BUCKET_TAGS: usize = 50;
+
+fn pairs(t: Tagging) -> Vec<(String, String)> {
+    t.tag_set.into_iter().map(|t| (t.key.unwrap_or_default(), t.value.unwrap_or_default())).collect()
 }
 
 pub(super) async fn delete_object_tagging(
     gw: &LocusS3,
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> R<DeleteObjectTaggingOutput> {
-    let fi = gw.object(&req.input.bucket, &req.input.key, false).await?;
+    let i = req.input;
+    let fi = gw.object_version(&i.bucket, &i.key, i.version_id.as_deref(), false).await?;
     set_tags(gw, &fi, HashMap::new()).await?;
-    ok(DeleteObjectTaggingOutput::default())
+    ok(DeleteObjectTaggingOutput { version_id: i.version_id })
 }
 
-/// Replace an object's tags (its other metadata stays).
+/// Replace an object's or a bucket's tags (its other metadata stays).
 async fn set_tags(gw: &LocusS3, fi: &pb::FileInfo, tags: HashMap<String, String>) -> S3Result<()> {
     let meta = pb::ObjectMeta { tags, ..Default::default() };
     gw.client.set_object_meta(&fi.path, meta, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
@@ -53,12 +96,13 @@ pub(super) fn parse_tagging(h: Option<&str>) -> S3Result<HashMap<String, String>
         Some(q) => form_urlencoded::parse(q.as_bytes()).into_owned().collect(),
         None => Vec::new(),
     };
-    check_tags(tags)
+    check_tags(tags, OBJECT_TAGS)
 }
 
-fn check_tags(tags: Vec<(String, String)>) -> S3Result<HashMap<String, String>> {
-    if tags.len() > 10 {
-        return Err(s3_error!(InvalidTag, "an object can have at most 10 tags"));
+fn check_tags(tags: Vec<(String, String)>, most: usize) -> S3Result<HashMap<String, String>> {
+    if tags.len() > most {
+        let what = if most == OBJECT_TAGS { "an object" } else { "a bucket" };
+        return Err(s3_error!(InvalidTag, "{what} can have at most {most} tags"));
     }
     let mut m = HashMap::new();
     for (k, v) in tags {
