@@ -59,3 +59,79 @@ def test_an_ephemeral_cluster_leaves_nothing(cluster_factory):
     assert c.stop() == 0
     assert not shm.exists(), "the MEM tier outlived an --ephemeral cluster"
     assert not c.data_dir.exists(), "the data dir outlived an --ephemeral cluster"
+
+
+def test_get_refuses_to_overwrite_like_put(cluster, tmp):
+    c = cluster
+    c.ok("fs", "put", "-", "/g.txt", input=b"from locus")
+    local = tmp / "g.txt"
+    local.write_bytes(b"mine")
+    line = assert_one_line_error(c.fs("get", "/g.txt", local), 4)
+    assert "--overwrite" in line, line
+    assert local.read_bytes() == b"mine", "a refused get must not touch the file"
+    c.ok("fs", "get", "--overwrite", "/g.txt", local)
+    assert local.read_bytes() == b"from locus"
+    line = assert_one_line_error(c.fs("put", local, "/g.txt"), 4)
+    assert "--overwrite" in line, line
+
+
+def test_free_skips_pinned_files_and_says_how_many(cluster):
+    c = cluster
+    for i in range(3):
+        c.ok("fs", "put", "--write-type", "CACHE_THROUGH", "-", f"/fr/f{i}", input=b"x" * 1000)
+    c.ok("fs", "pin", "/fr/f1")
+    out = c.ok("fs", "free", "-R", "/fr").decode()
+    assert "freed 2 block(s)" in out and "skipped 1" in out, out
+    line = assert_one_line_error(c.fs("free", "/fr/f1"))
+    assert "/fr/f1 is pinned" in line, line
+
+
+def test_set_replication_beyond_the_live_workers_warns(cluster):
+    c = cluster
+    c.ok("fs", "put", "-", "/rep.txt", input=b"r")
+    r = c.fs("setReplication", "--min", "3", "/rep.txt")
+    assert r.returncode == 0, r.stderr
+    assert b"warning" in r.stderr and b"1 worker(s) are live" in r.stderr, r.stderr
+
+
+def test_load_prints_a_summary_without_a_terminal(cluster):
+    c = cluster
+    c.ok("fs", "put", "--write-type", "THROUGH", "-", "/ld/a", input=b"a" * 5000)
+    out = c.ok("fs", "load", "-R", "/ld").decode()
+    assert out.startswith("loaded 1 file(s)"), out
+
+
+def test_report_says_what_it_counts_and_how_fresh(cluster):
+    out = cluster.ok("report").decode()
+    assert "counted in block reads, not bytes" in out, out
+    assert "as of the workers' last heartbeats" in out, out
+
+
+def test_every_argument_has_help():
+    import re
+    import subprocess
+
+    from conftest import LOCUS_BIN
+
+    def help_of(*args):
+        return subprocess.run([str(LOCUS_BIN), *args, "--help"], capture_output=True, text=True, timeout=30).stdout
+
+    empty = []
+    commands = [("fs", c) for c in ("ls", "stat", "cat", "wc", "head", "get", "put", "persist", "setReplication",
+                                   "mkdir", "rm", "mv", "load", "free", "pin", "unpin", "mount", "unmount")]
+    commands += [("local", "start"), ("local", "clean"), ("master",), ("worker",), ("gateway",), ("report",)]
+    for cmd in commands:
+        lines = help_of(*cmd).splitlines()
+        section = None
+        for i, line in enumerate(lines):
+            if line in ("Arguments:", "Options:"):
+                section = line
+                continue
+            # An argument or option line whose description is empty: none beside it, and
+            # none on the next line (clap's layout for long descriptions) either.
+            if section and re.match(r"^\s+(-|<|\[)\S.*$", line) and not re.search(r"\S\s{2,}\S", line.strip()):
+                nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                indent = len(line) - len(line.lstrip())
+                if not (nxt.strip() and len(nxt) - len(nxt.lstrip()) > indent and not nxt.strip().startswith("-")):
+                    empty.append(f"{' '.join(cmd)}: {line.strip()}")
+    assert not empty, "arguments without help:\n" + "\n".join(empty)

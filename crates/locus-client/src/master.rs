@@ -109,8 +109,15 @@ impl Client {
     }
 
     pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
+        Ok(self.free_counted(path, recursive).await?.0)
+    }
+
+    /// [`free`](Client::free), also returning how many files were skipped (pinned, or not
+    /// persisted) in a tree.
+    pub async fn free_counted(&self, path: &str, recursive: bool) -> Result<(u64, u64)> {
         let r = pb::PathRequest { path: path.into(), recursive };
-        Ok(self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.free(r).await }).await?.count)
+        let c = self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.free(r).await }).await?;
+        Ok((c.count, c.skipped))
     }
 
     /// Replace the object metadata of a file or directory (`tags_only`: just its tags).

@@ -442,23 +442,31 @@ impl Master {
     }
 
     /// Drop the cached blocks of files at or below `path`. Returns the blocks freed.
-    pub async fn free(&self, path: &str, recursive: bool) -> Result<u64> {
+    /// Drop the cached blocks of the file at `path`, or of every file below it with
+    /// `recursive`. Returns the blocks dropped and the files skipped: a tree's pinned files
+    /// and files not persisted (their cached blocks are their only copy) are left alone and
+    /// counted; the same file named alone is an error saying why.
+    pub async fn free(&self, path: &str, recursive: bool) -> Result<(u64, u64)> {
         let path = normalize(path)?;
         let mut recs = Vec::new();
+        let mut skipped = 0u64;
+        let mut single = true;
         self.for_each_file(&path, recursive, &mut |r| {
-            if r.pinned {
-                return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    format!("{} is pinned (unpin it first)", r.name),
-                ));
+            let why = if r.pinned {
+                Some("is pinned (unpin it first)")
+            } else if !is_persisted(r) {
+                Some("is not persisted: its cached blocks are its only copy (locus fs persist)")
+            } else {
+                None
+            };
+            match why {
+                Some(why) if single && !recursive => {
+                    return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} {why}")));
+                }
+                Some(_) => skipped += 1,
+                None => recs.push(r.clone()),
             }
-            if !is_persisted(r) {
-                return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    format!("{} is not persisted: its cached blocks are its only copy (locus fs persist)", r.name),
-                ));
-            }
-            recs.push(r.clone());
+            single = false;
             Ok(())
         })
         .await?;
@@ -486,6 +494,6 @@ impl Master {
         // Return once the workers have deleted the blocks: a read right after `free`
         // must fill the cache again, not hit blocks about to go.
         self.await_workers(|id, s| targets.get(&id).is_none_or(|b| s.beats >= *b)).await;
-        Ok(n)
+        Ok((n, skipped))
     }
 }

@@ -71,7 +71,9 @@ impl pb::master_server::Master for Master {
     }
     async fn set_pinned(&self, r: Request<pb::SetPinnedRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();
-        ok(Master::set_pinned(self, &r.path, r.pinned, r.recursive).await.map(|count| pb::CountResponse { count }))
+        ok(Master::set_pinned(self, &r.path, r.pinned, r.recursive)
+            .await
+            .map(|count| pb::CountResponse { count, ..Default::default() }))
     }
     async fn persist(&self, r: Request<pb::PathRequest>) -> R<pb::FileInfo> {
         ok(Master::persist(self, &r.into_inner().path).await)
@@ -80,11 +82,11 @@ impl pb::master_server::Master for Master {
         let r = r.into_inner();
         ok(Master::set_replication(self, &r.path, r.min, r.max, r.recursive)
             .await
-            .map(|count| pb::CountResponse { count }))
+            .map(|count| pb::CountResponse { count, ..Default::default() }))
     }
     async fn free(&self, r: Request<pb::PathRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();
-        ok(Master::free(self, &r.path, r.recursive).await.map(|count| pb::CountResponse { count }))
+        ok(Master::free(self, &r.path, r.recursive).await.map(|(count, skipped)| pb::CountResponse { count, skipped }))
     }
     async fn mount(&self, r: Request<pb::MountRequest>) -> R<pb::MountInfo> {
         ok(Master::mount(self, r.into_inner()).await)
@@ -122,6 +124,8 @@ impl pb::master_server::Master for Master {
     }
     async fn resolve_persist_failures(&self, r: Request<pb::PersistFailuresRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();
-        ok(Master::resolve_persist_failures(self, &r.path, r.action()).await.map(|count| pb::CountResponse { count }))
+        ok(Master::resolve_persist_failures(self, &r.path, r.action())
+            .await
+            .map(|count| pb::CountResponse { count, ..Default::default() }))
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use locus_blockstore::Change;
-use locus_common::{Error, Result};
+use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{from_status, pb};
 
 use crate::Inner;
@@ -122,7 +122,16 @@ impl Inner {
         if let Err(s) = self.master().commit_blocks(req).await {
             // The master lost track of us: the next heartbeat re-registers with a full report.
             self.pin_epoch.store(u64::MAX, Relaxed);
-            return Err(from_status(s));
+            let e = from_status(s);
+            if e.kind() == ErrorKind::FailedPrecondition {
+                // A master that restarted and has not heard from this worker yet: register
+                // now (a write waiting on this commit goes on); the full block report
+                // carries the blocks this commit named.
+                self.register().await?;
+                self.pin_epoch.store(0, Relaxed);
+                return Ok(());
+            }
+            return Err(e);
         }
         Ok(())
     }

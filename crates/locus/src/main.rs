@@ -40,6 +40,7 @@ enum Cmd {
     },
     /// Workers, capacity and usage per tier, bytes read by source, and the hit ratio.
     Report {
+        /// One JSON object (the same as the status page's /api/report).
         #[arg(long)]
         json: bool,
     },

@@ -205,14 +205,24 @@ fn print_report(j: &serde_json::Value) {
             );
         }
     }
-    println!("Bytes read by source:");
+    // Workers send their counters with each heartbeat: a read finished just now shows
+    // once its worker has beaten since.
+    let oldest = j["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["live"].as_bool().unwrap_or(false))
+        .filter_map(|w| w["last_heartbeat_ms_ago"].as_u64())
+        .max()
+        .unwrap_or(0);
+    println!("Bytes read by source (as of the workers' last heartbeats, at most {:.1} s ago):", oldest as f64 / 1000.0);
     for s in ReadSource::ALL {
         let k = s.as_str();
         println!("  {k:<14} {}", human(j["bytes_read"][k].as_u64().unwrap_or(0)));
     }
     let c = &j["cache"];
     println!(
-        "Cache: {} hits, {} misses, {} evictions, hit ratio {:.3}",
+        "Cache (counted in block reads, not bytes): {} hits, {} misses, {} evictions, hit ratio {:.3}",
         c["hits"],
         c["misses"],
         c["evictions"],

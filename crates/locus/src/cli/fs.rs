@@ -36,21 +36,28 @@ pub struct FsArgs {
 pub enum FsCmd {
     /// List a directory.
     Ls {
+        /// List the whole tree below PATH.
         #[arg(short = 'R', long)]
         recursive: bool,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
+        /// The directory (or file) to list.
         path: String,
     },
     /// Size, fingerprint, blocks with workers and tiers, cached fraction.
     Stat {
+        /// One JSON object.
         #[arg(long)]
         json: bool,
+        /// The file or directory.
         path: String,
     },
     /// Print a file.
-    Cat { path: String },
+    Cat {
+        /// The file to print.
+        path: String,
+    },
     /// Count the lines and bytes of a file (like `wc -l -c`), reading it through the
     /// cache: short-circuit when a worker shares this host. Prints `LINES BYTES PATH`.
     Wc {
@@ -61,6 +68,7 @@ pub enum FsCmd {
         /// Print {"path", "lines", "bytes", "seconds": [one per read]} instead.
         #[arg(long)]
         json: bool,
+        /// The file to count.
         path: String,
     },
     /// Print the first bytes of a file.
@@ -68,14 +76,26 @@ pub enum FsCmd {
         /// Bytes to print.
         #[arg(short = 'c', long, default_value_t = 1024)]
         bytes: u64,
+        /// The file.
         path: String,
     },
     /// Copy a file to the local file system.
-    Get { path: String, local: PathBuf },
+    Get {
+        /// The Locus file.
+        path: String,
+        /// The local file to write (refused if it exists, unless --overwrite).
+        local: PathBuf,
+        /// Replace LOCAL if it exists.
+        #[arg(long)]
+        overwrite: bool,
+    },
     /// Copy a local file (or - for stdin) into Locus.
     Put {
+        /// The local file, or - for standard input.
         local: String,
+        /// The Locus path to write (refused if it exists, unless --overwrite).
         path: String,
+        /// Replace PATH if it exists.
         #[arg(long)]
         overwrite: bool,
         /// MUST_CACHE, CACHE_THROUGH, THROUGH or ASYNC_THROUGH (default: the client's,
@@ -113,56 +133,80 @@ pub enum FsCmd {
     /// Set how many copies of each block Locus keeps (min) and allows (max, 0 = any).
     #[command(name = "setReplication", alias = "set-replication")]
     SetReplication {
+        /// Copies each block keeps (re-replicated when short; at most the live workers).
         #[arg(long, default_value_t = 1)]
         min: u32,
+        /// Copies each block may have at most (extra ones are dropped); 0 = no limit.
         #[arg(long, default_value_t = 0)]
         max: u32,
+        /// Every file below PATH.
         #[arg(short = 'R', long)]
         recursive: bool,
+        /// The file or directory.
         path: String,
     },
     /// Create a directory.
     Mkdir {
+        /// Create missing parents, and succeed if it exists.
         #[arg(short = 'p', long)]
         parents: bool,
+        /// The directory.
         path: String,
     },
     /// Remove a file or, with -R, a directory tree (from the UFS too).
     Rm {
+        /// Remove a directory and everything below it.
         #[arg(short = 'R', long)]
         recursive: bool,
+        /// The file or directory.
         path: String,
     },
     /// Rename.
-    Mv { src: String, dst: String },
+    Mv {
+        /// The path to move.
+        src: String,
+        /// The new path.
+        dst: String,
+    },
     /// Cache a file (or a tree with -R) on the workers, with a progress bar.
     Load {
+        /// Every file below a directory.
         #[arg(short = 'R', long)]
         recursive: bool,
+        /// The file or directory.
         path: String,
     },
-    /// Drop cached blocks.
+    /// Drop cached blocks (of persisted, unpinned files: a tree's others are skipped).
     Free {
+        /// Every file below a directory.
         #[arg(short = 'R', long)]
         recursive: bool,
+        /// The file or directory.
         path: String,
     },
     /// Keep a file's blocks from eviction.
     Pin {
+        /// Every file below a directory.
         #[arg(short = 'R', long)]
         recursive: bool,
+        /// The file or directory.
         path: String,
     },
     /// Undo pin.
     Unpin {
+        /// Every file below a directory.
         #[arg(short = 'R', long)]
         recursive: bool,
+        /// The file or directory.
         path: String,
     },
     /// Mount a UFS (s3://bucket/prefix or file:///dir) at a path; with no arguments, list mounts.
     Mount(MountArgs),
     /// Remove a mount (the UFS is untouched).
-    Unmount { path: String },
+    Unmount {
+        /// The mount point.
+        path: String,
+    },
 }
 
 pub fn run(g: &Global, fs: &FsArgs) -> Result<()> {
@@ -305,9 +349,25 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
             let mut out = tokio::io::stdout();
             c.read_to(&fi, 0, *bytes, opts, &mut out).await?;
         }
-        FsCmd::Get { path, local } => {
+        FsCmd::Get { path, local, overwrite } => {
             let fi = c.status(path, true).await?;
-            let f = tokio::fs::File::create(local).await.with_context(|| format!("create {}", local.display()))?;
+            let mut o = tokio::fs::OpenOptions::new();
+            o.write(true);
+            if *overwrite {
+                o.create(true).truncate(true);
+            } else {
+                o.create_new(true);
+            }
+            let f = match o.open(local).await {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!("{} exists (use --overwrite to replace it)", local.display()),
+                    )
+                    .into());
+                }
+                r => r.with_context(|| format!("create {}", local.display()))?,
+            };
             let mut w = tokio::io::BufWriter::with_capacity(4 << 20, f);
             c.read_to(&fi, 0, fi.length, opts, &mut w).await?;
             w.shutdown().await?;
@@ -319,8 +379,17 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 durable_replicas: *durable,
                 ..Default::default()
             };
+            let exists = |e: locus_common::Error| {
+                if e.kind() == ErrorKind::AlreadyExists && !*overwrite {
+                    e.context("use --overwrite to replace it")
+                } else {
+                    e
+                }
+            };
             let fi = if local == "-" {
-                c.put_with(path, &mut tokio::io::stdin(), &popts, |_| Ok(pb::ObjectMeta::default())).await?
+                c.put_with(path, &mut tokio::io::stdin(), &popts, |_| Ok(pb::ObjectMeta::default()))
+                    .await
+                    .map_err(exists)?
             } else {
                 let mut f = tokio::fs::File::open(local).await.map_err(|e| Error::io(format!("open {local}"), e))?;
                 // A regular file declares its size (a write that cannot fit fails first).
@@ -328,7 +397,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                     Ok(m) if m.is_file() => PutOptions { expected_length: Some(m.len()), ..popts },
                     _ => popts,
                 };
-                c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await?
+                c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await.map_err(exists)?
             };
             println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state().name());
         }
@@ -380,6 +449,13 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
             println!("{path}: {}", fi.persist_state().name());
         }
         FsCmd::SetReplication { min, max, recursive, path } => {
+            let live = c.workers(true).await?.len();
+            if *min as usize > live {
+                eprintln!(
+                    "locus: warning: --min {min} but {live} worker(s) are live: blocks keep {live} cop{} until more join",
+                    if live == 1 { "y" } else { "ies" }
+                );
+            }
             let n = c.set_replication(path, *min, *max, *recursive).await?;
             println!(
                 "set replication of {n} file(s) to min {min}, max {}",
@@ -417,15 +493,22 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 )
                 .unwrap(),
             );
+            let start = std::time::Instant::now();
             for fi in &infos {
                 pb.set_message(fi.name.clone());
                 c.load(fi, |n| pb.inc(n)).await?;
             }
-            pb.finish_with_message(format!("loaded {} file(s)", infos.len()));
+            pb.finish_and_clear();
+            // The bar is drawn on a terminal only; the summary line always.
+            println!("loaded {} file(s), {} in {:.1} s", infos.len(), human(total), start.elapsed().as_secs_f64());
         }
         FsCmd::Free { recursive, path } => {
-            let n = c.free(path, *recursive).await?;
-            println!("freed {n} block(s)");
+            let (n, skipped) = c.free_counted(path, *recursive).await?;
+            if skipped > 0 {
+                println!("freed {n} block(s); skipped {skipped} pinned or not yet persisted file(s)");
+            } else {
+                println!("freed {n} block(s)");
+            }
         }
         FsCmd::Pin { recursive, path } => {
             let n = c.set_pinned(path, true, *recursive).await?;
