@@ -52,7 +52,15 @@ pub(super) async fn put_object(gw: &LocusS3, req: S3Request<PutObjectInput>) -> 
     let body = i.body.take().unwrap_or_else(empty_body);
     let wt = write_type(&headers)?;
     let meta = sent_meta!(i, tags);
-    let opts = object_options(&meta, wt);
+    // The object's size, when the request declares it (the decoded length of a streaming
+    // upload): a cached write that cannot fit then fails, or goes to the UFS, before it
+    // evicts anything.
+    let declared = headers
+        .get("x-amz-decoded-content-length")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .or(i.content_length.map(|n| n as u64))
+        .filter(|n| *n > 0);
+    let opts = PutOptions { expected_length: declared, ..object_options(&meta, wt) };
     let w = gw.checked_put(&path, body, expected, trailers, opts, meta).await?;
     ok(with_checksums!(PutObjectOutput { e_tag: Some(etag(&w.md5)), size: Some(w.fi.length as i64) }, w.sums))
 }
