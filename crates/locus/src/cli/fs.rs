@@ -322,8 +322,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
         }
         FsCmd::Cat { path } => {
             let fi = c.status(path, true).await?;
-            let mut out = tokio::io::stdout();
-            c.read_to(&fi, 0, fi.length, opts, &mut out).await?;
+            c.read_into(&fi, 0, fi.length, opts, &mut StdoutSink(std::io::stdout())).await.or_else(quiet_pipe)?;
         }
         FsCmd::Wc { repeat, json: as_json, path } => {
             let mut seconds = Vec::new();
@@ -346,8 +345,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
         }
         FsCmd::Head { bytes, path } => {
             let fi = c.status(path, true).await?;
-            let mut out = tokio::io::stdout();
-            c.read_to(&fi, 0, *bytes, opts, &mut out).await?;
+            c.read_into(&fi, 0, *bytes, opts, &mut StdoutSink(std::io::stdout())).await.or_else(quiet_pipe)?;
         }
         FsCmd::Get { path, local, overwrite } => {
             let fi = c.status(path, true).await?;
@@ -522,6 +520,31 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
         FsCmd::Unmount { path } => unmount(c, path).await?,
     }
     Ok(())
+}
+
+/// Standard output for `fs cat` and `fs head`: each piece is written straight to fd 1 from
+/// the reading thread (`block_in_place`), as `cat` does. Through `tokio::io::stdout` every
+/// piece went to a blocking-pool thread and back, which halved the speed into a pipe.
+struct StdoutSink(std::io::Stdout);
+
+impl locus_client::ReadSink for StdoutSink {
+    async fn put(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        tokio::task::block_in_place(|| self.0.lock().write_all(buf))
+    }
+    async fn finish(&mut self) -> std::io::Result<()> {
+        use std::io::Write;
+        tokio::task::block_in_place(|| self.0.lock().flush())
+    }
+}
+
+/// A reader of our output that went away (`fs cat ... | head`) ends the command quietly,
+/// as it does for other Unix tools.
+fn quiet_pipe(e: Error) -> Result<u64, Error> {
+    let broken = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+    if broken { Ok(0) } else { Err(e) }
 }
 
 /// An output that counts lines and bytes instead of storing them (`fs wc`).
