@@ -97,6 +97,25 @@ impl BlockStore {
     }
 }
 
+impl BlockStore {
+    /// [`lease`](BlockStore::lease) when it needs no file work: a block on the MEM tier,
+    /// not to be promoted (no copy, no checksum read). `None` when the block is not
+    /// here or would need that work: then call [`lease`](BlockStore::lease), on a
+    /// blocking thread. Takes only the state mutex, so async callers may run it inline.
+    pub fn lease_now(&self, block_id: u64, promote: bool) -> Option<Lease> {
+        if promote {
+            return None;
+        }
+        let inner = &self.inner;
+        let mut s = inner.state.lock();
+        let m = s.blocks.get(&block_id)?;
+        if m.remove_when_free || s.tiers[m.tier].alias != TierAlias::Mem {
+            return None;
+        }
+        inner.take_lease(&mut s, block_id)
+    }
+}
+
 impl Drop for Lease {
     /// Ends the lease; the last lease of a removed block removes its file (blocking, briefly).
     fn drop(&mut self) {
@@ -111,5 +130,44 @@ impl Drop for Lease {
             }
         }
         self.inner.run(work);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use locus_common::config::TierAlias;
+
+    use crate::BlockStore;
+    use crate::tests::tier;
+
+    fn put(store: &BlockStore, id: u64, len: u64) {
+        let t = store.create(id, len).unwrap();
+        let data = vec![7u8; len as usize];
+        std::fs::write(&t.path, &data).unwrap();
+        t.commit(len, Some(crc32c::crc32c(&data))).unwrap();
+    }
+
+    /// `lease_now` leases a MEM-tier block as `lease` does, and leaves to `lease` what
+    /// needs file work (a disk tier's check, a promotion), a missing or removed block.
+    #[test]
+    fn lease_now_takes_only_mem_blocks_that_need_no_file_work() {
+        let (mem, ssd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mem_only = BlockStore::open(&[tier(TierAlias::Mem, mem.path(), 1000)], 0.9, 0.5).unwrap();
+        put(&mem_only, 1, 100);
+        let l = mem_only.lease_now(1, false).expect("a MEM block leases inline");
+        assert_eq!((l.block_id, l.len, l.tier), (1, 100, TierAlias::Mem));
+        assert!(mem_only.lease_now(1, true).is_none(), "a promotion goes through lease");
+        assert!(mem_only.lease_now(2, false).is_none(), "not here");
+        assert!(mem_only.remove(1).unwrap());
+        assert!(l.path.exists(), "the lease keeps the removed block's file");
+        assert!(mem_only.lease_now(1, false).is_none(), "no new lease of a removed block");
+        let path = l.path.clone();
+        drop(l);
+        assert!(!path.exists(), "the last lease removes it");
+
+        let on_ssd = BlockStore::open(&[tier(TierAlias::Ssd, ssd.path(), 1000)], 0.9, 0.5).unwrap();
+        put(&on_ssd, 3, 100);
+        assert!(on_ssd.lease_now(3, false).is_none(), "a disk-tier block is checked by lease");
+        assert!(on_ssd.lease(3, false).unwrap().is_some());
     }
 }

@@ -384,9 +384,13 @@ fn persisted(fi: &pb::FileInfo) -> bool {
 /// against 0.97-1.01x): the hand-offs and the cross-core cache traffic cost more than the
 /// overlap gains.
 async fn copy_leased<S: ReadSink>(path: &str, off: u64, len: u64, out: &mut S, done: &mut u64) -> Result<()> {
-    let p = path.to_owned();
-    let file =
-        open_blocking(move || std::fs::File::open(p)).await?.map_err(|e| Error::io(format!("open {path}"), e))?;
+    // Opened inline, a deliberate exception to opening files on a blocking thread: the
+    // worker has just leased this file (a MEM-tier block on tmpfs, or a disk-tier block
+    // whose file the lease has just checked), so the open is a lookup in the kernel's
+    // caches, not a wait on a disk. The hop it saves, with the worker's own (see its
+    // `Inner::lease`), cost 0.26 ms per block on a loaded 2-core VM (one-block reads:
+    // 0.51 ms with both hops, 0.25 ms with neither).
+    let file = std::fs::File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?;
     copy_file(&file, path, off, len, out, done, &mut vec![0u8; SHORT_CIRCUIT_BUF]).await
 }
 

@@ -118,12 +118,26 @@ impl Inner {
         }
     }
 
+    /// Lease a cached block (see [`locus_blockstore::BlockStore::lease`]). A MEM-tier block
+    /// is leased inline ([`lease_now`](locus_blockstore::BlockStore::lease_now): the state
+    /// mutex only, no file work); anything else (a promotion, a disk tier's checksum check,
+    /// a miss) goes to a blocking thread. With this lease and the client's open both on
+    /// blocking threads, every short-circuit block waited for two hand-offs: measured
+    /// (2-core VM loaded by other builds, one-block 4 KiB reads, `fs wc --repeat`),
+    /// 0.51 ms per read with both hops, 0.25 ms with neither.
+    async fn lease(&self, id: u64, promote: bool) -> Result<Option<Lease>> {
+        match self.store.lease_now(id, promote) {
+            Some(lease) => Ok(Some(lease)),
+            None => self.store_blocking(move |s| s.lease(id, promote)).await,
+        }
+    }
+
     /// A short-circuit lease over the Unix socket: the cached block's file and length for
     /// the client to read itself, and the lease that keeps it in place meanwhile.
     pub(crate) async fn grant_lease(&self, l: &pb::LeaseRequest) -> Result<(pb::DataResponse, Held)> {
         let (id, promote) = (l.block_id, l.promote);
         let lease = self
-            .store_blocking(move |s| s.lease(id, promote))
+            .lease(id, promote)
             .await?
             .ok_or_else(|| Error::not_found(format!("block {} is not cached here", l.block_id)))?;
         self.counters.cache_hits.fetch_add(1, Relaxed);
@@ -147,7 +161,7 @@ impl Inner {
         let (mut first, mut raced) = (true, false);
         let id = r.block_id;
         loop {
-            if let Some(lease) = self.store_blocking(move |s| s.lease(id, promote)).await? {
+            if let Some(lease) = self.lease(id, promote).await? {
                 if first {
                     self.counters.cache_hits.fetch_add(1, Relaxed);
                 }
@@ -262,7 +276,7 @@ impl Inner {
         let (mut first, mut raced) = (true, false);
         let (id, promote) = (r.block_id, read_type == ReadType::CachePromote);
         loop {
-            if let Some(lease) = self.store_blocking(move |s| s.lease(id, promote)).await? {
+            if let Some(lease) = self.lease(id, promote).await? {
                 if lease.len < end {
                     return Err(Error::new(
                         ErrorKind::Corrupt,
