@@ -50,6 +50,7 @@ class Load:
         self.unexpected: list[str] = []
         self.counts: dict[str, int] = {}
         self.dir_keys = 0
+        self.weights = [30, 25, 15, 15, 15]  # PUT, GET, HEAD, DELETE, LIST
 
     def note(self, what: str):
         with self.lock:
@@ -61,7 +62,7 @@ class Load:
         i = 0
         while not self.stop.is_set():
             key = rnd.choice(KEYS)
-            op = rnd.choices(["PUT", "GET", "HEAD", "DELETE", "LIST"], [30, 25, 15, 15, 15])[0]
+            op = rnd.choices(["PUT", "GET", "HEAD", "DELETE", "LIST"], self.weights)[0]
             try:
                 self.one(s3, rnd, op, key, f"w{n}-{i}")
             except Exception as e:  # noqa: BLE001: any other failure is a finding
@@ -195,12 +196,22 @@ def persisted(c) -> bool:
     return r["persist_backlog"]["queued_ops"] == 0
 
 
+# What these tests still find, not fixed yet (every run so far; see the report of issue 23):
+KNOWN = (
+    "LIST and reads transiently miss acknowledged keys (a directory's entries leave the namespace and come "
+    "back imported from the UFS, their ETag then an MD5 of the UFS fingerprint, not of the bytes); a GET of a "
+    "multi-block object overwritten or deleted while it streams is cut off (IncompleteRead): the old version's "
+    "blocks are dropped under the reader"
+)
+
+
 @pytest.fixture
 def gw(cluster_factory, minio) -> Gateway:
     c = cluster_factory(args=["--block-size", "1MiB", "--mem-quota", "2GiB"], env=ENV)
     return Gateway(c, minio)
 
 
+@pytest.mark.xfail(strict=True, reason=KNOWN)
 def test_concurrent_clients_see_strongly_consistent_objects_on_minio(gw):
     load, final = run_load(gw, "lake")
     wait_until(lambda: persisted(gw.cluster), timeout=120, interval=0.5, what="the persist queue to drain")
@@ -219,6 +230,7 @@ def test_concurrent_clients_see_strongly_consistent_objects_on_minio(gw):
     assert not load.h.check()
 
 
+@pytest.mark.xfail(strict=True, reason=KNOWN)
 def test_concurrent_clients_see_strongly_consistent_objects_on_the_local_ufs(gw):
     load, final = run_load(gw, "local")
     wait_until(lambda: persisted(gw.cluster), timeout=120, interval=0.5, what="the persist queue to drain")
