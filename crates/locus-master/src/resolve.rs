@@ -250,7 +250,17 @@ impl Master {
                 break;
             }
         }
-        // Entries not seen in this listing are gone from the UFS (mount points excepted).
+        // Entries not seen in this listing are gone from the UFS (mount points excepted),
+        // if a stat agrees: a listing taken while the directory changes may miss an entry
+        // that was there all along (a persisted file dropped from the namespace, then
+        // imported again without its metadata, was seen under load).
+        let unseen = self.unseen_children(path, dir, start, mark, &m, &rel)?;
+        let mut gone = Vec::new();
+        for name in unseen {
+            if m.ufs.stat(&child_rel(&rel, &name)).await?.is_none() {
+                gone.push(name);
+            }
+        }
         let (path, dir) = (path.to_string(), dir.clone());
         self.commit(move |me, w, fx| {
             let queued = me.held_ufs_paths(mount_id, mark);
@@ -266,6 +276,7 @@ impl Master {
                         && is_persisted(&r)
                         && !me.is_mount_point(&lpath::join(&path, &name))
                         && !held_by(&queued, &child_rel(&rel, &name))
+                        && gone.contains(&name)
                     {
                         v.push(name);
                     }
@@ -281,6 +292,37 @@ impl Master {
             put_inode(w, &d)
         })
         .await
+    }
+
+    /// Entries of directory `dir` a listing that began at `start` (`mark`) may drop: not
+    /// synced since, persisted, no mount point, not held by a UFS change.
+    fn unseen_children(
+        &self,
+        path: &str,
+        dir: &pb::InodeRecord,
+        start: i64,
+        mark: u64,
+        m: &MountEntry,
+        rel: &str,
+    ) -> Result<Vec<String>> {
+        let queued = self.held_ufs_paths(m.info.id, mark);
+        let r = self.inner.store.read()?;
+        let ch = r.open_table(CHILDREN).map_err(db_err)?;
+        let inodes = r.open_table(INODES).map_err(db_err)?;
+        let mut v = Vec::new();
+        for e in ch.range((dir.id, "")..(dir.id + 1, "")).map_err(db_err)? {
+            let (k, id) = e.map_err(db_err)?;
+            let name = k.value().1.to_string();
+            if let Some(c) = get_inode(&inodes, id.value())?
+                && c.synced_ms < start
+                && is_persisted(&c)
+                && !self.is_mount_point(&lpath::join(path, &name))
+                && !held_by(&queued, &child_rel(rel, &name))
+            {
+                v.push(name);
+            }
+        }
+        Ok(v)
     }
 
     /// One page of a directory listing, in name order after `start_after` (or from it,
