@@ -150,13 +150,25 @@ impl Master {
     /// Record a written file: its bytes are in the UFS (THROUGH, CACHE_THROUGH), or in
     /// worker caches (MUST_CACHE), or both until the persist queued here lands
     /// (ASYNC_THROUGH). Replaces an older version of the file.
+    ///
+    /// The parent directory may have gone while the bytes streamed (the S3 gateway
+    /// removes a directory its deletes leave empty, and a write not yet complete does not
+    /// count): it is made again, as the write's create made it.
     pub async fn complete_file(&self, req: pb::CompleteFileRequest) -> Result<pb::FileInfo> {
         let path = normalize(&req.path)?;
         let (parent_path, _) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
-        let parent = self.must_resolve(parent_path).await?;
         let (m, rel) = self.writable(&path)?;
         let wt = req.write_type().typed().unwrap_or(WriteType::Through);
-        self.commit_complete(req, path, parent.id, wt, m, rel).await
+        let mut tries = 0;
+        loop {
+            self.create_directory(parent_path, true).await?;
+            let parent = self.must_resolve(parent_path).await?;
+            let (req, path, m, rel) = (req.clone(), path.clone(), m.clone(), rel.clone());
+            match self.commit_complete(req, path, parent.id, wt, m, rel).await {
+                Err(e) if e.kind() == ErrorKind::NotFound && tries < 10 => tries += 1, // the parent went again
+                r => return r,
+            }
+        }
     }
 
     pub(crate) async fn commit_complete(
@@ -202,6 +214,9 @@ impl Master {
             }
             req.version
         };
+        if !load_inode(w, parent_id)?.is_some_and(|p| p.is_dir) {
+            return Err(Error::not_found(format!("the directory of {path} was deleted")));
+        }
         let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent_id, name)?;
         let mut rec = match existing {
             Some(id) => {

@@ -8,7 +8,7 @@ use std::future::Future;
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
-use redb::WriteTransaction;
+use redb::{ReadableTable, WriteTransaction};
 
 use crate::namespace::Effects;
 use crate::store::*;
@@ -79,6 +79,18 @@ impl Master {
     }
 
     pub async fn create_directory(&self, path: &str, recursive: bool) -> Result<()> {
+        let mut tries = 0;
+        loop {
+            match self.create_directory_once(path, recursive).await {
+                // A parent went while it was made (the S3 gateway removes directories its
+                // deletes leave empty): make it again.
+                Err(e) if e.kind() == ErrorKind::NotFound && recursive && tries < 10 => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
+    async fn create_directory_once(&self, path: &str, recursive: bool) -> Result<()> {
         let path = normalize(path)?;
         // A name the UFS cannot hold as it is is refused now (its ancestors' too).
         let (m, rel) = self.mount_for(&path)?;
@@ -102,8 +114,11 @@ impl Master {
         }
         let (m, rel) = self.writable(&path)?;
         let op = pb::PersistOp { kind: pb::PersistOpKind::Mkdir.into(), ..self.op_for(&m, &rel, &path) };
-        let name = name.to_string();
+        let (parent_path, name) = (parent_path.to_string(), name.to_string());
         self.ufs_change(m.info.id, &[&rel], None, m.ufs.create_dir(&rel), move |me, w, queued, _| {
+            if !load_inode(w, parent.id)?.is_some_and(|p| p.is_dir) {
+                return Err(Error::not_found(format!("{parent_path} was deleted")));
+            }
             if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, &name)?.is_some() {
                 return Ok(None);
             }
@@ -146,11 +161,30 @@ impl Master {
         let (parent_path, name) = lpath::split_parent(&path).unwrap();
         let (parent_path, name) = (parent_path.to_string(), name.to_string());
         // The UFS delete happens even for bytes never persisted: an older version may be
-        // there, and must not come back at the next sync.
-        self.ufs_change(m.info.id, &[&rel], None, m.ufs.delete(&rel, rec.is_dir), move |me, w, _, fx| {
-            // (the lookup's table closes before the removal opens it again)
+        // there, and must not come back at the next sync. A directory that was empty when
+        // looked at may have filled up since (a write into it, as the S3 gateway removes
+        // directories its deletes leave empty): a delete that is not recursive removes it
+        // from the UFS only if it is still empty there, and from the namespace only if it
+        // still has no entries when the change commits.
+        let only_empty = rec.is_dir && !recursive;
+        let ufs = async {
+            if only_empty { m.ufs.delete_empty_dir(&rel).await } else { m.ufs.delete(&rel, rec.is_dir).await }
+        };
+        self.ufs_change(m.info.id, &[&rel], None, ufs, move |me, w, _, fx| {
+            // (the lookups' tables close before the removal opens them again)
             let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
             if let Some(parent) = parent {
+                if only_empty {
+                    let ch = w.open_table(CHILDREN).map_err(db_err)?;
+                    if let Some(id) = get_child(&ch, parent, &name)?
+                        && ch.range((id, "")..(id + 1, "")).map_err(db_err)?.next().is_some()
+                    {
+                        return Err(Error::new(
+                            ErrorKind::DirectoryNotEmpty,
+                            format!("{parent_path}/{name} is a non-empty directory (use -R)"),
+                        ));
+                    }
+                }
                 me.remove_subtree(w, parent, &name, fx)?;
             }
             Ok(Some(op.clone()))

@@ -13,7 +13,7 @@
 //! parts): it starts when the wait ends or as soon as a later operation on its path is
 //! queued, and a file deleted by then is dropped without a UFS write.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -36,6 +36,9 @@ use crate::{Master, MountEntry, now_ms};
 const WINDOW: usize = 512;
 /// Longest wait between retries of a failing operation.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Finished UFS changes remembered for readers of the UFS still in flight
+/// ([`Master::held_ufs_paths`]); a reader older than all of them holds every path.
+const FINISHED_KEPT: usize = 1 << 16;
 
 /// A queued operation as the scheduler sees it (the full record stays in redb).
 pub(crate) struct Pending {
@@ -66,6 +69,20 @@ pub(crate) struct Tracker {
     /// Synchronous UFS changes in progress: token → (mount, paths).
     sync_ops: HashMap<u64, (u64, Vec<String>)>,
     next_token: u64,
+    /// UFS changes finished (queued ones done, synchronous ones over), oldest first:
+    /// (mark, mount, paths); `marks` counts them all. See [`Master::held_ufs_paths`].
+    finished: VecDeque<(u64, u64, Vec<String>)>,
+    marks: u64,
+}
+
+impl Tracker {
+    fn note_finished(&mut self, mount_id: u64, paths: Vec<String>) {
+        self.marks += 1;
+        self.finished.push_back((self.marks, mount_id, paths));
+        if self.finished.len() > FINISHED_KEPT {
+            self.finished.pop_front();
+        }
+    }
 }
 
 /// Whether two paths under one mount's root ("" is the root) overlap: equal, or one
@@ -95,7 +112,11 @@ pub(crate) struct SyncGuard {
 
 impl Drop for SyncGuard {
     fn drop(&mut self) {
-        self.master.inner.persist.lock().sync_ops.remove(&self.token);
+        let mut t = self.master.inner.persist.lock();
+        if let Some((mount_id, paths)) = t.sync_ops.remove(&self.token) {
+            t.note_finished(mount_id, paths);
+        }
+        drop(t);
         self.master.inner.persist_wake.notify_one();
     }
 }
@@ -210,14 +231,31 @@ impl Master {
         Ok(out)
     }
 
-    /// The UFS paths of mount `mount_id` that queued changes touch. At, above or below
-    /// any of them, the UFS does not show what the namespace says until those changes
-    /// are made: a sync must neither import what is there (an older version of a path
-    /// deleted since) nor drop what is missing (a directory renamed behind a waiting
-    /// persist). See [`held_by`].
-    pub(crate) fn queued_ufs_paths(&self, mount_id: u64) -> Vec<String> {
+    /// A mark to take before reading the UFS, for [`Master::held_ufs_paths`].
+    pub(crate) fn ufs_mark(&self) -> u64 {
+        self.inner.persist.lock().marks
+    }
+
+    /// The UFS paths of mount `mount_id` where what a reader of the UFS that started at
+    /// `mark` saw may not be what the namespace says. At, above or below any of them, a
+    /// sync must neither import what the UFS showed (an older version of a path deleted
+    /// since) nor drop what it missed (a directory renamed behind a waiting persist):
+    /// - queued changes: the UFS does not show them until they are made;
+    /// - synchronous changes in progress: their namespace side is still to commit;
+    /// - changes finished since `mark`: the reader may have seen the UFS before them, and
+    ///   the namespace holds them already (a listing taken before a delete ran, committed
+    ///   after it, brought the deleted entry back).
+    ///
+    /// See [`held_by`].
+    pub(crate) fn held_ufs_paths(&self, mount_id: u64, mark: u64) -> Vec<String> {
         let t = self.inner.persist.lock();
-        t.pending.values().filter(|p| p.mount_id == mount_id).flat_map(|p| p.paths.iter().cloned()).collect()
+        if t.finished.front().is_some_and(|(first, _, _)| mark.saturating_add(1) < *first) {
+            return vec![String::new()]; // older than what is remembered: hold everything
+        }
+        let pending = t.pending.values().map(|p| (p.mount_id, &p.paths));
+        let sync = t.sync_ops.values().map(|(m, ps)| (*m, ps));
+        let done = t.finished.iter().filter(|(at, _, _)| *at > mark).map(|(_, m, ps)| (*m, ps));
+        pending.chain(sync).chain(done).filter(|(m, _)| *m == mount_id).flat_map(|(_, ps)| ps.iter().cloned()).collect()
     }
 
     /// Start a synchronous UFS change of `paths` in mount `mount_id`: `None` when queued
@@ -396,7 +434,9 @@ impl Master {
         t.running.remove(&seq);
         match r {
             Ok(()) => {
-                t.pending.remove(&seq);
+                if let Some(p) = t.pending.remove(&seq) {
+                    t.note_finished(p.mount_id, p.paths);
+                }
                 t.retry.remove(&seq);
             }
             Err(e) => {

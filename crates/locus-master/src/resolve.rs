@@ -13,6 +13,20 @@ use crate::persist::held_by;
 use crate::store::*;
 use crate::*;
 
+/// Fault point `name` (`return(<ms>)`): wait that long there (the failpoint tests
+/// open race windows with it). Nothing without the `failpoints` feature.
+async fn delay_point(name: &str) {
+    let _ = name;
+    #[allow(clippy::redundant_closure_call)]
+    let ms: Option<u64> = (|| {
+        locus_common::fail::fail_point!(name, |a: Option<String>| a.and_then(|s| s.parse().ok()));
+        None
+    })();
+    if let Some(ms) = ms {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}
+
 /// The UFS path of `name` in the directory at UFS path `dir` ("" is the mount's root).
 fn child_rel(dir: &str, name: &str) -> String {
     if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
@@ -96,11 +110,13 @@ impl Master {
                 return Ok(Some(rec));
             }
             let (m, rel) = self.mount_for(path)?;
-            if !Self::sync_due(&rec, &m) || held_by(&self.queued_ufs_paths(m.info.id), &rel) {
+            let mark = self.ufs_mark();
+            if !Self::sync_due(&rec, &m) || held_by(&self.held_ufs_paths(m.info.id, mark), &rel) {
                 // Within the interval, or the UFS is behind queued changes of this path.
                 return Ok(Some(rec));
             }
             let st = m.ufs.stat(&rel).await?;
+            delay_point("master.resolve.after_ufs").await;
             if st.is_none() {
                 tracing::info!(path, "file vanished from the UFS; dropping it");
             }
@@ -110,8 +126,8 @@ impl Master {
             return self
                 .commit(move |me, w, fx| {
                     let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
-                    if held_by(&me.queued_ufs_paths(mount_id), &rel) {
-                        // A change of the path was queued while the UFS was asked.
+                    if held_by(&me.held_ufs_paths(mount_id, mark), &rel) {
+                        // A change of the path was made or queued while the UFS was asked.
                         let Some(parent) = parent else { return Ok(None) };
                         let id = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, &name)?;
                         return id.map(|id| load_inode(w, id)).transpose().map(Option::flatten);
@@ -161,7 +177,8 @@ impl Master {
                 continue;
             }
             let (m, rel) = self.mount_for(&cur)?;
-            if held_by(&self.queued_ufs_paths(m.info.id), &rel) {
+            let mark = self.ufs_mark();
+            if held_by(&self.held_ufs_paths(m.info.id, mark), &rel) {
                 // Not in the namespace, and the UFS is behind queued changes of the path
                 // (a delete of it, say): what the UFS holds there is not to be imported.
                 return Ok(None);
@@ -169,11 +186,14 @@ impl Master {
             let Some(st) = m.ufs.stat(&rel).await? else {
                 return Ok(None);
             };
+            delay_point("master.resolve.after_ufs").await;
             let (dir, name, now, mount_id) = (parent, comp.to_string(), now_ms(), m.info.id);
             let id = self
                 .commit(move |me, w, fx| {
-                    if held_by(&me.queued_ufs_paths(mount_id), &rel) {
-                        return Ok(None); // a change of the path was queued meanwhile
+                    if held_by(&me.held_ufs_paths(mount_id, mark), &rel) {
+                        // A change of the path was made or queued since the stat (a delete
+                        // that the stat came before, say): the namespace has it right.
+                        return get_child(&w.open_table(CHILDREN).map_err(db_err)?, dir, &name);
                     }
                     me.upsert_from_ufs(w, dir, &name, &st, now, fx).map(Some)
                 })
@@ -196,12 +216,14 @@ impl Master {
     }
 
     /// Merge the UFS listing of directory `path` into the namespace, page by page.
-    /// Names that queued UFS changes hold (see [`Master::queued_ufs_paths`]) keep what the
-    /// namespace says of them: the listing neither imports nor drops them.
+    /// Names that UFS changes hold (queued, in progress or made since the listing began:
+    /// see [`Master::held_ufs_paths`]) keep what the namespace says of them: the listing
+    /// neither imports nor drops them.
     pub(crate) async fn load_children(&self, path: &str, dir: &pb::InodeRecord) -> Result<()> {
         let (m, rel) = self.mount_for(path)?;
         let start = now_ms();
         let mount_id = m.info.id;
+        let mark = self.ufs_mark();
         let mut stream = Box::pin(m.ufs.list(&rel).await?);
         let mut batch = Vec::with_capacity(1000);
         loop {
@@ -214,9 +236,10 @@ impl Master {
                 }
             }
             if batch.len() >= 1000 || (done && !batch.is_empty()) {
+                delay_point("master.load_children.listed").await;
                 let (page, dir_id, rel) = (std::mem::take(&mut batch), dir.id, rel.clone());
                 self.commit(move |me, w, fx| {
-                    let queued = me.queued_ufs_paths(mount_id);
+                    let queued = me.held_ufs_paths(mount_id, mark);
                     for st in &page {
                         if !held_by(&queued, &child_rel(&rel, &st.path)) {
                             me.upsert_from_ufs(w, dir_id, &st.path, st, start, fx)?;
@@ -230,10 +253,20 @@ impl Master {
                 break;
             }
         }
-        // Entries not seen in this listing are gone from the UFS (mount points excepted).
+        // Entries not seen in this listing are gone from the UFS (mount points excepted),
+        // if a stat agrees: a listing taken while the directory changes may miss an entry
+        // that was there all along (a persisted file dropped from the namespace, then
+        // imported again without its metadata, was seen under load).
+        let unseen = self.unseen_children(path, dir, start, mark, &m, &rel)?;
+        let mut gone = Vec::new();
+        for name in unseen {
+            if m.ufs.stat(&child_rel(&rel, &name)).await?.is_none() {
+                gone.push(name);
+            }
+        }
         let (path, dir) = (path.to_string(), dir.clone());
         self.commit(move |me, w, fx| {
-            let queued = me.queued_ufs_paths(mount_id);
+            let queued = me.held_ufs_paths(mount_id, mark);
             let stale: Vec<String> = {
                 let ch = w.open_table(CHILDREN).map_err(db_err)?;
                 let inodes = w.open_table(INODES).map_err(db_err)?;
@@ -246,6 +279,7 @@ impl Master {
                         && is_persisted(&r)
                         && !me.is_mount_point(&lpath::join(&path, &name))
                         && !held_by(&queued, &child_rel(&rel, &name))
+                        && gone.contains(&name)
                     {
                         v.push(name);
                     }
@@ -261,6 +295,37 @@ impl Master {
             put_inode(w, &d)
         })
         .await
+    }
+
+    /// Entries of directory `dir` a listing that began at `start` (`mark`) may drop: not
+    /// synced since, persisted, no mount point, not held by a UFS change.
+    fn unseen_children(
+        &self,
+        path: &str,
+        dir: &pb::InodeRecord,
+        start: i64,
+        mark: u64,
+        m: &MountEntry,
+        rel: &str,
+    ) -> Result<Vec<String>> {
+        let queued = self.held_ufs_paths(m.info.id, mark);
+        let r = self.inner.store.read()?;
+        let ch = r.open_table(CHILDREN).map_err(db_err)?;
+        let inodes = r.open_table(INODES).map_err(db_err)?;
+        let mut v = Vec::new();
+        for e in ch.range((dir.id, "")..(dir.id + 1, "")).map_err(db_err)? {
+            let (k, id) = e.map_err(db_err)?;
+            let name = k.value().1.to_string();
+            if let Some(c) = get_inode(&inodes, id.value())?
+                && c.synced_ms < start
+                && is_persisted(&c)
+                && !self.is_mount_point(&lpath::join(path, &name))
+                && !held_by(&queued, &child_rel(rel, &name))
+            {
+                v.push(name);
+            }
+        }
+        Ok(v)
     }
 
     /// One page of a directory listing, in name order after `start_after` (or from it,

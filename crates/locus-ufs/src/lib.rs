@@ -318,6 +318,12 @@ impl Ufs {
         self.op.create_dir(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("mkdir {path}"), e))
     }
 
+    /// Remove directory `path` only if it is empty: its marker object on S3 (objects
+    /// under it stay), the directory itself on a file system (an error if it has entries).
+    pub async fn delete_empty_dir(&self, path: &str) -> Result<()> {
+        self.op.delete(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("rmdir {path}"), e))
+    }
+
     pub async fn delete(&self, path: &str, is_dir: bool) -> Result<()> {
         if is_dir {
             self.op

@@ -186,3 +186,91 @@ async fn syncs_never_undo_changes_whose_ufs_side_is_queued() {
     assert_eq!(fi.persist_state(), pb::PersistState::ToBePersisted);
     c.shutdown().await;
 }
+
+/// What a sync read from the UFS before a change was made never undoes the change when
+/// it lands after it: a listing taken before a bucket's delete ran (a synchronous delete,
+/// or one queued behind a persist that the queue then carried out) does not bring the
+/// bucket back, nor does a lookup that found a file in the UFS before its delete. (A
+/// DeleteBucket acknowledged, then the bucket listed again until the next sync.) Fault
+/// points hold the listing and the lookup between their UFS call and their commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sync_that_read_the_ufs_before_a_delete_never_brings_it_back() {
+    use locus_client::PutOptions;
+    use locus_common::ErrorKind;
+    use locus_common::config::WriteType;
+    use locus_proto::pb;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let cl = std::sync::Arc::new(c.client(ClientConfig::default()).unwrap());
+    let ufs = dir.path().join("lake");
+    std::fs::create_dir_all(&ufs).unwrap();
+    const SYNC: Duration = Duration::from_millis(5000); // no sync falls due while the test looks
+    let mount = pb::MountRequest {
+        path: "/m".into(),
+        uri: format!("file://{}", ufs.display()),
+        sync_interval_ms: SYNC.as_millis() as u64,
+        ..Default::default()
+    };
+    cl.mount(mount).await.unwrap();
+    let names = |p: &'static str| {
+        let cl = cl.clone();
+        async move {
+            let mut v = Vec::new();
+            cl.list_each(p, false, |fi| v.push(fi.name.clone())).await.map(|()| v)
+        }
+    };
+    cl.mkdir("/m/b1", false).await.unwrap();
+    cl.mkdir("/m/b2", false).await.unwrap();
+    assert_eq!(names("/m").await.unwrap(), ["b1", "b2"]);
+    tokio::time::sleep(SYNC + Duration::from_millis(100)).await; // the listing of /m is due
+
+    // b2's delete is queued behind the persist of its object, held by a fault point.
+    fail::cfg("master.persist.before_ufs", "return").unwrap();
+    let opts = PutOptions { write_type: Some(WriteType::AsyncThrough), ..Default::default() };
+    cl.put_with("/m/b2/x", &mut &b"object"[..], &opts, |_| Ok(Default::default())).await.unwrap();
+    cl.delete("/m/b2", true).await.unwrap();
+    assert!(ufs.join("b2").is_dir(), "the UFS is behind");
+    // A listing reads the UFS (b1, b2) and is held before its commit...
+    fail::cfg("master.load_children.listed", "1*return(3000)").unwrap();
+    let listing = tokio::spawn(names("/m"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...while b1 is deleted at once and the queue carries out b2's delete.
+    cl.delete("/m/b1", true).await.unwrap();
+    fail::remove("master.persist.before_ufs");
+    for _ in 0..50 {
+        if !ufs.join("b2").exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!ufs.join("b1").exists() && !ufs.join("b2").exists(), "both deletes reached the UFS");
+    // The held listing commits now: it saw both, and brings back neither.
+    let seen = listing.await.unwrap().unwrap();
+    fail::remove("master.load_children.listed");
+    assert!(seen.is_empty() || seen == ["b2"] || seen == ["b1", "b2"], "{seen:?}");
+    assert_eq!(names("/m").await.unwrap(), Vec::<String>::new(), "a deleted directory is listed again");
+    for p in ["/m/b1", "/m/b2"] {
+        assert_eq!(cl.status(p, false).await.unwrap_err().kind(), ErrorKind::NotFound, "{p} came back");
+    }
+
+    // A lookup finds a file in the UFS and is held before its commit; the file is
+    // deleted meanwhile (through a lookup of its own).
+    std::fs::write(ufs.join("g.txt"), b"behind Locus's back").unwrap();
+    fail::cfg("master.resolve.after_ufs", "1*return(1500)").unwrap();
+    let lookup = tokio::spawn({
+        let cl = cl.clone();
+        async move { cl.status("/m/g.txt", false).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cl.delete("/m/g.txt", false).await.unwrap();
+    assert!(!ufs.join("g.txt").exists());
+    let r = lookup.await.unwrap(); // concurrent with the delete: either answer is fine
+    fail::remove("master.resolve.after_ufs");
+    assert!(r.is_ok() || r.as_ref().unwrap_err().kind() == ErrorKind::NotFound, "{r:?}");
+    let e = cl.status("/m/g.txt", false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "the deleted file came back: {e}");
+    assert_eq!(names("/m").await.unwrap(), Vec::<String>::new());
+    c.shutdown().await;
+}

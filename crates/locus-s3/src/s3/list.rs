@@ -125,7 +125,11 @@ impl Cursor {
     async fn next(&mut self, c: &Client) -> Result<Option<Next>> {
         loop {
             if self.page.is_empty() && self.more {
-                let (page, more) = c.list_page(&self.path, &self.after, self.inclusive, PAGE).await?;
+                let (page, more) = match c.list_page(&self.path, &self.after, self.inclusive, PAGE).await {
+                    // Deleted since its parent was listed (its last object went): empty.
+                    Err(e) if e.kind() == ErrorKind::NotFound && !self.root => (Vec::new(), false),
+                    r => r?,
+                };
                 self.more = more && !page.is_empty();
                 if let Some(l) = page.last() {
                     self.after = l.name.clone();
