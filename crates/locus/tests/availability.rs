@@ -5,36 +5,24 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bytesize::ByteSize;
-use locus_client::{Client, PutOptions, ReadOptions};
+use locus_client::Client;
 use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
-use locus_common::config::{ClientConfig, Config, TierAlias, TierConfig, WriteType};
+use locus_common::config::{ClientConfig, Config, WriteType};
 use locus_proto::pb;
 
+mod common;
+use common::read_all;
+
 fn config(dir: &Path) -> Config {
-    let mut c = Config::default();
-    c.master.rpc_address = "127.0.0.1:0".into();
-    c.master.web_address = "127.0.0.1:0".into();
-    c.master.block_size = ByteSize::mib(1);
+    let mut c = common::config(dir, 256 << 20, false);
     // Long enough that the writes below run while the master still lists a dead worker.
     c.master.worker_timeout = Duration::from_secs(30);
-    c.worker.data_address = "127.0.0.1:0".into();
-    c.worker.heartbeat_interval = Duration::from_millis(100);
-    c.worker.tiers = vec![TierConfig { alias: TierAlias::Mem, dir: dir.join("mem"), quota: ByteSize::mib(256) }];
     c
 }
 
 async fn put(c: &Client, path: &str, data: &[u8]) -> locus_common::Result<pb::FileInfo> {
-    let opts = PutOptions { write_type: Some(WriteType::AsyncThrough), ..Default::default() };
-    c.put_with(path, &mut &data[..], &opts, |_| Ok(pb::ObjectMeta::default())).await
-}
-
-async fn read_all(c: &Client, path: &str) -> Vec<u8> {
-    let fi = c.status(path, true).await.unwrap();
-    let mut out = Vec::new();
-    c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
-    out
+    common::put_as(c, path, data, WriteType::AsyncThrough).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,62 +4,21 @@
 use std::path::Path;
 use std::time::Duration;
 
-use bytesize::ByteSize;
 use locus_client::{Client, PutOptions};
 use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
-use locus_common::config::{ClientConfig, Config, TierAlias, TierConfig, WriteType};
+use locus_common::config::{ClientConfig, WriteType};
 use locus_proto::pb;
-use rand::RngCore;
 
-const BLOCK: u64 = 1 << 20;
-
-fn config(dir: &Path, mem_quota: u64) -> Config {
-    let mut c = Config::default();
-    c.master.rpc_address = "127.0.0.1:0".into();
-    c.master.web_address = "127.0.0.1:0".into();
-    c.master.block_size = ByteSize::b(BLOCK);
-    c.master.worker_timeout = Duration::from_secs(2);
-    c.master.default_sync_interval = Duration::from_secs(3600);
-    c.worker.data_address = "127.0.0.1:0".into();
-    c.worker.heartbeat_interval = Duration::from_millis(100);
-    c.worker.high_watermark = 0.9;
-    c.worker.low_watermark = 0.6;
-    c.worker.tiers = vec![TierConfig { alias: TierAlias::Mem, dir: dir.join("mem"), quota: ByteSize::b(mem_quota) }];
-    c
-}
+mod common;
+use common::{BLOCK, put_as, random, ufs_dir, wait_persisted};
 
 async fn start(dir: &Path, workers: usize, mem_quota: u64) -> LocalCluster {
-    LocalCluster::start(config(dir, mem_quota), &dir.join("data"), workers, None).await.unwrap()
-}
-
-fn ufs_dir(c: &LocalCluster) -> std::path::PathBuf {
-    c.data_dir().join("ufs")
-}
-
-fn random(n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    rand::rng().fill_bytes(&mut v);
-    v
+    common::start(dir, workers, mem_quota, false).await
 }
 
 async fn put_opts(c: &Client, path: &str, data: &[u8], opts: PutOptions) -> locus_common::Result<pb::FileInfo> {
     c.put_with(path, &mut &data[..], &PutOptions { overwrite: true, ..opts }, |_| Ok(pb::ObjectMeta::default())).await
-}
-
-async fn put_as(c: &Client, path: &str, data: &[u8], wt: WriteType) -> locus_common::Result<pb::FileInfo> {
-    put_opts(c, path, data, PutOptions { write_type: Some(wt), ..Default::default() }).await
-}
-
-async fn wait_persisted(c: &Client, path: &str) -> pb::FileInfo {
-    for _ in 0..200 {
-        let fi = c.status(path, false).await.unwrap();
-        if fi.persist_state() == pb::PersistState::Persisted {
-            return fi;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{path} was not persisted in 10 s");
 }
 
 /// Poll the report until `f` holds.

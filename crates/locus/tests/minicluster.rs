@@ -16,77 +16,20 @@ use futures::StreamExt;
 use locus_client::{Client, PutOptions, ReadOptions};
 use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
-use locus_common::config::{ClientConfig, Config, Locality, ReadType, TierAlias, TierConfig, WriteType};
+use locus_common::config::{ClientConfig, Locality, ReadType, TierAlias, TierConfig, WriteType};
 use locus_proto::pb;
-use rand::RngCore;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWrite;
 
-const BLOCK: u64 = 1 << 20;
-
-/// A fixture config: every port 0, fast heartbeats, 1 MiB blocks, tiers under `dir`.
-fn config(dir: &Path, mem_quota: u64, ssd: bool) -> Config {
-    let mut c = Config::default();
-    c.master.rpc_address = "127.0.0.1:0".into();
-    c.master.web_address = "127.0.0.1:0".into();
-    c.master.block_size = ByteSize::b(BLOCK);
-    c.master.worker_timeout = Duration::from_secs(2);
-    c.master.default_sync_interval = Duration::from_secs(3600);
-    c.worker.data_address = "127.0.0.1:0".into();
-    c.worker.heartbeat_interval = Duration::from_millis(100);
-    c.worker.high_watermark = 0.9;
-    c.worker.low_watermark = 0.6;
-    c.worker.tiers = vec![TierConfig { alias: TierAlias::Mem, dir: dir.join("mem"), quota: ByteSize::b(mem_quota) }];
-    if ssd {
-        c.worker.tiers.push(TierConfig { alias: TierAlias::Ssd, dir: dir.join("ssd"), quota: ByteSize::mib(64) });
-    }
-    c
-}
-
-fn random(n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    rand::rng().fill_bytes(&mut v);
-    v
-}
+mod common;
+use common::{BLOCK, config, put_as, random, read_all, start, ufs_dir, wait_persisted};
 
 fn sha(b: &[u8]) -> Vec<u8> {
     Sha256::digest(b).to_vec()
 }
 
-async fn start(dir: &Path, workers: usize, mem_quota: u64, ssd: bool) -> LocalCluster {
-    LocalCluster::start(config(dir, mem_quota, ssd), &dir.join("data"), workers, None).await.unwrap()
-}
-
-fn ufs_dir(c: &LocalCluster) -> std::path::PathBuf {
-    c.data_dir().join("ufs")
-}
-
 fn client(c: &LocalCluster, locality: Locality) -> Client {
     c.client(ClientConfig { locality, ..Default::default() }).unwrap()
-}
-
-async fn read_all(c: &Client, path: &str) -> Vec<u8> {
-    let fi = c.status(path, true).await.unwrap();
-    let mut out = Vec::new();
-    c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
-    out
-}
-
-/// Poll `stat` until the file is persisted (the persist queue runs in the background).
-async fn wait_persisted(c: &Client, path: &str) -> pb::FileInfo {
-    for _ in 0..200 {
-        let fi = c.status(path, true).await.unwrap();
-        if fi.persist_state() == pb::PersistState::Persisted {
-            return fi;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{path} was not persisted in 10 s");
-}
-
-async fn put_as(c: &Client, path: &str, data: &[u8], wt: WriteType) -> locus_common::Result<pb::FileInfo> {
-    let opts = PutOptions { overwrite: true, write_type: Some(wt), ..Default::default() };
-    c.put_with(path, &mut &data[..], &opts, |_| Ok(pb::ObjectMeta::default())).await
 }
 
 async fn totals(c: &Client) -> pb::ReadCounters {

@@ -4,30 +4,19 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
 
-use bytesize::ByteSize;
 use locus_client::{Client, PutOptions};
 use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
-use locus_common::config::{ClientConfig, Config, TierAlias, TierConfig, WriteType};
+use locus_common::config::{ClientConfig, WriteType};
 use locus_common::security::Secret;
 use locus_proto::pb;
 use locus_proto::pb::master_client::MasterClient;
 
-fn config(dir: &Path) -> Config {
-    let mut c = Config::default();
-    c.master.rpc_address = "127.0.0.1:0".into();
-    c.master.web_address = "127.0.0.1:0".into();
-    c.master.block_size = ByteSize::mib(1);
-    c.worker.data_address = "127.0.0.1:0".into();
-    c.worker.heartbeat_interval = Duration::from_millis(100);
-    c.worker.tiers = vec![TierConfig { alias: TierAlias::Mem, dir: dir.join("mem"), quota: ByteSize::mib(64) }];
-    c
-}
+mod common;
 
 async fn start(dir: &Path) -> LocalCluster {
-    LocalCluster::start(config(dir), &dir.join("data"), 1, None).await.unwrap()
+    common::start(dir, 1, 64 << 20, false).await
 }
 
 fn mode(p: &Path) -> u32 {
