@@ -171,8 +171,12 @@ impl Master {
         let now = now_ms();
         let name = lpath::split_parent(&path).map(|(_, n)| n.to_string()).unwrap_or_default();
         let p2 = path.clone();
+        let landed = matches!(wt, WriteType::Through | WriteType::CacheThrough).then(|| (m.clone(), rel.clone()));
         let rec =
             self.commit(move |me, w, fx| me.complete_in(w, &req, &p2, parent_id, &name, wt, &m, &rel, now, fx)).await?;
+        if let Some((m, rel)) = landed {
+            self.settle_markers(&m, &rel).await;
+        }
         self.file_info(&path, &rec, false)
     }
 

@@ -103,7 +103,13 @@ impl Master {
         let (m, rel) = self.writable(&path)?;
         let op = pb::PersistOp { kind: pb::PersistOpKind::Mkdir.into(), ..self.op_for(&m, &rel, &path) };
         let name = name.to_string();
-        self.ufs_change(m.info.id, &[&rel], None, m.ufs.create_dir(&rel), move |me, w, queued, _| {
+        // Made now (nothing queued on the path): the new marker keeps the ancestors.
+        let ufs = async {
+            m.ufs.create_dir(&rel).await?;
+            self.settle_markers(&m, &rel).await;
+            Ok(())
+        };
+        self.ufs_change(m.info.id, &[&rel], None, ufs, move |me, w, queued, _| {
             if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, &name)?.is_some() {
                 return Ok(None);
             }
@@ -189,6 +195,10 @@ impl Master {
             match sm.ufs.rename(&srel, &drel).await {
                 // Bytes not persisted yet have nothing to move in the UFS.
                 Err(e) if e.kind() == ErrorKind::NotFound && !persisted => Ok(()),
+                Ok(()) => {
+                    self.settle_markers(&sm, &drel).await;
+                    Ok(())
+                }
                 r => r,
             }
         };
