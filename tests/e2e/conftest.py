@@ -696,3 +696,74 @@ def gateway(e2e_tmp, minio, request):
         c.cleanup()
         if request.session.testsfailed:
             print(c.log_tail(80))
+
+
+# --------------------------------------------------------------------------- Ceph RGW
+
+# `shared/tools` beside the repository (in CI, beside the clone) starts a one-node Ceph
+# with radosgw on 127.0.0.1:7480, keys locuskey / locussecret.
+RGW_TOOLS = Path(os.environ.get("LOCUS_RGW_TOOLS") or REPO.parent / "shared" / "tools")
+RGW_ENDPOINT = "http://127.0.0.1:7480"
+RGW_KEY = "locuskey"
+RGW_SECRET = "locussecret"
+RGW_PACKAGES = ["radosgw", "ceph-mon", "ceph-osd", "ceph-mgr", "ceph-common"]
+
+
+def _install_rgw() -> str | None:
+    """Install Ceph's packages if radosgw is missing (as scripts/test does). Returns why
+    they cannot be installed, or None when radosgw is there."""
+    if shutil.which("radosgw"):
+        return None
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return "radosgw is not installed and cannot be (needs root and apt-get: " \
+               f"apt-get install -y {' '.join(RGW_PACKAGES)})"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *RGW_PACKAGES]):
+        r = subprocess.run(cmd, env=env, capture_output=True, timeout=900)
+        if r.returncode != 0:
+            return f"cannot install Ceph RGW ({' '.join(cmd)}): {r.stderr.decode(errors='replace')[-300:]}"
+    return None if shutil.which("radosgw") else "radosgw still missing after apt-get install"
+
+
+def rgw_client():
+    """A boto3 client of the RGW (path-style, its keys)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=RGW_ENDPOINT, aws_access_key_id=RGW_KEY,
+                        aws_secret_access_key=RGW_SECRET, region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}))
+
+
+@pytest.fixture(scope="session")
+def rgw(e2e_tmp):
+    """A Ceph RGW (ceph-rgw-up.sh, objects in a 2 GiB memstore) for the session. Yields
+    its endpoint. Skips only when the packages cannot be installed; stopped with
+    ceph-rgw-down.sh (by the daemons' pid files)."""
+    up, down = RGW_TOOLS / "ceph-rgw-up.sh", RGW_TOOLS / "ceph-rgw-down.sh"
+    if not up.exists():
+        pytest.fail(f"{up} is missing (the repository's parent must hold shared/tools)")
+    why = _install_rgw()
+    if why:
+        pytest.skip(why)
+    if _port_open("127.0.0.1:7480"):
+        pytest.fail("127.0.0.1:7480 is in use: another RGW is running (stop it with ceph-rgw-down.sh)")
+    d = e2e_tmp / "rgw"
+    env = dict(os.environ, MEMSTORE_BYTES=str(2 << 30))
+    try:
+        r = subprocess.run(["bash", str(up), str(d)], env=env, capture_output=True, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError(f"ceph-rgw-up.sh failed ({r.returncode}): {r.stderr.decode(errors='replace')[-2000:]}")
+        wait_until(lambda: _rgw_answers(), timeout=60, interval=0.5, what="RGW to answer S3 calls")
+        yield RGW_ENDPOINT
+    finally:
+        subprocess.run(["bash", str(down), str(d)], capture_output=True, timeout=120)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _rgw_answers() -> bool:
+    try:
+        rgw_client().list_buckets()
+        return True
+    except Exception:
+        return False

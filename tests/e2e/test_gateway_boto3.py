@@ -247,6 +247,12 @@ def test_multipart(gateway, bucket):
     if bucket == "lake":
         wait_until(lambda: _in_minio(gateway, "mp/low.bin"), timeout=30, what="the completed object in MinIO")
         assert _minio_files(gateway, ".locus-uploads") == [], "parts of completed uploads never reach the UFS"
+    # with no upload in progress, the staging directory is gone: from the namespace, and
+    # (markers too) from the UFS
+    assert not any(".locus-uploads" in e["path"] for e in gateway.cluster.ls_json(f"/{bucket}"))
+    if bucket == "lake":
+        r = gateway.minio.list_objects_v2(Bucket=gateway.minio_bucket, Prefix=".locus-uploads")
+        assert r.get("KeyCount", 0) == 0, r.get("Contents")
 
 
 def _persisted_bytes(gateway) -> int:

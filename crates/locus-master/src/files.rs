@@ -117,8 +117,8 @@ impl Master {
                 req.etag = st.etag;
                 req.mtime_ms = st.mtime_ms;
             }
-            let parent = self.must_resolve(parent_path).await?;
-            return self.commit_complete(req, path.clone(), parent.id, wt, m, rel).await;
+            // (Under a parent made again if a concurrent delete took it, as any write.)
+            return self.complete_file(req).await;
         }
         let (version, pin_epoch) = self
             .commit(move |me, w, _| {
@@ -161,11 +161,19 @@ impl Master {
         let wt = req.write_type().typed().unwrap_or(WriteType::Through);
         let mut tries = 0;
         loop {
-            self.create_directory(parent_path, true).await?;
-            let parent = self.must_resolve(parent_path).await?;
-            let (req, path, m, rel) = (req.clone(), path.clone(), m.clone(), rel.clone());
-            match self.commit_complete(req, path, parent.id, wt, m, rel).await {
-                Err(e) if e.kind() == ErrorKind::NotFound && tries < 10 => tries += 1, // the parent went again
+            // The parent (or an ancestor) may go again between any two of these steps.
+            let r = match self.create_directory(parent_path, true).await {
+                Ok(_) => match self.must_resolve(parent_path).await {
+                    Ok(parent) => {
+                        let (req, path, m, rel) = (req.clone(), path.clone(), m.clone(), rel.clone());
+                        self.commit_complete(req, path, parent.id, wt, m, rel).await
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            match r {
+                Err(e) if e.kind() == ErrorKind::NotFound && tries < 10 => tries += 1,
                 r => return r,
             }
         }
@@ -183,8 +191,12 @@ impl Master {
         let now = now_ms();
         let name = lpath::split_parent(&path).map(|(_, n)| n.to_string()).unwrap_or_default();
         let p2 = path.clone();
+        let landed = matches!(wt, WriteType::Through | WriteType::CacheThrough).then(|| (m.clone(), rel.clone()));
         let rec =
             self.commit(move |me, w, fx| me.complete_in(w, &req, &p2, parent_id, &name, wt, &m, &rel, now, fx)).await?;
+        if let Some((m, rel)) = landed {
+            self.settle_markers(&m, &rel).await;
+        }
         self.file_info(&path, &rec, false)
     }
 

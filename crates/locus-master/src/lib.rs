@@ -14,6 +14,7 @@
 //! Durable changes run on the store's committer thread, never on the async runtime.
 
 mod files;
+mod markers;
 mod metrics;
 mod mounts;
 mod namespace;

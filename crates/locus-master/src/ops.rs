@@ -115,7 +115,13 @@ impl Master {
         let (m, rel) = self.writable(&path)?;
         let op = pb::PersistOp { kind: pb::PersistOpKind::Mkdir.into(), ..self.op_for(&m, &rel, &path) };
         let (parent_path, name) = (parent_path.to_string(), name.to_string());
-        self.ufs_change(m.info.id, &[&rel], None, m.ufs.create_dir(&rel), move |me, w, queued, _| {
+        // Made now (nothing queued on the path): the new marker keeps the ancestors.
+        let ufs = async {
+            m.ufs.create_dir(&rel).await?;
+            self.settle_markers(&m, &rel).await;
+            Ok(())
+        };
+        self.ufs_change(m.info.id, &[&rel], None, ufs, move |me, w, queued, _| {
             if !load_inode(w, parent.id)?.is_some_and(|p| p.is_dir) {
                 return Err(Error::not_found(format!("{parent_path} was deleted")));
             }
@@ -223,6 +229,10 @@ impl Master {
             match sm.ufs.rename(&srel, &drel).await {
                 // Bytes not persisted yet have nothing to move in the UFS.
                 Err(e) if e.kind() == ErrorKind::NotFound && !persisted => Ok(()),
+                Ok(()) => {
+                    self.settle_markers(&sm, &drel).await;
+                    Ok(())
+                }
                 r => r,
             }
         };

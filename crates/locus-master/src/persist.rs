@@ -477,6 +477,9 @@ impl Master {
         let result = match op.kind() {
             pb::PersistOpKind::Persist => {
                 let written = self.persist_file(&op, &m).await?;
+                if written.is_some() {
+                    self.settle_markers(&m, &op.ufs_path).await;
+                }
                 count(if written.is_some() { "done" } else { "skipped" });
                 self.inner.metrics.persisted_bytes.inc_by(written.unwrap_or(0));
                 return Ok(());
@@ -488,6 +491,7 @@ impl Master {
             }
             pb::PersistOpKind::Mkdir => {
                 m.ufs.create_dir(&op.ufs_path).await?;
+                self.settle_markers(&m, &op.ufs_path).await;
                 "done"
             }
             pb::PersistOpKind::Delete => {
@@ -498,7 +502,11 @@ impl Master {
                 // What was to move never reached the UFS (not persisted, or its persist
                 // moved with the rename).
                 Err(e) if e.kind() == ErrorKind::NotFound => "skipped",
-                r => r.map(|()| "done")?,
+                r => {
+                    r?;
+                    self.settle_markers(&m, &op.dst_ufs_path).await;
+                    "done"
+                }
             },
             pb::PersistOpKind::Unspecified => {
                 tracing::warn!(seq, "queued operation of no known kind; dropping it");

@@ -16,6 +16,7 @@ use locus_common::{Error, ErrorKind, Result};
 use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::{EntryMode, Operator};
 
+mod markers;
 mod names;
 pub use names::NameRules;
 
@@ -49,6 +50,8 @@ pub struct Ufs {
     op: Operator,
     uri: String,
     names: NameRules,
+    /// Directories known to have no marker object (see `markers.rs`).
+    unmarked: markers::Unmarked,
 }
 
 /// Options understood for `s3://` mounts (others are rejected).
@@ -167,7 +170,7 @@ impl Ufs {
         let op = op
             .layer(TimeoutLayer::new().with_timeout(timeout).with_io_timeout(timeout))
             .layer(RetryLayer::new().with_max_times(3).with_min_delay(Duration::from_millis(100)));
-        Ok(Ufs { op, uri: uri.to_string(), names })
+        Ok(Ufs { op, uri: uri.to_string(), names, unmarked: Default::default() })
     }
 
     pub fn uri(&self) -> &str {
@@ -314,17 +317,22 @@ impl Ufs {
         self.op.write(path, data).await.map(|_| ()).map_err(|e| ufs_err(format!("put {path}"), e))
     }
 
-    pub async fn create_dir(&self, path: &str) -> Result<()> {
-        self.op.create_dir(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("mkdir {path}"), e))
+    /// Delete a file or (recursively) a directory. On an object store, a parent left with
+    /// nothing in it gets a marker, so that it stays (see `markers.rs`).
+    pub async fn delete(&self, path: &str, is_dir: bool) -> Result<()> {
+        self.remove(path, is_dir).await?;
+        self.keep_parent(path).await
     }
 
     /// Remove directory `path` only if it is empty: its marker object on S3 (objects
     /// under it stay), the directory itself on a file system (an error if it has entries).
+    /// On an object store, a parent left with nothing in it gets a marker, as for `delete`.
     pub async fn delete_empty_dir(&self, path: &str) -> Result<()> {
-        self.op.delete(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("rmdir {path}"), e))
+        self.op.delete(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("rmdir {path}"), e))?;
+        self.keep_parent(path).await
     }
 
-    pub async fn delete(&self, path: &str, is_dir: bool) -> Result<()> {
+    async fn remove(&self, path: &str, is_dir: bool) -> Result<()> {
         if is_dir {
             self.op
                 .delete_with(&Self::dir_path(path))
@@ -337,7 +345,9 @@ impl Ufs {
     }
 
     /// Rename a file or a directory. Stores without rename (S3) copy then delete: a
-    /// directory object by object (its markers too), then the old prefix as a whole.
+    /// directory object by object (its markers too; its own marker only if it held no
+    /// object), then the old prefix as a whole; the source's parent keeps a marker if
+    /// that left it empty.
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         if self.op.info().capability().rename {
             return self.op.rename(from, to).await.map_err(|e| ufs_err(format!("mv {from} {to}"), e));
@@ -345,7 +355,8 @@ impl Ufs {
         match self.op.stat(from).await {
             Ok(m) if m.mode() == EntryMode::FILE => {
                 self.op.copy(from, to).await.map_err(|e| ufs_err(format!("copy {from} {to}"), e))?;
-                return self.op.delete(from).await.map_err(|e| ufs_err(format!("rm {from}"), e));
+                self.op.delete(from).await.map_err(|e| ufs_err(format!("rm {from}"), e))?;
+                return self.keep_parent(from).await;
             }
             Ok(_) => {}
             Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
@@ -354,17 +365,18 @@ impl Ufs {
         let (src, dst) = (Self::dir_path(from), Self::dir_path(to));
         let mut objects =
             self.op.lister_with(&src).recursive(true).await.map_err(|e| ufs_err(format!("list {src}"), e))?;
-        let mut found = false;
+        let (mut found, mut held) = (false, false);
         while let Some(entry) = objects.try_next().await.map_err(|e| ufs_err(format!("list {src}"), e))? {
             let path = entry.path().trim_start_matches('/');
             let Some(rel) = path.strip_prefix(src.trim_start_matches('/')) else { continue };
             found = true;
             if rel.is_empty() {
-                continue; // the directory's own marker: replaced by the new one below
+                continue; // the directory's own marker: replaced below if still needed
             }
+            held = true;
             let target = format!("{dst}{rel}");
             if path.ends_with('/') {
-                self.op.create_dir(&target).await.map_err(|e| ufs_err(format!("mkdir {target}"), e))?;
+                self.create_dir(target.trim_end_matches('/')).await?;
             } else {
                 self.op.copy(path, &target).await.map_err(|e| ufs_err(format!("copy {path} {target}"), e))?;
             }
@@ -372,7 +384,9 @@ impl Ufs {
         if !found {
             return Err(Error::not_found(format!("mv {from} {to}: {from} does not exist")));
         }
-        self.op.create_dir(&dst).await.map_err(|e| ufs_err(format!("mkdir {dst}"), e))?;
+        if !held {
+            self.create_dir(to).await?;
+        }
         self.delete(from, true).await
     }
 }

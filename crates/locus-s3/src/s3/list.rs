@@ -95,9 +95,8 @@ struct Cursor {
     more: bool,
     /// Directories waiting for their place in key order (sorting as `name/`).
     held: BinaryHeap<Reverse<Held>>,
-    yielded: bool,
-    /// This directory, when it lists as a `dir/` marker object: first if it is an
-    /// explicit marker (it has object metadata), else last and only if it is empty.
+    /// This directory, which lists as a `dir/` object (first) if it is flagged as one
+    /// (it has object metadata).
     dir: Option<pb::FileInfo>,
     root: bool,
 }
@@ -117,7 +116,6 @@ impl Cursor {
             inclusive,
             more: true,
             held: BinaryHeap::new(),
-            yielded: false,
             dir,
         }
     }
@@ -251,27 +249,19 @@ pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry
         let explicit = top.dir.as_ref().is_some_and(|d| d.meta.is_some());
         let next = if explicit { None } else { top.next(c).await? };
         let (key, fi, descend) = match next {
-            None if explicit => {
-                top.yielded = true;
-                (top.key_prefix.clone(), top.dir.take().unwrap(), false)
-            }
-            Some(Next::File(fi)) => {
-                top.yielded = true;
-                (format!("{}{}", top.key_prefix, fi.name), fi, false)
-            }
+            None if explicit => (top.key_prefix.clone(), top.dir.take().unwrap(), false),
+            Some(Next::File(fi)) => (format!("{}{}", top.key_prefix, fi.name), fi, false),
             Some(Next::Dir(fi)) => {
-                top.yielded = true;
                 if req.skip_hidden && top.root && fi.name == UPLOADS_DIR {
                     continue;
                 }
                 (format!("{}{}/", top.key_prefix, fi.name), fi, !slash)
             }
+            // An empty directory that is not flagged (made by a mkdir, or left by
+            // deletes): a marker Locus keeps for it in the UFS, not an object.
             None => {
-                let done = stack.pop().unwrap();
-                match done.dir {
-                    Some(fi) if !done.yielded => (done.key_prefix, fi, false),
-                    _ => continue,
-                }
+                stack.pop();
+                continue;
             }
         };
         if !key.starts_with(prefix) && !prefix.starts_with(key.as_str()) {

@@ -42,11 +42,14 @@ const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
 pub(crate) struct LocusS3 {
     client: Arc<Client>,
     cfg: GatewayConfig,
+    /// Held shared while an upload's directory is made, exclusively while a bucket's
+    /// idle staging directory is removed (`multipart.rs`).
+    staging: tokio::sync::RwLock<()>,
 }
 
 impl LocusS3 {
     pub(crate) fn new(client: Arc<Client>, cfg: GatewayConfig) -> Self {
-        LocusS3 { client, cfg }
+        LocusS3 { client, cfg, staging: Default::default() }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Multipart uploads. An upload in progress is a directory under the bucket's
 //! `.locus-uploads`, holding its record (`upload.json`) and one file per part; completing
-//! it streams the parts, in order, into the object.
+//! it streams the parts, in order, into the object. The staging directory goes with the
+//! bucket's last upload (completed or aborted), so it does not stay in the user's bucket.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -38,11 +39,13 @@ pub(super) async fn create_multipart_upload(
     if i.key.ends_with('/') {
         return Err(s3_error!(InvalidArgument, "a key ending in '/' names a directory"));
     }
-    let upload_id = hex(&rand::random::<[u8; 16]>());
-    let dir = gw.upload_dir(&i.bucket, &upload_id)?;
-    gw.client.mkdir(&dir, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
     check_write_acl(gw, i.acl.as_ref(), [&i.grant_full_control, &i.grant_read, &i.grant_read_acp, &i.grant_write_acp])?;
     let tags = parse_tagging(i.tagging.as_deref())?;
+    let upload_id = hex(&rand::random::<[u8; 16]>());
+    let dir = gw.upload_dir(&i.bucket, &upload_id)?;
+    // (Not while an idle staging directory is being removed.)
+    let _staging = gw.staging.read().await;
+    gw.client.mkdir(&dir, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
     let key = i.key.clone();
     let m = sent_meta!(i, tags);
     let rec = UploadRecord {
@@ -194,6 +197,7 @@ pub(super) async fn complete_multipart_upload(
     if let Err(e) = gw.client.delete(&dir, true).await {
         tracing::warn!(dir, error = %e, "cannot remove the parts of a completed upload");
     }
+    gw.remove_idle_staging(&i.bucket).await;
     ok(CompleteMultipartUploadOutput {
         location: Some(format!("/{}/{}", i.bucket, i.key)),
         bucket: Some(i.bucket),
@@ -210,6 +214,7 @@ pub(super) async fn abort_multipart_upload(
     let i = req.input;
     let (dir, _) = gw.upload(&i.bucket, &i.key, &i.upload_id).await?;
     gw.client.delete(&dir, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchUpload))?;
+    gw.remove_idle_staging(&i.bucket).await;
     ok(AbortMultipartUploadOutput::default())
 }
 
@@ -340,6 +345,25 @@ fn now_ms() -> i64 {
 }
 
 impl LocusS3 {
+    /// Remove the bucket's staging directory if no upload is left in it, so that it
+    /// stays neither in the namespace (`fs ls`) nor in the UFS. Failures are logged: the
+    /// next Complete or Abort tries again.
+    async fn remove_idle_staging(&self, bucket: &str) {
+        let root = format!("/{bucket}/{UPLOADS_DIR}");
+        let _staging = self.staging.write().await;
+        match self.client.list_page(&root, "", false, 1).await {
+            Ok((page, _)) if page.is_empty() => match self.client.delete(&root, false).await {
+                Ok(()) => {}
+                // Another gateway's upload began, or its cleanup came first.
+                Err(e) if matches!(e.kind(), ErrorKind::DirectoryNotEmpty | ErrorKind::NotFound) => {}
+                Err(e) => tracing::warn!(dir = root, error = %e, "cannot remove the idle staging directory"),
+            },
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(dir = root, error = %e, "cannot list the staging directory"),
+        }
+    }
+
     fn upload_dir(&self, bucket: &str, upload_id: &str) -> S3Result<String> {
         if upload_id.len() != 32 || !upload_id.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(s3_error!(NoSuchUpload));
