@@ -21,6 +21,7 @@ mod namespace;
 mod ops;
 mod persist;
 mod persist_failures;
+mod persist_tracker;
 mod replication;
 mod resolve;
 mod service;
