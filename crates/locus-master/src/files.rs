@@ -477,7 +477,6 @@ impl Master {
         let path = normalize(path)?;
         let mut recs = Vec::new();
         let mut skipped = 0u64;
-        let mut single = true;
         self.for_each_file(&path, recursive, &mut |r| {
             let why = if r.pinned {
                 Some("is pinned (unpin it first)")
@@ -487,13 +486,13 @@ impl Master {
                 None
             };
             match why {
-                Some(why) if single && !recursive => {
+                // Without -R the one file named (a directory is refused before).
+                Some(why) if !recursive => {
                     return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} {why}")));
                 }
                 Some(_) => skipped += 1,
                 None => recs.push(r.clone()),
             }
-            single = false;
             Ok(())
         })
         .await?;
