@@ -1,7 +1,8 @@
 //! `locus bench read`: read throughput of one large file, every path side by side in
 //! one run: direct UFS (MinIO through OpenDAL), Locus first read (cold cache), Locus
 //! second read short-circuit, Locus second read forced remote, `cat` of a tmpfs copy,
-//! and one loopback TCP stream carrying the same bytes (`iperf3 -P 1 -n SIZE`), every path
+//! `locus fs cat` into a pipe beside `cat` of the tmpfs copy into a pipe (the CLI as a
+//! shell user runs it), and one loopback TCP stream carrying the same bytes (`iperf3 -P 1 -n SIZE`), every path
 //! once per run, interleaved. Prints medians and ratios.
 
 use std::collections::BTreeMap;
@@ -250,6 +251,16 @@ impl ReadBench {
         let mut short = Vec::new();
         let mut remote_t = Vec::new();
         let mut cat = Vec::new();
+        let (mut cli_pipe, mut cat_pipe) = (Vec::new(), Vec::new());
+        // `locus fs cat` is this very binary's CLI, run as a shell user would, into a pipe.
+        let exe = std::env::current_exe().map_err(|e| Error::io("find the locus binary", e))?;
+        let cli_cat = format!(
+            "'{}' --master {} --token-file '{}' fs cat '{path}' | cat > /dev/null",
+            exe.display(),
+            cluster.master_address(),
+            cluster.security().token_file.display()
+        );
+        let pipe_floor = format!("cat '{}' | cat > /dev/null", tmpfs_copy.display());
         // iperf3 runs in the same loop, with the file's size, so the network yardstick is a
         // median of as many samples taken under the same noise as the reads it judges.
         let (mut iperf, mut iperf_file) = (Some(Vec::new()), Some(Vec::new()));
@@ -278,6 +289,14 @@ impl ReadBench {
             });
             st.map_err(|e| Error::io("cat", e))?;
             cat.push(secs);
+            for (cmd, samples) in [(&cli_cat, &mut cli_pipe), (&pipe_floor, &mut cat_pipe)] {
+                let (st, secs) = timed(|| Command::new("sh").arg("-c").arg(cmd).status());
+                let st = st.map_err(|e| Error::io("sh", e))?;
+                if !st.success() {
+                    return Err(Error::internal(format!("`{cmd}` failed: {st}")));
+                }
+                samples.push(secs);
+            }
             for (samples, file) in [(&mut iperf, None), (&mut iperf_file, Some(tmpfs_copy))] {
                 if let Some(v) = samples {
                     match iperf3_single_stream(file, size) {
@@ -290,14 +309,17 @@ impl ReadBench {
                 }
             }
         }
+        let mut ratios = BTreeMap::new();
         let mut rows = vec![
             cpu_row("direct UFS read (MinIO via OpenDAL)", size, direct),
             cpu_row("Locus first read (cold)", size, first),
             cpu_row("Locus second read, short-circuit", size, short),
             cpu_row("Locus second read, forced remote", size, remote_t),
             row("cat of a tmpfs copy", size, cat),
+            row("locus fs cat | cat (the CLI into a pipe)", size, cli_pipe),
+            row("cat tmpfs copy | cat", size, cat_pipe),
         ];
-        let mut ratios = BTreeMap::new();
+        ratios.insert("fs cat pipe / cat pipe (goal >= 0.80)".into(), rows[5].median_mib_s / rows[6].median_mib_s);
         ratios.insert("short_circuit / tmpfs cat (goal >= 0.80)".into(), rows[2].median_mib_s / rows[4].median_mib_s);
         ratios.insert("first read time / direct time (goal <= 1.05)".into(), rows[1].median_s / rows[0].median_s);
         ratios.insert("second read speed-up over direct".into(), rows[0].median_s / rows[2].median_s);

@@ -4,8 +4,11 @@
 //! that loses its worker continues from another replica or from the UFS through another
 //! worker. All front ends (CLI, S3 gateway, FUSE, Python) use this crate.
 //!
-//! Depends only on `locus-common` and `locus-proto`; never on the master, worker or UFS
-//! crates.
+//! It also runs near-data compute from the caller's side: plans it per block, sends each
+//! block's work to the worker that holds it, and merges the partial results.
+//!
+//! Depends only on `locus-common`, `locus-proto` and `locus-compute` (pure computation);
+//! never on the master, worker or UFS crates.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,11 +20,13 @@ use locus_proto::auth::AuthedMasterClient;
 use locus_proto::from_status;
 use parking_lot::Mutex;
 
+mod compute;
 mod master;
 mod read;
 mod workers;
 mod write;
 
+pub use compute::{ComputeJob, ComputeOutcome};
 pub use read::{ReadOptions, ReadSink};
 use workers::{DataConn, WorkerCache};
 pub use write::PutOptions;

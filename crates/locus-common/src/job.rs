@@ -5,10 +5,11 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use crate::now_ms;
 
 /// What a job is doing now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,9 +48,6 @@ pub struct JobStatus {
     pub backlog: u64,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 type Shared = Arc<Mutex<JobStatus>>;
 

@@ -21,6 +21,11 @@ pub use fail;
 /// 2^24 blocks of the default 64 MiB size allow files of 1 PiB.
 pub const BLOCK_INDEX_BITS: u32 = 24;
 
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
 pub fn block_id(version: u64, index: u64) -> u64 {
     (version << BLOCK_INDEX_BITS) | index
 }

@@ -32,7 +32,6 @@ mod workers;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use locus_common::config::MasterConfig;
 use locus_common::security::{Secret, Verifier};
@@ -45,6 +44,7 @@ use tokio::net::TcpListener;
 use metrics::Metrics;
 use mounts::MountEntry;
 use workers::WorkerState;
+use locus_common::now_ms;
 
 pub use web::render_metrics;
 
@@ -58,9 +58,6 @@ fn is_persisted(rec: &pb::InodeRecord) -> bool {
     rec.persist_state().is_persisted()
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 pub(crate) struct Inner {
     cfg: MasterConfig,
@@ -117,6 +114,7 @@ impl MasterBuilder {
         let m = Master { inner };
         m.load_mounts()?;
         m.load_persist_queue()?;
+        m.date_undated_buckets().await?;
         let no_mounts = m.inner.mounts.read().is_empty(); // (the lock is not held on)
         if no_mounts && let Some(uri) = self.root_ufs {
             if let Some(dir) = uri.strip_prefix("file://") {

@@ -20,6 +20,7 @@ pub(crate) struct Metrics {
     pub(crate) hit_ratio: Gauge,
     pub(crate) files_loaded: IntCounter,
     pub(crate) corrupt_blocks: IntCounter,
+    pub(crate) compute_bytes: IntCounterVec,
     /// Persist-queue operations carried out, by kind and result (`done`, or `skipped`: a
     /// persist whose file was deleted or overwritten before its turn, no UFS write).
     pub(crate) persist_ops: IntCounterVec,
@@ -66,6 +67,15 @@ impl Metrics {
         )
         .unwrap();
         registry.register(Box::new(corrupt_blocks.clone())).unwrap();
+        let compute_bytes = IntCounterVec::new(
+            Opts::new(
+                "locus_compute_bytes_total",
+                "Near-data compute: bytes of blocks scanned on workers (scanned), and bytes of partial results sent to callers (returned)",
+            ),
+            &["kind"],
+        )
+        .unwrap();
+        registry.register(Box::new(compute_bytes.clone())).unwrap();
         let persist_ops = IntCounterVec::new(
             Opts::new("locus_persist_ops_total", "Persist-queue operations carried out, by kind and result"),
             &["kind", "result"],
@@ -96,6 +106,7 @@ impl Metrics {
             hit_ratio,
             files_loaded,
             corrupt_blocks,
+            compute_bytes,
             persist_ops,
             persisted_bytes,
             persist_failed,
@@ -132,6 +143,8 @@ impl Master {
             cache_misses: m.cache_requests.with_label_values(&["miss"]).get(),
             evictions: m.evictions.get(),
             corrupt_blocks: m.corrupt_blocks.get(),
+            compute_scanned: m.compute_bytes.with_label_values(&["scanned"]).get(),
+            compute_returned: m.compute_bytes.with_label_values(&["returned"]).get(),
         });
         drop(ws);
         let b = self.persist_backlog();

@@ -35,6 +35,41 @@ impl Master {
         Ok(())
     }
 
+    /// Give the top-level directories (S3 buckets) that have no time, made before mounts and
+    /// imported prefixes were given one, the time of this start: S3 clients show it as the
+    /// bucket's creation date, and 1970 is no answer. Run once at start; a no-op after.
+    pub(crate) async fn date_undated_buckets(&self) -> Result<()> {
+        let now = crate::now_ms();
+        let n = self
+            .commit(move |_, w, _| {
+                let ids: Vec<u64> = {
+                    let ch = w.open_table(CHILDREN).map_err(db_err)?;
+                    let mut v = Vec::new();
+                    for e in ch.range((ROOT_ID, "")..(ROOT_ID + 1, "")).map_err(db_err)? {
+                        v.push(e.map_err(db_err)?.1.value());
+                    }
+                    v
+                };
+                let mut n = 0;
+                for id in ids {
+                    if let Some(mut rec) = load_inode(w, id)?
+                        && rec.is_dir
+                        && rec.mtime_ms <= 0
+                    {
+                        rec.mtime_ms = now;
+                        put_inode(w, &rec)?;
+                        n += 1;
+                    }
+                }
+                Ok(n)
+            })
+            .await?;
+        if n > 0 {
+            tracing::info!(count = n, "dated top-level directories that had no time");
+        }
+        Ok(())
+    }
+
     /// The mount holding `path` and the path relative to the mount's UFS root.
     pub(crate) fn mount_for(&self, path: &str) -> Result<(MountEntry, String)> {
         let mounts = self.inner.mounts.read();

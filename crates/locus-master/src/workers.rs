@@ -147,6 +147,8 @@ impl Master {
                 m.cache_requests.with_label_values(&["miss"]).inc_by(d(c.cache_misses, old.cache_misses));
                 m.evictions.inc_by(d(c.evictions, old.evictions));
                 m.corrupt_blocks.inc_by(d(c.corrupt_blocks, old.corrupt_blocks));
+                m.compute_bytes.with_label_values(&["scanned"]).inc_by(d(c.compute_scanned, old.compute_scanned));
+                m.compute_bytes.with_label_values(&["returned"]).inc_by(d(c.compute_returned, old.compute_returned));
                 s.counters = c;
             }
             resp.remove_blocks = std::mem::take(&mut s.pending_remove);

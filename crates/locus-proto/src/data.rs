@@ -12,6 +12,9 @@ use crate::pb;
 
 /// Largest control frame accepted on the data plane. Block bytes are not framed.
 pub const MAX_FRAME: usize = 1 << 20;
+/// Largest answer a caller accepts from a worker: a compute's partial result may carry
+/// a column's distinct values.
+pub const MAX_ANSWER: usize = 256 << 20;
 
 /// Write one length-prefixed message.
 pub async fn write_frame<W: AsyncWrite + Unpin, M: Message>(w: &mut W, m: &M) -> Result<()> {
@@ -24,6 +27,11 @@ pub async fn write_frame<W: AsyncWrite + Unpin, M: Message>(w: &mut W, m: &M) ->
 
 /// Read one length-prefixed message. `Ok(None)` on a clean end of stream before a frame.
 pub async fn read_frame<R: AsyncRead + Unpin, M: Message + Default>(r: &mut R) -> Result<Option<M>> {
+    read_frame_max(r, MAX_FRAME).await
+}
+
+/// [`read_frame`] of a message of up to `max` bytes.
+async fn read_frame_max<R: AsyncRead + Unpin, M: Message + Default>(r: &mut R, max: usize) -> Result<Option<M>> {
     let mut lenb = [0u8; 4];
     match r.read_exact(&mut lenb).await {
         Ok(_) => {}
@@ -31,8 +39,8 @@ pub async fn read_frame<R: AsyncRead + Unpin, M: Message + Default>(r: &mut R) -
         Err(e) => return Err(Error::io("read frame", e)),
     }
     let len = u32::from_be_bytes(lenb) as usize;
-    if len > MAX_FRAME {
-        return Err(Error::invalid(format!("frame of {len} bytes exceeds the {MAX_FRAME}-byte limit")));
+    if len > max {
+        return Err(Error::invalid(format!("frame of {len} bytes exceeds the {max}-byte limit")));
     }
     let mut buf = vec![0u8; len];
     r.read_exact(&mut buf).await.map_err(|e| Error::io("read frame body", e))?;
@@ -69,7 +77,7 @@ pub async fn send_request<S: AsyncWrite + Unpin>(s: &mut S, req: impl Into<pb::D
 /// Read one answer: the error it carries becomes the `Err`, and a stream that ends
 /// before it is `Unavailable` (the worker went away).
 pub async fn read_response<S: AsyncRead + Unpin>(s: &mut S) -> Result<pb::DataResponse> {
-    read_frame::<_, pb::DataResponse>(s)
+    read_frame_max::<_, pb::DataResponse>(s, MAX_ANSWER)
         .await?
         .ok_or_else(|| Error::unavailable("the worker closed the connection before answering"))?
         .into_result()

@@ -86,6 +86,8 @@ impl Inner {
                 cache_misses: c.cache_misses.load(Relaxed),
                 evictions: self.store.evictions(),
                 corrupt_blocks: self.store.corrupt_blocks() + c.corrupt.load(Relaxed),
+                compute_scanned: c.compute_scanned.load(Relaxed),
+                compute_returned: c.compute_returned.load(Relaxed),
             }),
             pin_epoch: self.pin_epoch.load(Relaxed),
             jobs: self.jobs.lock().iter().map(|j| j.status().into()).collect(),

@@ -1,9 +1,11 @@
 //! The Locus worker: serves blocks over the data path (TCP) and short-circuit leases
 //! (Unix socket), fills its cache from the UFS on a miss (concurrent misses on one block
 //! cost one UFS read), writes files through to the UFS, and keeps the master informed
-//! with registration, heartbeats and block commits.
+//! with registration, heartbeats and block commits. It runs the near-data operators on
+//! the blocks it holds (`locus-compute`) and sends back only their partial results.
 //!
-//! Depends on `locus-common`, `locus-proto`, `locus-ufs` and `locus-blockstore`; it must
+//! Depends on `locus-common`, `locus-proto`, `locus-ufs`, `locus-blockstore` and
+//! `locus-compute`; it must
 //! never depend on `locus-master` or `locus-client`.
 
 use std::collections::HashMap;
@@ -27,6 +29,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
 mod block;
+mod compute;
 mod heartbeat;
 mod read;
 mod server;
@@ -46,6 +49,9 @@ struct Counters {
     cache_misses: AtomicU64,
     /// Bad copies found in transfers (the store counts those found on disk).
     corrupt: AtomicU64,
+    /// Near-data compute: block bytes scanned, and partial-result bytes sent back.
+    compute_scanned: AtomicU64,
+    compute_returned: AtomicU64,
 }
 
 /// The state every handler shares: the block store, the master, the mounts' UFSes and

@@ -52,6 +52,28 @@ enum Fill {
     Waiter(watch::Receiver<FillState>),
 }
 
+/// A whole block's bytes for a reader inside the worker ([`Inner::open_for_scan`]).
+pub(crate) enum ScanSource {
+    /// Cached: its file, kept in place by the lease.
+    Cached { file: Arc<std::fs::File>, len: u64, _lease: DropOffRuntime<Lease> },
+    /// Being filled from the UFS: the fill's file, valid up to the fill's progress.
+    Filling { file: Arc<std::fs::File>, rx: watch::Receiver<FillState>, block_id: u64 },
+    /// Not cacheable: the UFS's bytes as they come.
+    Ufs(std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes>> + Send>>),
+}
+
+impl ScanSource {
+    /// For a file source: how many bytes of the block can be read past `pos`, waiting
+    /// for a fill to get there.
+    pub(crate) async fn readable_past(&mut self, pos: u64) -> Result<u64> {
+        match self {
+            ScanSource::Cached { len, .. } => Ok(*len),
+            ScanSource::Filling { rx, block_id, .. } => fill_past(rx, *block_id, pos).await,
+            ScanSource::Ufs(_) => Err(Error::internal("a UFS source is a stream")),
+        }
+    }
+}
+
 /// Where a block read ends in its block, or why the request is bad.
 fn read_end(r: &pb::ReadBlockRequest) -> Result<u64> {
     match r.offset.checked_add(r.length) {
@@ -343,6 +365,60 @@ impl Inner {
             self.counters.short_circuit.fetch_add(r.length, Relaxed);
             // The fill's lease (taken at its commit) lives as long as this receiver.
             return Ok(Held::Fill(rx));
+        }
+    }
+
+    /// Where the bytes of a whole block come from for a reader inside the worker (the
+    /// near-data compute): the cached block's file, leased; on a miss the file of the
+    /// fill this call starts or joins, readable as far as the fill has got; or, when
+    /// the block cannot be cached (no room), the UFS itself.
+    pub(crate) async fn open_for_scan(self: &Arc<Self>, r: &pb::ReadBlockRequest) -> Result<ScanSource> {
+        read_end(r)?;
+        let (mut first, mut raced) = (true, false);
+        loop {
+            if let Some(lease) = self.lease(r.block_id, false).await? {
+                if first {
+                    self.counters.cache_hits.fetch_add(1, Relaxed);
+                }
+                let lease = DropOffRuntime::new(lease);
+                let path = lease.path.clone();
+                let file = crate::blocking(move || std::fs::File::open(path)).await?.map_err(|e| Error::io("open block", e))?;
+                return Ok(ScanSource::Cached { file: Arc::new(file), len: lease.len, _lease: lease });
+            }
+            if first {
+                self.counters.cache_misses.fetch_add(1, Relaxed);
+                first = false;
+            }
+            if r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT {
+                return Err(Error::unavailable(format!("block {} is not here, and the file is not persisted", r.block_id)));
+            }
+            let mut rx = match self.fill_or_join(r).await {
+                Ok(Fill::Leader(rx, _) | Fill::Waiter(rx)) => rx,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && !raced => {
+                    raced = true;
+                    continue;
+                }
+                Err(e) if e.kind() == ErrorKind::ResourceExhausted => {
+                    tracing::warn!(block = r.block_id, error = %e, "cannot cache block; computing from the UFS");
+                    let ufs = self.checked_ufs(r).await?;
+                    let s = ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?;
+                    return Ok(ScanSource::Ufs(Box::pin(s)));
+                }
+                Err(e) => return Err(e),
+            };
+            let st = match rx.wait_for(|s| s.path.is_some() || s.done.is_some()).await {
+                Ok(s) => s.clone(),
+                Err(_) => FillState { done: Some(false), ..Default::default() },
+            };
+            let Some(path) = st.path else {
+                if st.done == Some(true) {
+                    continue; // cached before it had a file to follow: lease it
+                }
+                return Err(Error::unavailable(format!("the fill of block {} failed", r.block_id)));
+            };
+            // The open descriptor stays valid across the commit's rename.
+            let file = crate::blocking(move || std::fs::File::open(path)).await?.map_err(|e| Error::io("open block", e))?;
+            return Ok(ScanSource::Filling { file: Arc::new(file), rx, block_id: r.block_id });
         }
     }
 

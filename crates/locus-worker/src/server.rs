@@ -1,5 +1,5 @@
 //! The data-path server: the TCP and Unix-socket accept loops and the dispatch of each
-//! connection's requests to the read, write, persist and replication handlers.
+//! connection's requests to the read, write, persist, replication and compute handlers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -50,6 +50,7 @@ async fn serve_conn(inner: Arc<Inner>, s: &mut TcpStream) {
             Some(pb::data_request::Req::Write(w)) => inner.handle_write(s, w).await,
             Some(pb::data_request::Req::Persist(p)) => inner.handle_persist(s, p).await,
             Some(pb::data_request::Req::Replicate(r)) => inner.handle_replicate(s, r).await,
+            Some(pb::data_request::Req::Compute(c)) => inner.handle_compute(s, c).await,
             Some(pb::data_request::Req::Hello(_)) => write_frame(s, &inner.hello()).await,
             Some(pb::data_request::Req::Lease(_)) => {
                 Err(Error::invalid("leases are granted over the Unix socket only"))

@@ -251,3 +251,40 @@ async fn a_cached_write_bigger_than_the_cache_fails_and_gives_its_space_back() {
     assert_eq!(mem_used(&c), used);
     c.shutdown().await;
 }
+
+/// A bucket (a top-level directory) made before mounts and imported prefixes had a time
+/// showed 1970 as its creation date; the next master start dates it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_undated_bucket_gets_a_creation_date_at_the_next_start() {
+    use locus_master::store::{CHILDREN, INODES, get_inode, lookup, put_inode};
+    use redb::ReadableDatabase;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path(), 1, 64 << 20).await;
+    let cl = c.client(ClientConfig::default()).unwrap();
+    cl.mkdir("/old", false).await.unwrap();
+    cl.mkdir("/old/sub", false).await.unwrap();
+    c.stop_master().await;
+    // As an older master left it: no time on the bucket nor on the directory under it.
+    let db = redb::Database::open(c.data_dir().join("master/meta.redb")).unwrap();
+    let ids: Vec<u64> = {
+        let r = db.begin_read().unwrap();
+        let ch = r.open_table(CHILDREN).unwrap();
+        ["/old", "/old/sub"].iter().map(|p| lookup(&ch, p).unwrap().unwrap()).collect()
+    };
+    let w = db.begin_write().unwrap();
+    for &id in &ids {
+        let mut rec = get_inode(&w.open_table(INODES).unwrap(), id).unwrap().unwrap();
+        rec.mtime_ms = 0;
+        put_inode(&w, &rec).unwrap();
+    }
+    w.commit().unwrap();
+    drop(db);
+    let before = locus_common::now_ms();
+    c.start_master().await.unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let t = cl.status("/old", false).await.unwrap().mtime_ms;
+    assert!(t >= before, "the bucket's time {t} is not this start's ({before})");
+    // Only buckets: a deeper directory keeps what it had.
+    assert_eq!(cl.status("/old/sub", false).await.unwrap().mtime_ms, 0);
+    c.shutdown().await;
+}

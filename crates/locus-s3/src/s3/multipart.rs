@@ -4,7 +4,6 @@
 //! bucket's last upload (completed or aborted), so it does not stay in the user's bucket.
 
 use std::collections::HashMap;
-use std::time::SystemTime;
 
 use futures::StreamExt;
 use locus_client::{PutOptions, ReadOptions};
@@ -23,6 +22,7 @@ use super::{
     LocusS3, R, empty_body, etag, etag_of, hex, object_options, object_path, ok, sent_meta, timestamp, write_type,
 };
 use crate::{UPLOADS_DIR, s3_error};
+use locus_common::now_ms;
 
 /// S3's smallest part (all but the last part of an upload).
 const MIN_PART_SIZE: u64 = 5 << 20;
@@ -340,9 +340,6 @@ fn part_sizes(sizes: &[u64]) -> Vec<u64> {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 impl LocusS3 {
     /// Remove the bucket's staging directory if no upload is left in it, so that it

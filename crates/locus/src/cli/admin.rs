@@ -228,6 +228,12 @@ fn print_report(j: &serde_json::Value) {
         c["evictions"],
         c["hit_ratio"].as_f64().unwrap_or(0.0)
     );
+    let nd = &j["compute"];
+    println!(
+        "Near-data compute: {} scanned on workers, {} returned to callers",
+        human(nd["bytes_scanned"].as_u64().unwrap_or(0)),
+        human(nd["bytes_returned"].as_u64().unwrap_or(0))
+    );
     println!("Background jobs:");
     println!(
         "  {:<10} {:<20} {:<8} {:>8} {:>8} {:>10} {:>8}  last error",

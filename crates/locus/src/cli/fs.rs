@@ -15,6 +15,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
 use super::admin::{MountArgs, mount, unmount};
+use super::compute::ComputeArgs;
 use super::{Global, human, runtime};
 
 #[derive(Args)]
@@ -200,6 +201,9 @@ pub enum FsCmd {
         /// The file or directory.
         path: String,
     },
+    /// Run operators (count, stats, modsum, stddev, normalize, gram, digits, entropy) over
+    /// CSV files on the workers that hold their blocks; only partial results come back.
+    Compute(ComputeArgs),
     /// Mount a UFS (s3://bucket/prefix or file:///dir) at a path; with no arguments, list mounts.
     Mount(MountArgs),
     /// Remove a mount (the UFS is untouched).
@@ -320,6 +324,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
                 }
             }
         }
+        FsCmd::Compute(a) => super::compute::run(c, a).await?,
         FsCmd::Cat { path } => {
             let fi = c.status(path, true).await?;
             c.read_into(&fi, 0, fi.length, opts, &mut StdoutSink(std::io::stdout())).await.or_else(quiet_pipe)?;

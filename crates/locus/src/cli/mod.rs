@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod compute;
 pub mod fs;
 pub mod local;
 pub mod server;

@@ -1,0 +1,292 @@
+//! Near-data compute from the caller's side: the paths expanded to files, the work
+//! planned per block, each block's partial computed by the worker that holds it (or,
+//! for a block no worker holds, by the worker placement picks, which fills it as it
+//! computes), and the partials merged here ([`locus_compute::Merger`]).
+
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use futures::StreamExt;
+use locus_common::{Error, ErrorKind, Result};
+use locus_compute::merge::{misaligned, starts_in_quotes};
+use locus_compute::{Merger, Resolved, Results};
+use locus_proto::{exchange, pb};
+use prost::Message;
+
+use crate::Client;
+
+/// What to compute ([`Client::compute`]).
+#[derive(Clone, Debug, Default)]
+pub struct ComputeJob {
+    pub ops: Vec<pb::ComputeOp>,
+    /// Numeric columns: header names, `c0..c7` ranges, or `_N` positions.
+    pub columns: String,
+    /// The column whose text DIGITS and ENTROPY take (else the file's bytes).
+    pub text_column: Option<String>,
+    pub k: f64,
+    pub m: f64,
+    pub csv: pb::CsvFormat,
+    /// Blocks computed at once (0: two per live worker).
+    pub parallelism: usize,
+}
+
+/// The results and what they cost.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ComputeOutcome {
+    #[serde(flatten)]
+    pub results: Results,
+    /// Bytes of partial results that came back from workers.
+    pub bytes_returned: u64,
+    pub seconds: f64,
+    /// Blocks computed again because they started inside a quoted field.
+    pub blocks_rerun: u64,
+}
+
+impl Client {
+    /// The files that `paths` name: a file, every file under a directory, or the files a
+    /// glob (`*`, `?`, `[...]` in the last components) matches; `locus://` is allowed in
+    /// front. In path order, without repeats.
+    pub async fn expand_paths(&self, paths: &[String]) -> Result<Vec<pb::FileInfo>> {
+        let mut out: Vec<pb::FileInfo> = Vec::new();
+        let mut seen = HashSet::new();
+        for p in paths {
+            let p = p.strip_prefix("locus://").unwrap_or(p);
+            let mut found = Vec::new();
+            if p.contains(['*', '?', '[']) {
+                let pat = glob::Pattern::new(p).map_err(|e| Error::invalid(format!("bad glob '{p}': {e}")))?;
+                // List from the deepest directory without wildcards.
+                let fixed: Vec<&str> = p.split('/').take_while(|c| !c.contains(['*', '?', '['])).collect();
+                let base = if fixed.len() <= 1 { "/".to_string() } else { fixed.join("/") };
+                let deep = p.split('/').count() > fixed.len() + 1;
+                let opts = glob::MatchOptions { require_literal_separator: true, ..Default::default() };
+                self.list_each(&base, deep, |e| {
+                    if !e.is_dir && pat.matches_with(&e.path, opts) {
+                        found.push(e.path.clone());
+                    }
+                })
+                .await?;
+                if found.is_empty() {
+                    return Err(Error::not_found(format!("no file matches {p}")));
+                }
+            } else {
+                let st = self.status(p, false).await?;
+                if st.is_dir {
+                    self.list_each(p, true, |e| {
+                        if !e.is_dir {
+                            found.push(e.path.clone());
+                        }
+                    })
+                    .await?;
+                } else {
+                    found.push(st.path.clone());
+                }
+            }
+            found.sort();
+            for f in found {
+                if seen.insert(f.clone()) {
+                    out.push(self.status(&f, true).await?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The header of a delimited text file: its first record's fields.
+    pub async fn csv_header(&self, fi: &pb::FileInfo, csv: &pb::CsvFormat) -> Result<Vec<String>> {
+        let want = fi.length.min(1 << 16);
+        let mut buf = Vec::new();
+        self.read_to(fi, 0, want, Default::default(), &mut buf).await?;
+        let mut b = csv_core::ReaderBuilder::new();
+        b.delimiter(byte_or(csv.delimiter, b','))
+            .quote(byte_or(csv.quote, b'"'))
+            .quoting(!csv.no_quoting)
+            .terminator(csv_core::Terminator::CRLF);
+        let mut rdr = b.build();
+        let (mut out, mut ends) = (vec![0u8; 1 << 17], vec![0usize; 4096]);
+        let eof = want == fi.length;
+        let (res, _, nout, nend) = rdr.read_record(&buf, &mut out, &mut ends);
+        let (nout, nend) = match res {
+            csv_core::ReadRecordResult::Record => (nout, nend),
+            csv_core::ReadRecordResult::InputEmpty if eof => {
+                let (r2, _, o2, e2) = rdr.read_record(&[], &mut out[nout..], &mut ends[nend..]);
+                if r2 != csv_core::ReadRecordResult::Record {
+                    return Err(Error::invalid(format!("{} is empty: it has no header", fi.path)));
+                }
+                (nout + o2, nend + e2)
+            }
+            _ => return Err(Error::invalid(format!("the header of {} is longer than 64 KiB", fi.path))),
+        };
+        let mut names = Vec::with_capacity(nend);
+        let mut s = 0;
+        for &e in &ends[..nend] {
+            names.push(String::from_utf8_lossy(&out[s..e.min(nout)]).trim().to_string());
+            s = e;
+        }
+        Ok(names)
+    }
+
+    /// Run `job` over the files `paths` name ([`Client::expand_paths`]).
+    pub async fn compute(&self, paths: &[String], job: &ComputeJob) -> Result<ComputeOutcome> {
+        let files = self.expand_paths(paths).await?;
+        self.compute_files(files, job, |_| {}).await
+    }
+
+    /// Run `job` over `files` (with their blocks), on the workers that hold the blocks.
+    /// `progress` gets the bytes of each block as it completes.
+    pub async fn compute_files(
+        &self,
+        files: Vec<pb::FileInfo>,
+        job: &ComputeJob,
+        progress: impl Fn(u64) + Send + Sync,
+    ) -> Result<ComputeOutcome> {
+        let t = Instant::now();
+        let header = match (job.csv.header, files.iter().find(|f| f.length > 0)) {
+            (true, Some(f)) => Some(self.csv_header(f, &job.csv).await?),
+            _ => None,
+        };
+        let columns = if job.columns.trim().is_empty() {
+            Vec::new()
+        } else {
+            locus_compute::resolve_columns(&job.columns, header.as_deref())?
+        };
+        let text = match &job.text_column {
+            Some(c) => Some(
+                *locus_compute::resolve_columns(c, header.as_deref())?
+                    .first()
+                    .ok_or_else(|| Error::invalid("an empty --text-column"))?,
+            ),
+            None => None,
+        };
+        let spec = pb::ComputeSpec {
+            ops: job.ops.iter().map(|&o| o as i32).collect(),
+            columns: columns.iter().map(|&c| c as u32).collect(),
+            k: job.k,
+            m: job.m,
+            has_text_column: text.is_some(),
+            text_column: text.unwrap_or(0) as u32,
+            csv: Some(job.csv),
+        };
+        let resolved = Resolved::new(&spec)?;
+        let name = |c: usize| header.as_ref().and_then(|h| h.get(c).cloned()).unwrap_or_else(|| format!("_{}", c + 1));
+        let mut merger = Merger::new(&resolved, columns.iter().map(|&c| name(c)).collect(), text.map(name));
+        let parallelism = match job.parallelism {
+            0 => (self.workers(false).await?.len() * 2).max(2),
+            n => n,
+        };
+        let returned = Arc::new(AtomicU64::new(0));
+        // Every block of every file, computed concurrently; merged file by file, in order.
+        let tasks: Vec<(usize, usize)> =
+            files.iter().enumerate().flat_map(|(f, fi)| (0..fi.blocks.len()).map(move |b| (f, b))).collect();
+        let run = |(f, b): (usize, usize), in_quotes: bool| {
+            let (files, spec, returned, progress) = (&files, &spec, returned.clone(), &progress);
+            async move {
+                let p = self.compute_block(&files[f], b, spec, in_quotes, &returned).await?;
+                progress(files[f].blocks[b].length);
+                Ok::<_, Error>(((f, b), p))
+            }
+        };
+        let mut parts: Vec<Vec<Option<pb::ComputePartial>>> = files.iter().map(|f| vec![None; f.blocks.len()]).collect();
+        let mut results = futures::stream::iter(tasks.iter().map(|&t| run(t, false))).buffer_unordered(parallelism);
+        while let Some(r) = results.next().await {
+            let ((f, b), p) = r?;
+            parts[f][b] = Some(p);
+        }
+        drop(results);
+        let mut blocks_rerun = 0;
+        for (f, fi) in files.iter().enumerate() {
+            let mut ps: Vec<pb::ComputePartial> = parts[f].iter_mut().map(|p| p.take().unwrap_or_default()).collect();
+            let mut assumed = vec![false; ps.len()];
+            // A block that started inside a quoted field was cut wrong: run it again,
+            // knowing. (Its own quote count does not change, so one pass settles it.)
+            for b in misaligned(&ps, &assumed, resolved.quoting) {
+                assumed[b] = starts_in_quotes(&ps, b);
+                ps[b] = self.compute_block(fi, b, &spec, assumed[b], &returned).await?;
+                blocks_rerun += 1;
+            }
+            let starts: Vec<u64> = fi.blocks.iter().map(|b| b.offset).collect();
+            merger.add_file(&ps, &starts).map_err(|e| e.context(&fi.path))?;
+        }
+        Ok(ComputeOutcome {
+            results: merger.finish(),
+            bytes_returned: returned.load(Relaxed),
+            seconds: t.elapsed().as_secs_f64(),
+            blocks_rerun,
+        })
+    }
+
+    /// One block's partial: from a worker holding it (this host's first), else from the
+    /// worker placement picks for it; another worker if that one fails.
+    async fn compute_block(
+        &self,
+        fi: &pb::FileInfo,
+        index: usize,
+        spec: &pb::ComputeSpec,
+        in_quotes: bool,
+        returned: &AtomicU64,
+    ) -> Result<pb::ComputePartial> {
+        let b = &fi.blocks[index];
+        let mut failed: HashSet<u64> = HashSet::new();
+        let mut last_err = None;
+        for _ in 0..4 {
+            let workers = self.workers(!failed.is_empty()).await?;
+            let live: Vec<&pb::WorkerAddress> = workers.iter().filter(|w| !failed.contains(&w.worker_id)).collect();
+            let mut holders = Vec::new();
+            for w in live.iter().filter(|w| b.locations.iter().any(|l| l.worker_id == w.worker_id)) {
+                holders.push(((!self.is_local(w).await) as u8, (*w).clone()));
+            }
+            holders.sort_by_key(|h| (h.0, h.1.worker_id));
+            let w = match holders.into_iter().next() {
+                Some((_, w)) => w,
+                None if live.is_empty() => {
+                    return Err(last_err.unwrap_or_else(|| Error::unavailable("no live workers")));
+                }
+                None => {
+                    // Spread the uncached blocks over every worker: each fills its share.
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    b.block_id.hash(&mut h);
+                    live[(h.finish() % live.len() as u64) as usize].clone()
+                }
+            };
+            let req = pb::ComputeBlockRequest {
+                block: Some(pb::ReadBlockRequest {
+                    block_id: b.block_id,
+                    offset: 0,
+                    length: b.length,
+                    block_length: b.length,
+                    file_offset: b.offset,
+                    mount_id: fi.mount_id,
+                    ufs_path: fi.ufs_path.clone(),
+                    read_type: pb::ReadType::Cache.into(),
+                    client_local: false,
+                    load_only: false,
+                    fingerprint: fi.fingerprint.clone(),
+                }),
+                spec: Some(spec.clone()),
+                in_quotes,
+                file_start: index == 0,
+            };
+            let mut c = self.conn(&w.data_address).await?;
+            match exchange(&mut c, pb::data_request::Req::Compute(req)).await {
+                Ok(r) => {
+                    self.put_conn(&w.data_address, c);
+                    returned.fetch_add(r.encoded_len() as u64, Relaxed);
+                    return r.partial.ok_or_else(|| Error::internal("a compute answer without a result"));
+                }
+                Err(e) if e.kind() == ErrorKind::Unavailable || e.kind() == ErrorKind::Io => {
+                    tracing::debug!(worker = w.worker_id, error = %e, "compute failed on this worker; trying another");
+                    failed.insert(w.worker_id);
+                    last_err = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| Error::unavailable("no worker could compute the block")))
+    }
+}
+
+fn byte_or(v: u32, d: u8) -> u8 {
+    if v == 0 || v > 127 { d } else { v as u8 }
+}

@@ -1,0 +1,114 @@
+//! Near-data compute: one block's partial result ([`locus_compute::BlockScanner`]),
+//! computed from the cached block or, on a miss, behind the fill that caches it (the
+//! cold run is the read, not the read and a second pass). Only the partial goes back.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use futures::{FutureExt, StreamExt};
+use locus_common::{Error, Result};
+use locus_compute::{BlockScanner, Resolved};
+use locus_proto::{pb, write_frame};
+use prost::Message;
+use tokio::net::TcpStream;
+
+use crate::Inner;
+use crate::read::ScanSource;
+
+/// Bytes scanned per hop to a blocking thread.
+const PIECE: u64 = 4 << 20;
+
+impl Inner {
+    pub(crate) async fn handle_compute(self: &Arc<Self>, sock: &mut TcpStream, req: pb::ComputeBlockRequest) -> Result<()> {
+        let spec = req.spec.as_ref().ok_or_else(|| Error::invalid("a compute request without a spec"))?;
+        let spec = Resolved::new(spec)?;
+        let r = req.block.ok_or_else(|| Error::invalid("a compute request without a block"))?;
+        if r.offset != 0 || r.length != r.block_length {
+            return Err(Error::invalid("a compute request covers a whole block"));
+        }
+        let mut scanner = BlockScanner::new(&spec, r.file_offset, req.in_quotes, req.file_start);
+        let mut source = self.open_for_scan(&r).await?;
+        let mut pos = 0u64;
+        match &mut source {
+            ScanSource::Ufs(stream) => {
+                let mut pending: Vec<bytes::Bytes> = Vec::new();
+                let mut size = 0u64;
+                let mut ended = false;
+                while !ended {
+                    match stream.next().await {
+                        Some(b) => {
+                            let b = b?;
+                            self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
+                            size += b.len() as u64;
+                            pending.push(b);
+                            if size < PIECE {
+                                continue;
+                            }
+                        }
+                        None => ended = true,
+                    }
+                    let bufs = std::mem::take(&mut pending);
+                    pos += size;
+                    size = 0;
+                    scanner = crate::blocking(move || {
+                        for b in &bufs {
+                            scanner.feed(b);
+                        }
+                        Ok::<_, Error>(scanner)
+                    })
+                    .await??;
+                    abandoned(sock)?;
+                }
+            }
+            _ => {
+                while pos < r.block_length {
+                    let avail = source.readable_past(pos).await?.min(r.block_length);
+                    let n = avail.saturating_sub(pos).min(PIECE);
+                    if n == 0 {
+                        return Err(Error::new(
+                            locus_common::ErrorKind::Corrupt,
+                            format!("cached block {} is shorter than the file says", r.block_id),
+                        ));
+                    }
+                    let file = match &source {
+                        ScanSource::Cached { file, .. } | ScanSource::Filling { file, .. } => file.clone(),
+                        ScanSource::Ufs(_) => unreachable!("matched above"),
+                    };
+                    let at = pos;
+                    scanner = crate::blocking(move || {
+                        let mut buf = vec![0u8; n as usize];
+                        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, at)
+                            .map_err(|e| Error::io("read block", e))?;
+                        scanner.feed(&buf);
+                        Ok::<_, Error>(scanner)
+                    })
+                    .await??;
+                    pos += n;
+                    abandoned(sock)?;
+                }
+            }
+        }
+        drop(source);
+        if pos != r.block_length {
+            return Err(Error::new(
+                locus_common::ErrorKind::Ufs,
+                format!("block {} has {pos} of {} bytes (the UFS file changed?)", r.block_id, r.block_length),
+            ));
+        }
+        let partial = crate::blocking(move || scanner.finish()).await?;
+        let resp = pb::DataResponse { partial: Some(partial), ..Default::default() };
+        self.counters.compute_scanned.fetch_add(pos, Relaxed);
+        self.counters.compute_returned.fetch_add(resp.encoded_len() as u64, Relaxed);
+        write_frame(sock, &resp).await
+    }
+}
+
+/// Whether the caller hung up (a compute it abandoned stops here, between pieces): the
+/// caller sends nothing while it waits, so anything readable is its end of stream.
+fn abandoned(sock: &TcpStream) -> Result<()> {
+    let mut b = [0u8; 1];
+    match sock.peek(&mut b).now_or_never() {
+        Some(Ok(0)) | Some(Err(_)) => Err(Error::unavailable("the caller hung up; compute abandoned")),
+        _ => Ok(()),
+    }
+}
