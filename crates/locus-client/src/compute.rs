@@ -251,19 +251,7 @@ impl Client {
                 }
             };
             let req = pb::ComputeBlockRequest {
-                block: Some(pb::ReadBlockRequest {
-                    block_id: b.block_id,
-                    offset: 0,
-                    length: b.length,
-                    block_length: b.length,
-                    file_offset: b.offset,
-                    mount_id: fi.mount_id,
-                    ufs_path: fi.ufs_path.clone(),
-                    read_type: pb::ReadType::Cache.into(),
-                    client_local: false,
-                    load_only: false,
-                    fingerprint: fi.fingerprint.clone(),
-                }),
+                block: Some(crate::read::whole_block(fi, b)),
                 spec: Some(spec.clone()),
                 in_quotes,
                 file_start: index == 0,

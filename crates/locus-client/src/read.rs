@@ -318,17 +318,9 @@ impl Client {
         loop {
             let w = self.pick_worker(b.block_id, &failed).await?;
             let req = pb::ReadBlockRequest {
-                block_id: b.block_id,
-                offset: 0,
-                length: b.length,
-                block_length: b.length,
-                file_offset: b.offset,
-                mount_id: fi.mount_id,
-                ufs_path: fi.ufs_path.clone(),
-                read_type: pb::ReadType::Cache.into(),
                 client_local: self.is_local(&w).await,
                 load_only: true,
-                fingerprint: fi.fingerprint.clone(),
+                ..whole_block(fi, b)
             };
             let mut c = self.conn(&w.data_address).await?;
             // One frame answers a load: cached, or the error that stopped the fill.
@@ -364,6 +356,23 @@ impl Client {
             }
         });
         tokio_stream::wrappers::ReceiverStream::new(rx)
+    }
+}
+
+/// A request for the whole of block `b` of `fi`, to be cached (CACHE) where it misses.
+pub(crate) fn whole_block(fi: &pb::FileInfo, b: &pb::BlockInfo) -> pb::ReadBlockRequest {
+    pb::ReadBlockRequest {
+        block_id: b.block_id,
+        offset: 0,
+        length: b.length,
+        block_length: b.length,
+        file_offset: b.offset,
+        mount_id: fi.mount_id,
+        ufs_path: fi.ufs_path.clone(),
+        read_type: pb::ReadType::Cache.into(),
+        client_local: false,
+        load_only: false,
+        fingerprint: fi.fingerprint.clone(),
     }
 }
 

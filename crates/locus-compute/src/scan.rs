@@ -348,9 +348,8 @@ impl BlockScanner {
         if chunk.is_empty() {
             return Ok(());
         }
-        match &mut self.byte_counts {
-            Some(c) => count_bytes(c, chunk),
-            None => {}
+        if let Some(c) = &mut self.byte_counts {
+            count_bytes(c, chunk);
         }
         if self.r.quoting {
             self.quotes += chunk.iter().filter(|&&b| b == self.r.quote).count() as u64;

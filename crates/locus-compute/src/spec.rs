@@ -136,7 +136,7 @@ impl Resolved {
     pub fn new(spec: &pb::ComputeSpec) -> Result<Resolved> {
         let ops: Vec<ComputeOp> = spec.ops().collect();
         let has = |o: ComputeOp| ops.contains(&o);
-        let csv = spec.csv.clone().unwrap_or_default();
+        let csv = spec.csv.unwrap_or_default();
         let byte = |v: u32, d: u8, what: &str| -> Result<u8> {
             match v {
                 0 => Ok(d),

@@ -374,7 +374,7 @@ impl Inner {
     /// the block cannot be cached (no room), the UFS itself.
     pub(crate) async fn open_for_scan(self: &Arc<Self>, r: &pb::ReadBlockRequest) -> Result<ScanSource> {
         read_end(r)?;
-        let (mut first, mut raced) = (true, false);
+        let (mut first, mut raced, mut renamed) = (true, false, 0);
         loop {
             if let Some(lease) = self.lease(r.block_id, false).await? {
                 if first {
@@ -416,9 +416,13 @@ impl Inner {
                 }
                 return Err(Error::unavailable(format!("the fill of block {} failed", r.block_id)));
             };
-            // The open descriptor stays valid across the commit's rename.
-            let file = crate::blocking(move || std::fs::File::open(path)).await?.map_err(|e| Error::io("open block", e))?;
-            return Ok(ScanSource::Filling { file: Arc::new(file), rx, block_id: r.block_id });
+            // The open descriptor stays valid across the commit's rename; a fill that
+            // committed before the open has renamed the file: the block is cached, lease it.
+            match crate::blocking(move || std::fs::File::open(path)).await? {
+                Ok(file) => return Ok(ScanSource::Filling { file: Arc::new(file), rx, block_id: r.block_id }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && renamed < 3 => renamed += 1,
+                Err(e) => return Err(Error::io("open block", e)),
+            }
         }
     }
 
