@@ -521,10 +521,10 @@ impl Config {
     /// Defaults, then `file`, then the environment, then `flags` (a [`Figment`] of the
     /// command line's values; `Figment::new()` for none).
     pub fn load(file: Option<&Path>, flags: Figment) -> Result<Config> {
-        if let Some(p) = file {
-            if !p.exists() {
-                return Err(Error::not_found(format!("config file {} does not exist", p.display())));
-            }
+        if let Some(p) = file
+            && !p.exists()
+        {
+            return Err(Error::not_found(format!("config file {} does not exist", p.display())));
         }
         Self::extract(&Self::figment(file).merge(flags))
     }
