@@ -158,7 +158,13 @@ def persist_counters(metrics_url: str) -> dict:
     out = {"persisted_bytes": 0, "persists_done": 0, "persists_skipped": 0}
     if not metrics_url:
         return out
-    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    # The web port needs the cluster's client token (bench/pipeline exports its file).
+    headers = {}
+    token_file = os.environ.get("LOCUS_SECURITY__TOKEN_FILE")
+    if token_file and os.path.exists(token_file):
+        headers["Authorization"] = "Bearer " + open(token_file).read().strip()
+    req = urllib.request.Request(metrics_url, headers=headers)
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
     for line in text.splitlines():
         if line.startswith("locus_persisted_bytes_total "):
             out["persisted_bytes"] = int(float(line.split()[-1]))

@@ -10,6 +10,7 @@ by PID (SIGTERM, then wait, then SIGKILL); nothing is ever killed by name.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -119,15 +121,19 @@ def assert_one_line_error(r: subprocess.CompletedProcess, code: int | None = Non
 class Locus:
     """Runs `locus` client commands against one master address."""
 
-    def __init__(self, master: str, web: str | None = None, token_file: Path | None = None):
+    def __init__(self, master: str, web: str | None = None, token_file: Path | None = None,
+                 client_env: dict | None = None):
         self.master = master
         self.web = web
         # The cluster's client token (the master writes it); every client command presents it.
         self.token_file = token_file
+        # More variables every client command gets (LOCUS_SECURITY__TLS_CA_FILE for a TLS cluster).
+        self.client_env = dict(client_env or {})
 
     def env(self, extra: dict | None = None) -> dict:
         """The environment for a client of this cluster: clean_env, plus its token file."""
         e = clean_env({"LOCUS_SECURITY__TOKEN_FILE": str(self.token_file)} if self.token_file else None)
+        e.update(self.client_env)
         e.update(extra or {})
         return e
 
@@ -236,10 +242,29 @@ class Locus:
         now = self.quiesce()["bytes_read"]
         return {k: now[k] - base[k] for k in base}
 
-    def metrics(self) -> str:
+    def web_get(self, path: str, auth: str | None = "bearer") -> tuple[int, dict, str]:
+        """GET `path` of the master's web port: (status, headers, body). It needs the client
+        token: `auth` "bearer" sends it as `Authorization: Bearer`, "basic" as the password
+        of HTTP Basic, None sends nothing, any other text is the header's value."""
         assert self.web, "no web address"
-        with urllib.request.urlopen(f"http://{self.web}/metrics", timeout=10) as r:
-            return r.read().decode()
+        headers = {}
+        if auth in ("bearer", "basic"):
+            token = Path(self.token_file).read_text().strip()
+            headers["Authorization"] = (f"Bearer {token}" if auth == "bearer" else
+                                        "Basic " + base64.b64encode(f"prometheus:{token}".encode()).decode())
+        elif auth:
+            headers["Authorization"] = auth
+        req = urllib.request.Request(f"http://{self.web}{path}", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read().decode()
+
+    def metrics(self) -> str:
+        status, _, body = self.web_get("/metrics")
+        assert status == 200, f"/metrics answered {status}: {body[:500]}"
+        return body
 
 
 # --------------------------------------------------------------------------- clusters
@@ -248,9 +273,10 @@ class Locus:
 class Cluster(Locus):
     """`locus local start` as a subprocess with its own data dir and free ports."""
 
-    def __init__(self, data_dir: Path, log_dir: Path, workers: int = 1, args=(), env: dict | None = None):
+    def __init__(self, data_dir: Path, log_dir: Path, workers: int = 1, args=(), env: dict | None = None,
+                 client_env: dict | None = None):
         super().__init__(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
-                         token_file=Path(data_dir).absolute() / "client.token")
+                         token_file=Path(data_dir).absolute() / "client.token", client_env=client_env)
         self.gateway = f"127.0.0.1:{free_port()}"
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)
@@ -594,14 +620,14 @@ def bucket(s3) -> str:
 
 @pytest.fixture
 def cluster_factory(tmp, request):
-    """make(workers=1, args=[...], env={...}) -> a started Cluster. All are stopped and
+    """make(workers=1, args=[...], env={...}, client_env={...}) -> a started Cluster. All are stopped and
     their /dev/shm tiers removed at teardown."""
     made: list[Cluster] = []
 
     def make(workers: int = 1, args=(), env: dict | None = None, name: str | None = None, start: bool = True,
-             shm_dirs=()) -> Cluster:
+             shm_dirs=(), client_env: dict | None = None) -> Cluster:
         d = tmp / (name or f"c{len(made)}")
-        c = Cluster(d, tmp, workers=workers, args=args, env=env)
+        c = Cluster(d, tmp, workers=workers, args=args, env=env, client_env=client_env)
         c.shm_dirs.update(Path(s) for s in shm_dirs)
         made.append(c)
         if start:

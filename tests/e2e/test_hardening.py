@@ -5,7 +5,6 @@ MUST_CACHE write bigger than the MEM tier (exit 6, its space back at once)."""
 from __future__ import annotations
 
 import os
-import urllib.request
 
 from conftest import MiB, assert_one_line_error, wait_until
 
@@ -47,8 +46,8 @@ def test_a_failing_persist_is_reported_and_retried_or_dropped(cluster_factory, t
     text = c.ok("report").decode()
     assert "Persist failures: 2" in text and "/blk/f1" in text, text
     assert "locus_persist_failed_paths 2" in c.metrics()
-    with urllib.request.urlopen(f"http://{c.web}/", timeout=10) as page:
-        html = page.read().decode()
+    status, _, html = c.web_get("/")
+    assert status == 200, html
     assert "Persist failures (2)" in html and "/blk/f2" in html, html
     # `fs persist` of such a file says so instead of waiting out its timeout.
     r = c.fs("persist", "/blk/f1", "--timeout", "20s")

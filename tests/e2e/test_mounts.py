@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import urllib.request
 
 from conftest import LOCUS_BIN, MiB, assert_one_line_error, sha256
 
@@ -81,12 +80,12 @@ def test_master_address_from_environment_and_status_page(cluster):
     assert b"Workers: 1 live" in r.stdout, r.stdout
     assert b"Bytes read by source" in r.stdout
 
-    with urllib.request.urlopen(f"http://{c.web}/", timeout=10) as resp:
-        page = resp.read().decode()
-        assert resp.status == 200
+    status, _, page = c.web_get("/")
+    assert status == 200, page
     assert c.ufs_dir.as_posix() in page, page[:2000]
-    with urllib.request.urlopen(f"http://{c.web}/api/report", timeout=10) as resp:
-        api = json.loads(resp.read())
+    status, _, body = c.web_get("/api/report", auth="basic")
+    assert status == 200, body
+    api = json.loads(body)
     cli = c.report()
     assert api["live_workers"] == cli["live_workers"] == 1
     assert api["mounts"] == cli["mounts"]

@@ -1,17 +1,23 @@
 """An authenticated cluster, tried with the real binary: clients without the cluster's
 client token are refused (exit 5, one line saying what to fix), the credential files and
 the metadata are this user's only, and a mount's UFS credentials given through
---option-file or --option-env never show in `ps`, in a log, or in any client's answer."""
+--option-file or --option-env never show in `ps`, in a log, or in any client's answer.
+With TLS on (certificates made here with `cryptography`), everything goes over TLS and a
+plain client, a client trusting another CA, or a TLS client of a plain cluster is refused
+at once with one line saying why. The web port needs the client token."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import boto3
-from conftest import LOCUS_BIN, MinioServer, assert_one_line_error, clean_env, sha256
+from conftest import LOCUS_BIN, Locus, MinioServer, assert_one_line_error, clean_env, gw_client, sha256
 
 # A MinIO whose keys appear nowhere but in the option file and one variable.
 MINIO_USER, MINIO_PASSWORD = "sec-user-4e1b", "Sec-Password-Only-In-A-File-7f3a"
@@ -101,3 +107,113 @@ def _mount_with_hidden_credentials(cluster, minio, tmp):
     # Nor any log line of the cluster.
     for log in cluster.log_paths:
         assert MINIO_PASSWORD not in log.read_text(errors="replace"), f"the UFS secret is in {log}"
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+def make_tls(d: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate it signed for localhost and 127.0.0.1, as PEM files
+    in `d`: (ca, cert, key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    d.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1))
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("locus e2e CA")).issuer_name(name("locus e2e CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(valid[0]).not_valid_after(valid[1])
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    san = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    cert = (x509.CertificateBuilder().subject_name(name("locus e2e server")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(valid[0]).not_valid_after(valid[1]).add_extension(san, critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = (d / "ca.pem", d / "cert.pem", d / "key.pem")
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    paths[2].chmod(0o600)
+    return paths
+
+
+def refused_quickly(c, *args, env=None, client=None) -> str:
+    """Run a client command that must fail at once with exit 5; its one-line error."""
+    t = time.monotonic()
+    r = (client or c).run(*args, env=env, timeout=60)
+    line = assert_one_line_error(r, 5)
+    assert time.monotonic() - t < 10, f"refused only after {time.monotonic() - t:.1f} s: {line}"
+    return line
+
+
+def test_a_tls_cluster_serves_and_refuses_clearly(cluster_factory, tmp):
+    ca, cert, key = make_tls(tmp / "tls")
+    c = cluster_factory(workers=2, env={"LOCUS_SECURITY__TLS_CERT_FILE": str(cert),
+                                        "LOCUS_SECURITY__TLS_KEY_FILE": str(key),
+                                        "LOCUS_SECURITY__TLS_CA_FILE": str(ca)},
+                        client_env={"LOCUS_SECURITY__TLS_CA_FILE": str(ca)})
+    assert f"master rpc   {c.master} (TLS)" in c.log_paths[-1].read_text(), c.log_tail()
+    # Master RPCs and the data path (--remote: no short-circuit) over TLS.
+    data = os.urandom(9 << 20) + b"tail"
+    c.ok("fs", "put", "-", "/tls/f.bin", input=data)
+    assert sha256(c.cat("/tls/f.bin", "--remote")) == sha256(data)
+    assert c.report()["live_workers"] == 2
+    # The gateway in `local start` is a client too: its reads and writes go over TLS.
+    s3 = gw_client(f"http://{c.gateway}")
+    s3.put_object(Bucket="tls", Key="g.txt", Body=b"through the gateway")
+    assert s3.get_object(Bucket="tls", Key="g.txt")["Body"].read() == b"through the gateway"
+    assert c.cat("/tls/g.txt", "--remote") == b"through the gateway"
+    # The CA given as a flag works as the variable does.
+    flagged = Locus(c.master, token_file=c.token_file)
+    assert flagged.ok("--tls-ca-file", ca, "fs", "--remote", "cat", "/tls/g.txt") == b"through the gateway"
+
+    # A plain client (the right token, no CA) is told the cluster wants TLS.
+    line = refused_quickly(c, "fs", "ls", "/", client=flagged)
+    assert "TLS only" in line and "tls_ca_file" in line, line
+    # A client trusting another CA fails its handshake, saying why.
+    other_ca, _, _ = make_tls(tmp / "other")
+    line = refused_quickly(c, "fs", "ls", "/", env={"LOCUS_SECURITY__TLS_CA_FILE": str(other_ca)})
+    assert "TLS handshake" in line and "certificate" in line, line
+    # The refusals are logged by the master; no credential is.
+    text = "".join(p.read_text(errors="replace") for p in c.log_paths)
+    assert "serves TLS only" in text and "TLS handshake failed" in text, text[-3000:]
+    assert c.token_file.read_text().strip() not in text
+
+
+def test_a_tls_client_of_a_plain_cluster_is_told_so(cluster, tmp):
+    ca, _, _ = make_tls(tmp / "tls")
+    line = refused_quickly(cluster, "fs", "ls", "/", env={"LOCUS_SECURITY__TLS_CA_FILE": str(ca)})
+    assert "does not serve TLS" in line, line
+
+
+def test_the_tls_flags_have_help():
+    out = subprocess.run([str(LOCUS_BIN), "--help"], capture_output=True, env=clean_env(), timeout=30).stdout.decode()
+    for flag in ["--tls-cert-file", "--tls-key-file", "--tls-ca-file"]:
+        assert flag in out, out
+
+
+def test_the_web_port_needs_the_client_token(cluster):
+    for path in ["/", "/metrics", "/api/report"]:
+        for auth in [None, "Bearer 0123456789abcdef0123456789abcdef", "Basic dXNlcjp3cm9uZy10b2tlbi13cm9uZw=="]:
+            status, headers, body = cluster.web_get(path, auth=auth)
+            assert status == 401, (path, auth, status, body)
+            assert headers.get("www-authenticate") == 'Basic realm="locus"', headers
+            assert "locus_workers_live" not in body and "live_workers" not in body, body
+        for auth in ["bearer", "basic"]:
+            status, _, body = cluster.web_get(path, auth=auth)
+            assert status == 200, (path, auth, status, body)
+    assert "locus_workers_live 1" in cluster.web_get("/metrics", auth="basic")[2]
+    # `local start` says how to log in: where the token is.
+    text = cluster.log_paths[-1].read_text()
+    assert "web login" in text and str(cluster.token_file) in text, text

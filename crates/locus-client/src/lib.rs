@@ -30,6 +30,8 @@ pub use compute::{ComputeJob, ComputeOutcome};
 pub use read::{ReadOptions, ReadSink};
 use workers::{DataConn, WorkerCache};
 pub use write::PutOptions;
+/// TLS of a client's connections (re-exported for the front ends).
+pub use locus_proto::tls::Tls;
 
 /// A connection to a Locus cluster.
 pub struct Client {
@@ -38,6 +40,8 @@ pub struct Client {
     master: AuthedMasterClient,
     /// The credential this client presents to the master and to workers.
     token: Secret,
+    /// TLS of its connections to the master and to workers' data paths.
+    tls: Tls,
     workers: Mutex<WorkerCache>,
     conns: Mutex<HashMap<String, Vec<DataConn>>>,
 }
@@ -70,6 +74,21 @@ fn never_sent(s: &tonic::Status) -> bool {
     ["tcp connect error", "error trying to connect", "connection refused"].iter().any(|w| t.contains(w))
 }
 
+/// A TLS handshake with the master that failed for good (its certificate refused, or a
+/// master that serves no TLS): the connector's error, found under the status.
+fn tls_failure(s: &tonic::Status) -> Option<Error> {
+    let mut src = std::error::Error::source(s);
+    while let Some(e) = src {
+        if let Some(le) = e.downcast_ref::<Error>()
+            && le.kind() == locus_common::ErrorKind::Unauthenticated
+        {
+            return Some(Error::new(le.kind(), le.to_string()).set_retryable(false));
+        }
+        src = e.source();
+    }
+    None
+}
+
 fn rpc_err(addr: &str, s: tonic::Status) -> Error {
     if s.code() == tonic::Code::Unavailable && s.metadata().get("x-locus-kind").is_none() {
         return Error::unavailable(format!(
@@ -77,7 +96,7 @@ fn rpc_err(addr: &str, s: tonic::Status) -> Error {
         ));
     }
     let e = from_status(s);
-    if e.kind() == locus_common::ErrorKind::Unauthenticated {
+    if e.kind() == locus_common::ErrorKind::Unauthenticated && !e.message().contains("TLS") {
         return e.context(format!(
             "the master at {addr} refused this client's token (use the client.token of that cluster: \
              security.token_file or LOCUS_SECURITY__TOKEN_FILE)"
@@ -91,17 +110,23 @@ impl Client {
     /// cluster's client token; see `locus_common::security::client_credential`).
     /// Connects lazily.
     pub fn new(master_address: &str, cfg: ClientConfig, token: Secret) -> Result<Client> {
-        let ch = tonic::transport::Endpoint::from_shared(format!("http://{master_address}"))
+        Client::with_tls(master_address, cfg, token, Tls::none())
+    }
+
+    /// [`Client::new`] connecting to the master and to workers with `tls` (see
+    /// `locus_proto::tls`; plain TCP when it has no CA).
+    pub fn with_tls(master_address: &str, cfg: ClientConfig, token: Secret, tls: Tls) -> Result<Client> {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{master_address}"))
             .map_err(|e| Error::invalid(format!("bad master address {master_address:?}: {e}")))?
             .connect_timeout(Duration::from_secs(3))
-            .tcp_nodelay(true)
-            .timeout(cfg.rpc_timeout)
-            .connect_lazy();
+            .timeout(cfg.rpc_timeout);
+        let ch = tls.master_channel(master_address, endpoint);
         Ok(Client {
             cfg,
             master_address: master_address.to_string(),
             master: locus_proto::auth::master_client(ch, &token)?.max_decoding_message_size(64 << 20),
             token,
+            tls,
             workers: Mutex::new(WorkerCache::default()),
             conns: Mutex::new(HashMap::new()),
         })
@@ -134,6 +159,9 @@ impl Client {
                 Err(s) => s,
             };
             let ours = s.metadata().get("x-locus-kind").is_some();
+            if let Some(e) = tls_failure(&s) {
+                return Err(e.context(format!("master {}", self.master_address)));
+            }
             if !ours && (s.message().contains("grpc-status header missing") || s.code() == tonic::Code::Unimplemented) {
                 return Err(self.not_a_master(&s));
             }

@@ -9,14 +9,15 @@ use locus_common::config::Locality;
 use locus_common::{Error, Result};
 use locus_proto::{authenticate, exchange, pb};
 use tokio::io::{BufReader, BufWriter};
-use tokio::net::{TcpStream, UnixStream};
+use locus_proto::tls::DataStream;
+use tokio::net::UnixStream;
 
 use crate::{Client, Retry};
 
 /// How long the worker list is trusted before it is fetched again.
 const WORKER_LIST_TTL: Duration = Duration::from_secs(2);
 
-pub(crate) type DataConn = BufReader<BufWriter<TcpStream>>;
+pub(crate) type DataConn = BufReader<BufWriter<DataStream>>;
 
 #[derive(Default)]
 pub(crate) struct WorkerCache {
@@ -129,8 +130,7 @@ impl Client {
         if let Some(c) = self.conns.lock().get_mut(addr).and_then(|v| v.pop()) {
             return Ok(c);
         }
-        let s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
-        let _ = s.set_nodelay(true);
+        let s = self.tls.connect(addr, "worker").await?;
         let mut c = BufReader::with_capacity(256 << 10, BufWriter::new(s));
         // Buffered: the credential leaves with the first request.
         authenticate(&mut c, &self.token).await?;
@@ -141,7 +141,7 @@ impl Client {
     /// master still lists may have died a moment ago).
     pub(crate) async fn answers(&self, w: &pb::WorkerAddress) -> bool {
         let probe = async {
-            let s = TcpStream::connect(&w.data_address).await.map_err(|e| Error::io("connect", e))?;
+            let s = self.tls.connect(&w.data_address, "worker").await?;
             let mut s = BufReader::new(BufWriter::new(s));
             authenticate(&mut s, &self.token).await?;
             exchange(&mut s, pb::data_request::Req::Hello(pb::Empty {})).await

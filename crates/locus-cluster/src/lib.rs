@@ -16,6 +16,7 @@ use locus_common::config::{ClientConfig, Config, SecurityConfig, TierAlias, Tier
 use locus_common::security::{Secret, load_or_create_secret};
 use locus_common::{Error, Result};
 use locus_master::{Master, MasterAddrs, MasterBuilder};
+use locus_client::Tls;
 use locus_worker::{Worker, WorkerBuilder};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -26,6 +27,8 @@ pub struct LocalCluster {
     cfg: Config,
     /// The cluster secret (master and workers); clients get its client token.
     secret: Secret,
+    /// TLS of every TCP port and connection (`security.tls_*`; none by default).
+    tls: Tls,
     data_dir: PathBuf,
     root_ufs: Option<String>,
     master: Option<RunningMaster>,
@@ -149,17 +152,17 @@ impl LocalCluster {
         };
         cfg.master.meta_dir = data_dir.join("master");
         // The credentials live in the data dir unless configured elsewhere.
-        if cfg.security == SecurityConfig::default() {
-            cfg.security = SecurityConfig {
-                secret_file: data_dir.join("cluster.secret"),
-                token_file: data_dir.join("client.token"),
-            };
+        let d = SecurityConfig::default();
+        if cfg.security.secret_file == d.secret_file && cfg.security.token_file == d.token_file {
+            cfg.security.secret_file = data_dir.join("cluster.secret");
+            cfg.security.token_file = data_dir.join("client.token");
         }
         let security = cfg.security.clone();
-        let secret = tokio::task::spawn_blocking(move || load_or_create_secret(&security))
-            .await
-            .map_err(|e| Error::internal(format!("load the cluster secret: {e}")))??;
-        let mut c = LocalCluster { cfg, secret, data_dir, root_ufs, master: None, workers: Vec::new(), gateway: None };
+        let (secret, tls) =
+            tokio::task::spawn_blocking(move || Ok::<_, Error>((load_or_create_secret(&security)?, Tls::load(&security)?)))
+                .await
+                .map_err(|e| Error::internal(format!("load the cluster secret: {e}")))??;
+        let mut c = LocalCluster { cfg, secret, tls, data_dir, root_ufs, master: None, workers: Vec::new(), gateway: None };
         c.start_master().await?;
         for _ in 0..workers {
             c.workers.push(None);
@@ -186,6 +189,7 @@ impl LocalCluster {
         self.cfg.master.web_address = addrs.web.to_string();
         self.cfg.master_address = addrs.rpc.to_string();
         let master = MasterBuilder::new(self.cfg.master.clone(), self.secret.clone())
+            .tls(self.tls.clone())
             .root_ufs(self.root_ufs.clone())
             .build()
             .await?;
@@ -244,7 +248,10 @@ impl LocalCluster {
 
     pub async fn start_worker(&mut self, i: usize) -> Result<()> {
         record_tier_dirs(&self.data_dir, &self.worker_config(i).tiers)?;
-        let w = WorkerBuilder::new(self.worker_config(i), self.master_address(), self.secret.clone()).start().await?;
+        let w = WorkerBuilder::new(self.worker_config(i), self.master_address(), self.secret.clone())
+            .tls(self.tls.clone())
+            .start()
+            .await?;
         self.workers[i] = Some(w);
         Ok(())
     }
@@ -278,7 +285,12 @@ impl LocalCluster {
 
     /// A client of this cluster (with its client token).
     pub fn client(&self, cfg: ClientConfig) -> Result<Client> {
-        Client::new(&self.master_address(), cfg, self.secret.client_token())
+        Client::with_tls(&self.master_address(), cfg, self.secret.client_token(), self.tls.clone())
+    }
+
+    /// The TLS its servers and clients use (`security.tls_*`).
+    pub fn tls(&self) -> &Tls {
+        &self.tls
     }
 
     /// The client token of this cluster (what [`LocalCluster::client`] presents).

@@ -456,6 +456,16 @@ pub struct SecurityConfig {
     /// file but can read `secret_file` derives it. Default `./locus-data/client.token`
     /// (`local start`: `<data-dir>/client.token`).
     pub token_file: PathBuf,
+    /// TLS certificate chain (PEM) the master and workers serve their TCP ports with
+    /// (master RPC, worker data path), with `tls_key_file`. Set on a server, it accepts
+    /// TLS connections only. Default none: plain TCP (the defaults bind loopback).
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `tls_cert_file`. Default none.
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) trusted for the servers' certificates. When set, this
+    /// process connects to the master and to workers over TLS (clients, and the master
+    /// and workers calling each other). Default none: plain TCP.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for SecurityConfig {
@@ -463,6 +473,9 @@ impl Default for SecurityConfig {
         SecurityConfig {
             secret_file: PathBuf::from("./locus-data/cluster.secret"),
             token_file: PathBuf::from("./locus-data/client.token"),
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_file: None,
         }
     }
 }

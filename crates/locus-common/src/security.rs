@@ -282,6 +282,7 @@ mod tests {
         let cfg = SecurityConfig {
             secret_file: d.path().join("sub/cluster.secret"),
             token_file: d.path().join("sub/client.token"),
+            ..Default::default()
         };
         assert_eq!(client_credential(&cfg).unwrap_err().kind(), ErrorKind::Unauthenticated);
         assert_eq!(wait_for_secret(&cfg, Duration::from_millis(150)).unwrap_err().kind(), ErrorKind::Unauthenticated);

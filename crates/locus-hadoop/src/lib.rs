@@ -37,7 +37,7 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn connect(master: &str, config_file: &str, token_file: &str) -> Result<Ctx> {
+    fn connect(master: &str, config_file: &str, token_file: &str, ca_file: &str) -> Result<Ctx> {
         use figment::providers::Serialized;
         let file = (!config_file.is_empty()).then(|| std::path::Path::new(config_file));
         let mut flags = figment::Figment::new();
@@ -46,6 +46,9 @@ impl Ctx {
         }
         if !token_file.is_empty() {
             flags = flags.merge(Serialized::default("security.token_file", token_file));
+        }
+        if !ca_file.is_empty() {
+            flags = flags.merge(Serialized::default("security.tls_ca_file", ca_file));
         }
         let cfg = Config::load(file, flags)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -57,7 +60,8 @@ impl Ctx {
         let client = {
             let _g = rt.enter();
             let token = locus_common::security::client_credential(&cfg.security)?;
-            Arc::new(Client::new(&cfg.master_address, cfg.client.clone(), token)?)
+            let tls = locus_client::Tls::load(&cfg.security)?;
+            Arc::new(Client::with_tls(&cfg.master_address, cfg.client.clone(), token, tls)?)
         };
         Ok(Ctx { rt, client, read_ahead: cfg.client.read_ahead_blocks })
     }
@@ -325,10 +329,12 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_connect<'l>(
     master: JString<'l>,
     config_file: JString<'l>,
     token_file: JString<'l>,
+    ca_file: JString<'l>,
 ) -> jlong {
     call(&mut env, |env| {
         let (m, f, t) = (string(env, &master)?, string(env, &config_file)?, string(env, &token_file)?);
-        Ok(Arc::into_raw(Arc::new(Ctx::connect(&m, &f, &t)?)) as jlong)
+        let ca = string(env, &ca_file)?;
+        Ok(Arc::into_raw(Arc::new(Ctx::connect(&m, &f, &t, &ca)?)) as jlong)
     })
 }
 

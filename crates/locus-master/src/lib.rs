@@ -37,6 +37,7 @@ use locus_common::config::MasterConfig;
 use locus_common::security::{Secret, Verifier};
 use locus_common::{Error, Result};
 use locus_proto::pb;
+use locus_proto::tls::Tls;
 use parking_lot::{Mutex, RwLock};
 use store::Store;
 use tokio::net::TcpListener;
@@ -72,6 +73,8 @@ pub(crate) struct Inner {
     jobs: Mutex<Vec<locus_common::job::JobWatch>>,
     /// Checks callers' credentials; holds the cluster secret the master presents to workers.
     verifier: Verifier,
+    /// TLS of the RPC port and of the master's connections to workers.
+    tls: Tls,
 }
 
 /// Builds a [`Master`].
@@ -79,13 +82,20 @@ pub struct MasterBuilder {
     cfg: MasterConfig,
     root_ufs: Option<String>,
     secret: Secret,
+    tls: Tls,
 }
 
 impl MasterBuilder {
     /// A master whose callers must present `secret` (workers) or its client token
     /// (clients); see `locus_common::security`.
     pub fn new(cfg: MasterConfig, secret: Secret) -> Self {
-        MasterBuilder { cfg, root_ufs: None, secret }
+        MasterBuilder { cfg, root_ufs: None, secret, tls: Tls::none() }
+    }
+    /// TLS of the RPC port (see `locus_proto::tls`) and of this master's connections to
+    /// workers. Default none.
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = tls;
+        self
     }
     /// UFS mounted at `/` when the namespace is new. `None` leaves `/` without a mount,
     /// so every path must fall under an explicit mount.
@@ -110,6 +120,7 @@ impl MasterBuilder {
             persist_wake: tokio::sync::Notify::new(),
             jobs: Mutex::new(Vec::new()),
             verifier: Verifier::new(&self.secret),
+            tls: self.tls,
         });
         let m = Master { inner };
         m.load_mounts()?;

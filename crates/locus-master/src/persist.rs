@@ -24,7 +24,6 @@ use locus_proto::pb;
 use locus_ufs::UfsStatus;
 use prost::Message;
 use redb::ReadableTable;
-use tokio::net::TcpStream;
 
 use crate::namespace::Effects;
 pub(crate) use crate::persist_tracker::*;
@@ -615,8 +614,7 @@ impl Master {
     /// One request to a worker's data path (authenticated with the cluster secret),
     /// answered by one frame.
     pub(crate) async fn call_worker(&self, addr: &str, req: pb::data_request::Req) -> Result<pb::DataResponse> {
-        let mut s = TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
-        let _ = s.set_nodelay(true);
+        let mut s = self.inner.tls.connect(addr, "worker").await?;
         locus_proto::authenticate(&mut s, self.inner.verifier.secret()).await?;
         locus_proto::exchange(&mut s, pb::DataRequest { req: Some(req) })
             .await

@@ -4,6 +4,7 @@
 use locus_common::Result;
 use locus_proto::auth::{ServerAuth, require_service};
 use locus_proto::pb::{self, master_server::MasterServer};
+use locus_proto::tls::DataStream;
 use locus_proto::to_status;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
@@ -22,16 +23,39 @@ pub(crate) async fn serve(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    // No Nagle: a reply that spans two segments would otherwise wait out the client's
-    // delayed ACK (40 ms per listing page).
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    // Every call must carry the cluster secret or the client token (`ServerAuth`).
-    let auth = ServerAuth::new(master.inner.verifier.clone());
-    tonic::transport::Server::builder()
+    let tls = master.inner.tls.clone();
+    // Every call must carry the cluster secret or the client token, and come over TLS
+    // when the master serves TLS (`ServerAuth`).
+    let auth = ServerAuth::new(master.inner.verifier.clone(), tls.serves());
+    // Connections are accepted here, each told apart (TLS or plain) and its handshake
+    // done on its own task, so a slow handshake holds up no other connection.
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<DataStream>>(64);
+    let accept = tokio::spawn(async move {
+        loop {
+            let (sock, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(s) => s,
+                    Err(e) => { tracing::warn!(error = %e, "master rpc accept"); continue }
+                },
+                _ = tx.closed() => return,
+            };
+            let (tls, tx) = (tls.clone(), tx.clone());
+            tokio::spawn(async move {
+                // No Nagle (`accept` sets it): a reply that spans two segments would
+                // otherwise wait out the client's delayed ACK (40 ms per listing page).
+                if let Ok(s) = tls.accept(sock, peer, "master rpc").await {
+                    let _ = tx.send(Ok(s)).await;
+                }
+            });
+        }
+    });
+    let res = tonic::transport::Server::builder()
         .add_service(InterceptedService::new(MasterServer::new(master).max_decoding_message_size(16 << 20), auth))
-        .serve_with_incoming_shutdown(incoming, shutdown)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::ReceiverStream::new(rx), shutdown)
         .await
-        .map_err(|e| locus_common::Error::internal(format!("master rpc server: {e}")))
+        .map_err(|e| locus_common::Error::internal(format!("master rpc server: {e}")));
+    accept.abort();
+    res
 }
 
 #[tonic::async_trait]

@@ -1,11 +1,17 @@
 //! The master's web side: a small status page (`/`), Prometheus `/metrics`, and the
-//! cluster report as JSON (`/api/report`).
+//! cluster report as JSON (`/api/report`). Read-only, and authenticated like every other
+//! port: each request must carry the client token (or the cluster secret), either as
+//! `Authorization: Bearer <token>` (Prometheus: `authorization: credentials_file`) or as
+//! HTTP Basic with any user name and the token as password (a browser prompts for it).
+//! Without it: 401 with `WWW-Authenticate: Basic realm="locus"`.
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::{Html, IntoResponse};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use base64::Engine;
 use locus_common::Result;
 use prometheus::Encoder;
 use tokio::net::TcpListener;
@@ -21,11 +27,48 @@ pub(crate) async fn serve(
         .route("/", get(index))
         .route("/metrics", get(metrics))
         .route("/api/report", get(report))
+        .layer(axum::middleware::from_fn_with_state(master.clone(), authenticate))
         .with_state(master);
-    axum::serve(listener, app)
+    axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| locus_common::Error::io("web server", e))
+}
+
+/// The credential a request presents: a Bearer token, or a Basic password.
+fn presented(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, rest) = v.split_once(' ')?;
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Some(rest.to_string());
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        let raw = base64::engine::general_purpose::STANDARD.decode(rest).ok()?;
+        let text = String::from_utf8(raw).ok()?;
+        return text.split_once(':').map(|(_, pw)| pw.to_string());
+    }
+    None
+}
+
+/// Lets a request through only with the client token or the cluster secret.
+async fn authenticate(State(m): State<Master>, req: Request, next: Next) -> Response {
+    if presented(req.headers()).is_some_and(|t| m.inner.verifier.role(&t).is_some()) {
+        return next.run(req).await;
+    }
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.to_string())
+        .unwrap_or_default();
+    tracing::debug!(peer, path = %req.uri().path(), "refused a web request: missing or wrong client token");
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Basic realm=\"locus\"")],
+        "401: the status page, /metrics and /api/report need the cluster's client token: \
+         Authorization: Bearer <token>, or Basic with any user name and the token as password\n",
+    )
+        .into_response()
 }
 
 /// Prometheus text exposition of the master's registry.

@@ -15,6 +15,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use crate::pb::master_client::MasterClient;
+use crate::tls::ConnInfo;
 use crate::to_status;
 
 const HEADER: &str = "authorization";
@@ -55,16 +56,37 @@ pub fn master_client(channel: Channel, token: &Secret) -> Result<AuthedMasterCli
 #[derive(Clone)]
 pub struct ServerAuth {
     verifier: Arc<Verifier>,
+    /// The master serves TLS: a call over a plain connection is refused.
+    tls_only: bool,
 }
 
 impl ServerAuth {
-    pub fn new(verifier: Verifier) -> ServerAuth {
-        ServerAuth { verifier: Arc::new(verifier) }
+    /// Checks calls against `verifier`; with `tls_only`, refuses calls that did not come
+    /// over TLS (see [`crate::tls`]).
+    pub fn new(verifier: Verifier, tls_only: bool) -> ServerAuth {
+        ServerAuth { verifier: Arc::new(verifier), tls_only }
     }
+}
+
+/// The peer of a call, for logs.
+fn peer<T>(req: &Request<T>) -> String {
+    req.extensions()
+        .get::<ConnInfo>()
+        .and_then(|c| c.peer)
+        .or_else(|| req.remote_addr())
+        .map(|a| a.to_string())
+        .unwrap_or_default()
 }
 
 impl Interceptor for ServerAuth {
     fn call(&mut self, mut req: Request<()>) -> std::result::Result<Request<()>, Status> {
+        if self.tls_only && !req.extensions().get::<ConnInfo>().is_some_and(|c| c.tls) {
+            tracing::warn!(peer = peer(&req), "refused a plain-TCP master RPC: this master serves TLS only");
+            return Err(to_status(Error::new(
+                ErrorKind::Unauthenticated,
+                "this master serves TLS only: set security.tls_ca_file (the CA of its certificate) on the caller",
+            )));
+        }
         let role = req
             .metadata()
             .get(HEADER)
@@ -77,8 +99,7 @@ impl Interceptor for ServerAuth {
                 Ok(req)
             }
             None => {
-                let peer = req.remote_addr().map(|a| a.to_string()).unwrap_or_default();
-                tracing::warn!(peer, "refused a master RPC: missing or wrong cluster credentials");
+                tracing::warn!(peer = peer(&req), "refused a master RPC: missing or wrong cluster credentials");
                 Err(to_status(unauthenticated("master rpc")))
             }
         }
@@ -92,8 +113,7 @@ pub fn require_service<T>(req: &Request<T>, call: &str) -> std::result::Result<(
     match req.extensions().get::<Role>() {
         Some(Role::Service) => Ok(()),
         _ => {
-            let peer = req.remote_addr().map(|a| a.to_string()).unwrap_or_default();
-            tracing::warn!(peer, call, "refused a service-only master RPC from a client");
+            tracing::warn!(peer = peer(req), call, "refused a service-only master RPC from a client");
             Err(to_status(Error::new(
                 ErrorKind::PermissionDenied,
                 format!("{call} is for the cluster's own services (a client token does not grant it)"),

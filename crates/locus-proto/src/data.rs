@@ -151,9 +151,12 @@ pub const RECV_LOWAT: u64 = 512 << 10;
 /// stream is done): its SO_RCVLOWAT becomes `RECV_LOWAT`, or `left` when less is due (a
 /// reader must never wait for bytes that will not come), or 1 once done. `cur` is the
 /// socket's current value (1 for a fresh socket); nothing is set when it stays.
-/// Best effort: a socket that refuses it wakes its reader as before.
-pub fn expect_bytes(s: &tokio::net::TcpStream, cur: &mut u64, left: u64) {
+/// Best effort: a socket that refuses it wakes its reader as before. Nothing under TLS
+/// (what is due is plaintext; the socket holds records, and the TLS layer may already
+/// hold part of it: a mark could wait for bytes that never come).
+pub fn expect_bytes(s: &crate::tls::DataStream, cur: &mut u64, left: u64) {
     use std::os::fd::AsRawFd;
+    let Some(s) = s.plain() else { return };
     let want = RECV_LOWAT.min(left).max(1);
     if want == *cur {
         return;

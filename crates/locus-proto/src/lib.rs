@@ -13,6 +13,7 @@ pub mod pb {
 pub mod auth;
 mod data;
 mod enums;
+pub mod tls;
 
 pub use data::{
     MAX_FRAME, RECV_LOWAT, accept_auth, authenticate, end_chunks, exchange, expect_bytes, read_frame, read_response,

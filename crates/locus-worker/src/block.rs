@@ -16,13 +16,13 @@ use locus_blockstore::Lease;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{exchange, pb, write_frame};
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use locus_proto::tls::DataStream;
 
 use crate::{DropOffRuntime, Inner};
 
 impl Inner {
     /// Write a file's cached blocks to the UFS (the master's persist scheduler asks).
-    pub(crate) async fn handle_persist(&self, sock: &mut TcpStream, p: pb::PersistRequest) -> Result<()> {
+    pub(crate) async fn handle_persist(&self, sock: &mut DataStream, p: pb::PersistRequest) -> Result<()> {
         let ufs = self.ufs(p.mount_id).await?;
         let addrs: HashMap<u64, String> = p.workers.iter().map(|w| (w.worker_id, w.data_address.clone())).collect();
         let mut writer = ufs.writer(&p.ufs_path, &p.content_type, &p.user_metadata).await?;
@@ -69,7 +69,7 @@ impl Inner {
     }
 
     /// Copy a block from another worker into this one's store (re-replication).
-    pub(crate) async fn handle_replicate(&self, sock: &mut TcpStream, r: pb::ReplicateRequest) -> Result<()> {
+    pub(crate) async fn handle_replicate(&self, sock: &mut DataStream, r: pb::ReplicateRequest) -> Result<()> {
         if !self.store.contains(r.block_id) {
             let mut src = self.open_block(r.block_id, r.length, &r.sources).await?;
             let (id, len) = (r.block_id, r.length);
@@ -128,9 +128,7 @@ impl Inner {
                 ..Default::default()
             };
             let r = async {
-                let s =
-                    TcpStream::connect(addr).await.map_err(|e| Error::io(format!("connect to worker {addr}"), e))?;
-                let _ = s.set_nodelay(true);
+                let s = self.tls.connect(addr, "worker").await?;
                 let mut s = tokio::io::BufReader::with_capacity(1 << 20, s);
                 locus_proto::authenticate(&mut s, self.verifier.secret()).await?;
                 let r = exchange(&mut s, pb::data_request::Req::Read(req)).await?;
@@ -166,7 +164,7 @@ pub(crate) enum BlockSource {
         _lease: Option<DropOffRuntime<Lease>>,
     },
     Peer {
-        sock: tokio::io::BufReader<TcpStream>,
+        sock: tokio::io::BufReader<DataStream>,
         left: u64,
         crc: Option<u32>,
     },

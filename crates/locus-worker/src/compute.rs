@@ -10,7 +10,7 @@ use locus_common::{Error, Result};
 use locus_compute::{BlockScanner, Resolved};
 use locus_proto::{pb, write_frame};
 use prost::Message;
-use tokio::net::TcpStream;
+use locus_proto::tls::DataStream;
 
 use crate::Inner;
 use crate::read::ScanSource;
@@ -19,7 +19,11 @@ use crate::read::ScanSource;
 const PIECE: u64 = 4 << 20;
 
 impl Inner {
-    pub(crate) async fn handle_compute(self: &Arc<Self>, sock: &mut TcpStream, req: pb::ComputeBlockRequest) -> Result<()> {
+    pub(crate) async fn handle_compute(
+        self: &Arc<Self>,
+        sock: &mut DataStream,
+        req: pb::ComputeBlockRequest,
+    ) -> Result<()> {
         let spec = req.spec.as_ref().ok_or_else(|| Error::invalid("a compute request without a spec"))?;
         let spec = Resolved::new(spec)?;
         let r = req.block.ok_or_else(|| Error::invalid("a compute request without a block"))?;
@@ -104,11 +108,13 @@ impl Inner {
 }
 
 /// Whether the caller hung up (a compute it abandoned stops here, between pieces): the
-/// caller sends nothing while it waits, so anything readable is its end of stream.
-fn abandoned(sock: &TcpStream) -> Result<()> {
+/// caller sends nothing while it waits, so anything readable is its end of stream (over
+/// TLS, the close message that comes first).
+fn abandoned(sock: &DataStream) -> Result<()> {
     let mut b = [0u8; 1];
-    match sock.peek(&mut b).now_or_never() {
+    match sock.tcp().peek(&mut b).now_or_never() {
         Some(Ok(0)) | Some(Err(_)) => Err(Error::unavailable("the caller hung up; compute abandoned")),
+        Some(Ok(_)) if sock.is_tls() => Err(Error::unavailable("the caller hung up; compute abandoned")),
         _ => Ok(()),
     }
 }

@@ -23,6 +23,7 @@ use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
 use locus_proto::from_status;
 use locus_proto::pb;
+use locus_proto::tls::Tls;
 use locus_ufs::Ufs;
 use parking_lot::Mutex;
 use tokio::net::{TcpListener, UnixListener};
@@ -62,6 +63,8 @@ struct Inner {
     master: AuthedMasterClient,
     /// Checks callers of the data path; holds the secret this worker presents.
     verifier: Verifier,
+    /// TLS of the data port and of this worker's connections to the master and workers.
+    tls: Tls,
     id: AtomicU64,
     data_address: String,
     uds_path: Option<PathBuf>,
@@ -80,13 +83,21 @@ pub struct WorkerBuilder {
     cfg: WorkerConfig,
     master_address: String,
     secret: Secret,
+    tls: Tls,
 }
 
 impl WorkerBuilder {
     /// A worker of the master at `master_address`, presenting the cluster `secret` to it
     /// and to other workers, and accepting callers that present it or its client token.
     pub fn new(cfg: WorkerConfig, master_address: impl Into<String>, secret: Secret) -> Self {
-        WorkerBuilder { cfg, master_address: master_address.into(), secret }
+        WorkerBuilder { cfg, master_address: master_address.into(), secret, tls: Tls::none() }
+    }
+
+    /// TLS of the data port (see `locus_proto::tls`) and of this worker's connections to
+    /// the master and to other workers. Default none.
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Open the block store, bind the data listener and the Unix socket, and start.
@@ -126,17 +137,18 @@ impl WorkerBuilder {
             Some(p) => Some(UnixListener::bind(p).map_err(|e| Error::io(format!("bind {}", p.display()), e))?),
             None => None,
         };
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.master_address))
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.master_address))
             .map_err(|e| Error::invalid(format!("bad master address {}: {e}", self.master_address)))?
             .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(30))
-            .connect_lazy();
+            .timeout(Duration::from_secs(30));
+        let channel = self.tls.master_channel(&self.master_address, endpoint);
         let inner = Arc::new(Inner {
             data_address: local.to_string(),
             cfg,
             store,
             master: locus_proto::auth::master_client(channel, &self.secret)?,
             verifier: Verifier::new(&self.secret),
+            tls: self.tls,
             id: AtomicU64::new(saved_id.unwrap_or(0)),
             uds_path,
             counters: Counters::default(),

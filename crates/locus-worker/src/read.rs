@@ -15,7 +15,8 @@ use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{pb, write_frame};
 use locus_ufs::Ufs;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpStream, UnixStream};
+use locus_proto::tls::DataStream;
+use tokio::net::UnixStream;
 use tokio::sync::watch;
 
 use crate::block::write_block_file;
@@ -173,7 +174,7 @@ impl Inner {
     /// close the connection (the client sees a short read).
     pub(crate) async fn handle_read(
         self: &Arc<Self>,
-        sock: &mut TcpStream,
+        sock: &mut DataStream,
         r: pb::ReadBlockRequest,
         hdr: &mut bool,
     ) -> Result<()> {
@@ -432,7 +433,7 @@ impl Inner {
     /// and then failed, or already committed): the caller then takes the cached copy.
     async fn join_fill(
         &self,
-        sock: &mut TcpStream,
+        sock: &mut DataStream,
         r: &pb::ReadBlockRequest,
         rx: &mut watch::Receiver<FillState>,
         hdr: &mut bool,
@@ -458,7 +459,7 @@ impl Inner {
 
     async fn send_cached(
         &self,
-        sock: &mut TcpStream,
+        sock: &mut DataStream,
         r: &pb::ReadBlockRequest,
         lease: Lease,
         hdr: &mut bool,
@@ -507,7 +508,7 @@ impl Inner {
     }
 
     /// NO_CACHE miss: stream the range from the UFS without keeping it.
-    async fn send_from_ufs(&self, sock: &mut TcpStream, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
+    async fn send_from_ufs(&self, sock: &mut DataStream, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
         let ufs = self.checked_ufs(r).await?;
         let mut s = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset + r.offset, r.length, 8 << 20, 4).await?);
         write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
@@ -581,15 +582,28 @@ impl Inner {
     }
 }
 
-/// `sendfile(2)` up to `len` bytes of `file` at `off` to the socket; returns the bytes sent.
-async fn sendfile(sock: &TcpStream, file: &std::fs::File, off: u64, len: u64) -> std::io::Result<u64> {
+/// Up to `len` bytes of `file` at `off` to the socket; returns the bytes sent. Plain TCP:
+/// `sendfile(2)`, zero-copy. Under TLS the bytes must be encrypted here: at most 1 MiB is
+/// read with `pread` (inline, as `sendfile` reads: a cached block's pages, tmpfs for the
+/// MEM tier) and written through the TLS stream.
+async fn sendfile(sock: &mut DataStream, file: &std::fs::File, off: u64, len: u64) -> std::io::Result<u64> {
     use std::os::fd::AsRawFd;
+    let Some(tcp) = sock.plain() else {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; len.min(1 << 20) as usize];
+        let n = file.read_at(&mut buf, off)?;
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        }
+        sock.write_all(&buf[..n]).await?;
+        return Ok(n as u64);
+    };
     loop {
-        sock.writable().await?;
-        let r = sock.try_io(tokio::io::Interest::WRITABLE, || {
+        tcp.writable().await?;
+        let r = tcp.try_io(tokio::io::Interest::WRITABLE, || {
             let mut o = off as libc::off_t;
             // SAFETY: both descriptors are open for the duration of the call.
-            let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut o, len as usize) };
+            let n = unsafe { libc::sendfile(tcp.as_raw_fd(), file.as_raw_fd(), &mut o, len as usize) };
             if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as u64) }
         });
         match r {

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use locus_common::{Error, ErrorKind};
+use locus_proto::tls::{DataStream, refuse_plain};
 use locus_proto::{accept_auth, pb, read_frame, write_frame};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::watch;
 
 use crate::read::Held;
@@ -19,14 +20,18 @@ pub(crate) async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop
             r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "accept"); continue } },
             _ = stop.changed() => return,
         };
-        let _ = sock.set_nodelay(true);
         let inner = inner.clone();
         let mut stop = stop.clone();
         tokio::spawn(async move {
-            let mut s = sock;
             // A stopping worker drops its connections mid-stream, as a crash would.
             tokio::select! {
                 _ = async {
+                    // TLS or plain by the first byte; a plain caller of a TLS worker is
+                    // told so and refused (`locus_proto::tls`).
+                    let Ok(mut s) = inner.tls.accept(sock, peer, "data path").await else { return };
+                    if inner.tls.serves() && !s.is_tls() {
+                        return refuse_plain(s, peer).await;
+                    }
                     if accept_auth(&mut s, &inner.verifier, &peer.to_string()).await.is_ok() {
                         serve_conn(inner.clone(), &mut s).await
                     }
@@ -37,7 +42,7 @@ pub(crate) async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop
     }
 }
 
-async fn serve_conn(inner: Arc<Inner>, s: &mut TcpStream) {
+async fn serve_conn(inner: Arc<Inner>, s: &mut DataStream) {
     loop {
         let req: pb::DataRequest = match read_frame(s).await {
             Ok(Some(r)) => r,

@@ -8,7 +8,7 @@ use locus_common::security::Secret;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk, write_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use locus_proto::tls::{DataStream, Tls};
 
 use crate::block::BlockSource;
 use crate::{DropOffRuntime, Inner};
@@ -19,7 +19,7 @@ impl Inner {
     /// the write type says, and down the replication pipeline: each chunk is forwarded to
     /// the next worker while it is stored here. The answer comes once every worker of the
     /// pipeline holds the blocks and has reported them to the master.
-    pub(crate) async fn handle_write(&self, sock: &mut TcpStream, w: pb::WriteFileRequest) -> Result<()> {
+    pub(crate) async fn handle_write(&self, sock: &mut DataStream, w: pb::WriteFileRequest) -> Result<()> {
         let wt = w.write_type().typed().unwrap_or(WriteType::Through);
         // A write that declared a size the cache cannot hold at all fails (MUST_CACHE) or
         // goes through to the UFS (the others) before anything is evicted for it.
@@ -67,7 +67,7 @@ impl Inner {
                 write_type: if wt.writes_ufs() { pb::WriteType::MustCache.into() } else { w.write_type },
                 ..w.clone()
             };
-            match forward_write(next, req, self.verifier.secret()).await {
+            match forward_write(next, req, self.verifier.secret(), &self.tls).await {
                 Ok(d) => down = Some(d),
                 Err(e) => {
                     if let Some(u) = ufs_writer.take() {
@@ -220,7 +220,7 @@ impl Inner {
     /// (The writer stops sending when it sees the early answer.)
     async fn give_up_write(
         &self,
-        sock: &mut TcpStream,
+        sock: &mut DataStream,
         w: &pb::WriteFileRequest,
         caches: bool,
         e: Error,
@@ -353,13 +353,15 @@ type Forward = (tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<Result
 
 /// Open the write to the next worker of a pipeline; chunks sent to the returned channel
 /// go to it, and the task's result is its answer once the channel closes.
-async fn forward_write(next: pb::WorkerAddress, req: pb::WriteFileRequest, secret: &Secret) -> Result<Forward> {
+async fn forward_write(
+    next: pb::WorkerAddress,
+    req: pb::WriteFileRequest,
+    secret: &Secret,
+    tls: &Tls,
+) -> Result<Forward> {
     let id = next.worker_id;
     let ctx = move |e: Error| replica_err(id, e);
-    let s = TcpStream::connect(&next.data_address)
-        .await
-        .map_err(|e| Error::io(format!("connect to replica worker {}", next.data_address), e))?;
-    let _ = s.set_nodelay(true);
+    let s = tls.connect(&next.data_address, "replica worker").await?;
     let mut s = tokio::io::BufWriter::with_capacity(1 << 20, s);
     locus_proto::authenticate(&mut s, secret).await.map_err(ctx)?;
     exchange(&mut s, pb::data_request::Req::Write(req)).await.map_err(ctx)?;

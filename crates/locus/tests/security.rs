@@ -1,14 +1,18 @@
 //! An authenticated cluster: every port refuses callers without the cluster's
 //! credentials, a client token never grants the services' calls (UFS credentials,
 //! worker registration), and the files holding secrets and data are this user's only.
+//! With TLS on, the master RPC and the data path carry everything over TLS, and a plain
+//! caller, a caller trusting another CA, or a TLS caller of a plain cluster gets a clear
+//! error at once. The web port needs the client token (Bearer or Basic).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::Duration;
 
-use locus_client::{Client, PutOptions};
+use locus_client::{Client, PutOptions, Tls};
 use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
-use locus_common::config::{ClientConfig, WriteType};
+use locus_common::config::{ClientConfig, Locality, SecurityConfig, WriteType};
 use locus_common::security::Secret;
 use locus_proto::pb;
 use locus_proto::pb::master_client::MasterClient;
@@ -134,5 +138,141 @@ async fn secrets_metadata_and_blocks_are_private_files() {
     let secret = std::fs::read_to_string(&c.security().secret_file).unwrap();
     assert_ne!(token.trim(), secret.trim());
     assert_eq!(token.trim(), c.client_token().expose());
+    c.shutdown().await;
+}
+
+/// A cluster serving TLS with `tls_files`' certificate (its own processes trusting the CA).
+async fn start_tls(dir: &Path, workers: usize) -> (LocalCluster, std::path::PathBuf) {
+    let (ca, cert, key) = common::tls_files(&dir.join("tls"));
+    let mut cfg = common::config(dir, 64 << 20, false);
+    cfg.security.tls_cert_file = Some(cert);
+    cfg.security.tls_key_file = Some(key);
+    cfg.security.tls_ca_file = Some(ca.clone());
+    (LocalCluster::start(cfg, &dir.join("data"), workers, None).await.unwrap(), ca)
+}
+
+fn tls_trusting(ca: &Path) -> Tls {
+    let cfg = SecurityConfig { tls_ca_file: Some(ca.to_path_buf()), ..Default::default() };
+    Tls::load(&cfg).unwrap()
+}
+
+/// Within 10 s, or the test fails (a mismatch must be an error, never a hang).
+async fn quick<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), f).await.expect("answered within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_cluster_serves_everything_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, ca) = start_tls(dir.path(), 2).await;
+    assert!(c.tls().serves() && c.tls().connects());
+    // Through the data path only (no short-circuit): writes down a 2-worker pipeline, and
+    // an ASYNC_THROUGH file the master has a worker persist (master → worker over TLS).
+    let remote = ClientConfig { locality: Locality::Remote, ..Default::default() };
+    let cl = Client::with_tls(&c.master_address(), remote, c.client_token(), tls_trusting(&ca)).unwrap();
+    let data = common::random(3 * common::BLOCK as usize + 12345);
+    let fi = common::put_as(&cl, "/tls/a", &data, WriteType::AsyncThrough).await.unwrap();
+    assert_eq!(fi.length, data.len() as u64);
+    assert_eq!(common::read_all(&cl, "/tls/a").await, data);
+    common::wait_persisted(&cl, "/tls/a").await;
+    assert_eq!(std::fs::read(common::ufs_dir(&c).join("tls/a")).unwrap(), data);
+    // A block read from the UFS through a worker (a fill), and the cached copy after it.
+    std::fs::write(common::ufs_dir(&c).join("tls/u"), &data[..1000]).unwrap();
+    assert_eq!(common::read_all(&cl, "/tls/u").await, &data[..1000]);
+    assert_eq!(common::read_all(&cl, "/tls/u").await, &data[..1000]);
+    // A cached write down a pipeline of both workers (worker → worker over TLS).
+    let opts = PutOptions { write_type: Some(WriteType::MustCache), durable_replicas: Some(2), ..Default::default() };
+    cl.put_with("/tls/m", &mut &data[..], &opts, |_| Ok(pb::ObjectMeta::default())).await.unwrap();
+    let fi = cl.status("/tls/m", true).await.unwrap();
+    assert!(fi.blocks.iter().all(|b| b.locations.len() == 2), "two copies of each block: {:?}", fi.blocks);
+    assert_eq!(common::read_all(&cl, "/tls/m").await, data);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plain_and_untrusted_callers_of_a_tls_cluster_are_refused_clearly() {
+    use locus_proto::{authenticate, exchange};
+    let dir = tempfile::tempdir().unwrap();
+    let (c, _ca) = start_tls(dir.path(), 1).await;
+    let w = c.worker(0).unwrap().data_address().to_string();
+    let hello = || pb::DataRequest { req: Some(pb::data_request::Req::Hello(pb::Empty {})) };
+
+    // Plain TCP, with the right token: refused, saying TLS is needed.
+    let plain = Client::new(&c.master_address(), ClientConfig::default(), c.client_token()).unwrap();
+    let e = quick(plain.status("/", false)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    assert!(e.to_string().contains("TLS only") && e.to_string().contains("tls_ca_file"), "{e}");
+    let mut s = tokio::net::TcpStream::connect(&w).await.unwrap();
+    authenticate(&mut s, &c.client_token()).await.unwrap();
+    let e = quick(exchange(&mut s, hello())).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    assert!(e.to_string().contains("TLS only"), "{e}");
+
+    // TLS trusting another CA: the handshake fails (not retried), saying why.
+    let (other_ca, _, _) = common::tls_files(&dir.path().join("other"));
+    let other = tls_trusting(&other_ca);
+    let t = std::time::Instant::now();
+    let cl = Client::with_tls(&c.master_address(), ClientConfig::default(), c.client_token(), other.clone()).unwrap();
+    let e = quick(cl.status("/", false)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    assert!(e.to_string().contains("TLS handshake") && e.to_string().contains("certificate"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "not retried: {:?}", t.elapsed());
+    let e = quick(other.connect(&w, "worker")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    assert!(!e.is_retryable());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_client_of_a_plain_cluster_is_told_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path()).await;
+    let (ca, _, _) = common::tls_files(&dir.path().join("tls"));
+    let tls = tls_trusting(&ca);
+    let t = std::time::Instant::now();
+    let cl = Client::with_tls(&c.master_address(), ClientConfig::default(), c.client_token(), tls.clone()).unwrap();
+    let e = quick(cl.status("/", false)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    assert!(e.to_string().contains("does not serve TLS"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "not retried: {:?}", t.elapsed());
+    let w = c.worker(0).unwrap().data_address().to_string();
+    let e = quick(tls.connect(&w, "worker")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    assert!(e.to_string().contains("does not serve TLS"), "{e}");
+    // The plain cluster still serves plain clients.
+    assert!(c.client(ClientConfig::default()).unwrap().status("/", false).await.unwrap().is_dir);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_web_port_needs_the_client_token() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path()).await;
+    let web = c.web_address();
+    let token = c.client_token();
+    let basic = |user: &str, pw: &str| {
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}")))
+    };
+    let wrong = Secret::generate().client_token();
+    for path in ["/", "/metrics", "/api/report"] {
+        for auth in [None, Some(format!("Bearer {}", wrong.expose())), Some(basic("admin", wrong.expose()))] {
+            let (status, head, body) = common::http_get(&web, path, auth.as_deref()).await;
+            assert_eq!(status, 401, "{path} {auth:?}: {head}");
+            assert!(head.contains("www-authenticate: basic realm=\"locus\""), "{head}");
+            assert!(!body.contains("locus_workers_live") && !body.contains("workers\":"), "{body}");
+        }
+        for auth in [format!("Bearer {}", token.expose()), basic("anyone", token.expose()), basic("", token.expose())]
+        {
+            let (status, head, body) = common::http_get(&web, path, Some(&auth)).await;
+            assert_eq!(status, 200, "{path} {auth}: {head}");
+            let want = match path {
+                "/metrics" => "locus_workers_live",
+                "/api/report" => "\"workers\"",
+                _ => "<h1>Locus</h1>",
+            };
+            assert!(body.contains(want), "{path}: {body}");
+        }
+    }
     c.shutdown().await;
 }

@@ -95,13 +95,14 @@ pub fn run(g: &Global, cmd: &LocalCmd) -> Result<()> {
             c.start_gateway().await?;
         }
         println!("Locus is running");
-        println!("  master rpc   {}", c.master_address());
+        println!("  master rpc   {}{}", c.master_address(), if c.tls().serves() { " (TLS)" } else { "" });
         if let Some(g) = c.gateway_address() {
             println!("  s3 gateway   http://{g}");
             print_gateway_auth(&gateway_cfg);
         }
         println!("  status page  http://{}/", c.web_address());
         println!("  metrics      http://{}/metrics", c.web_address());
+        println!("  web login    any user name, the client token below as password (or Authorization: Bearer)");
         for i in 0..*workers {
             if let Some(w) = c.worker(i) {
                 println!(

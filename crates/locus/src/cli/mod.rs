@@ -36,6 +36,20 @@ pub struct Global {
     /// when missing).
     #[arg(long, global = true, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM) the master and workers serve their RPC and data ports
+    /// with, with --tls-key-file; they then accept TLS only (also security.tls_cert_file /
+    /// LOCUS_SECURITY__TLS_CERT_FILE; default none: plain TCP).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert-file (also security.tls_key_file /
+    /// LOCUS_SECURITY__TLS_KEY_FILE).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) to trust for the servers' certificates; when set, connect to
+    /// the master and workers over TLS (also security.tls_ca_file /
+    /// LOCUS_SECURITY__TLS_CA_FILE; default none: plain TCP).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Global {
@@ -49,8 +63,15 @@ impl Global {
         if let Some(p) = &self.token_file {
             f = f.merge(Serialized::default("security.token_file", p));
         }
-        if let Some(p) = &self.secret_file {
-            f = f.merge(Serialized::default("security.secret_file", p));
+        for (k, v) in [
+            ("security.secret_file", &self.secret_file),
+            ("security.tls_cert_file", &self.tls_cert_file),
+            ("security.tls_key_file", &self.tls_key_file),
+            ("security.tls_ca_file", &self.tls_ca_file),
+        ] {
+            if let Some(p) = v {
+                f = f.merge(Serialized::default(k, p));
+            }
         }
         for (k, v) in flags {
             if let Some(v) = v {
@@ -61,10 +82,12 @@ impl Global {
     }
 }
 
-/// A client of the configured master, presenting the configured client token.
+/// A client of the configured master, presenting the configured client token (over TLS
+/// when `security.tls_ca_file` is set).
 pub fn client(cfg: &Config) -> Result<locus_client::Client> {
     let token = locus_common::security::client_credential(&cfg.security)?;
-    Ok(locus_client::Client::new(&cfg.master_address, cfg.client.clone(), token)?)
+    let tls = locus_client::Tls::load(&cfg.security)?;
+    Ok(locus_client::Client::with_tls(&cfg.master_address, cfg.client.clone(), token, tls)?)
 }
 
 /// A flag's value for [`Global::load_config`], if it was given.

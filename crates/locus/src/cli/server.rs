@@ -61,12 +61,15 @@ pub fn master(g: &Global, a: &MasterArgs) -> Result<()> {
         }
     };
     let secret = locus_common::security::load_or_create_secret(&cfg.security)?;
+    let tls = locus_client::Tls::load(&cfg.security)?;
     runtime()?.block_on(async move {
         let rpc = tokio::net::TcpListener::bind(&cfg.master.rpc_address).await.context("bind master rpc")?;
         let web = tokio::net::TcpListener::bind(&cfg.master.web_address).await.context("bind master web")?;
-        let m = locus_master::MasterBuilder::new(cfg.master.clone(), secret).root_ufs(root).build().await?;
-        println!("master rpc  {}", rpc.local_addr()?);
+        let serves_tls = tls.serves();
+        let m = locus_master::MasterBuilder::new(cfg.master.clone(), secret).tls(tls).root_ufs(root).build().await?;
+        println!("master rpc  {}{}", rpc.local_addr()?, if serves_tls { " (TLS)" } else { "" });
         println!("status page http://{}/  metrics http://{}/metrics", web.local_addr()?, web.local_addr()?);
+        println!("  (web login: any user name, the client token in {} as password)", cfg.security.token_file.display());
         m.serve(rpc, web, wait_for_signal()).await?;
         Ok(())
     })
@@ -80,9 +83,12 @@ pub fn worker(g: &Global, a: &WorkerArgs) -> Result<()> {
     }
     locus_common::init_logging(cfg.log_json);
     let secret = locus_common::security::wait_for_secret(&cfg.security, std::time::Duration::from_secs(30))?;
+    let tls = locus_client::Tls::load(&cfg.security)?;
     runtime()?.block_on(async move {
-        let w =
-            locus_worker::WorkerBuilder::new(cfg.worker.clone(), cfg.master_address.clone(), secret).start().await?;
+        let w = locus_worker::WorkerBuilder::new(cfg.worker.clone(), cfg.master_address.clone(), secret)
+            .tls(tls)
+            .start()
+            .await?;
         println!("worker data {}  uds {:?}  master {}", w.data_address(), w.uds_path(), cfg.master_address);
         wait_for_signal().await;
         w.shutdown().await;

@@ -76,3 +76,41 @@ pub async fn wait_persisted(c: &Client, path: &str) -> pb::FileInfo {
     }
     panic!("{path} was not persisted in 10 s");
 }
+
+/// Test TLS material written under `dir`: a CA, and a server certificate it signed for
+/// `localhost` and `127.0.0.1`. Returns (ca.pem, cert.pem, key.pem).
+pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    std::fs::create_dir_all(dir).unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "locus test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let mut server = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    server.distinguished_name.push(DnType::CommonName, "locus test server");
+    let key = KeyPair::generate().unwrap();
+    let cert = server.signed_by(&key, &issuer).unwrap();
+    let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&paths.0, ca_cert.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+/// A raw HTTP/1.1 GET of `path` at `addr` with an optional `Authorization` value:
+/// (status, headers in lower case, body).
+pub async fn http_get(addr: &str, path: &str, auth: Option<&str>) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = auth.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_string())
+}

@@ -29,6 +29,9 @@ import org.apache.hadoop.util.Progressable;
  *       LOCUS_CONFIG); LOCUS_* variables apply as for the CLI;
  *   <li>{@code fs.locus.token.file}: the cluster's client token file (else the config's
  *       security.token_file, LOCUS_SECURITY__TOKEN_FILE, ./locus-data/client.token);
+ *   <li>{@code fs.locus.tls.ca.file}: CA certificates (PEM) of a cluster that serves TLS;
+ *       set, the connector connects over TLS (else security.tls_ca_file,
+ *       LOCUS_SECURITY__TLS_CA_FILE; default plain TCP);
  *   <li>{@code fs.locus.read.buffer} and {@code fs.locus.write.buffer}: bytes per native
  *       read and per chunk written, 4 MiB each by default.
  * </ul>
@@ -62,7 +65,8 @@ public class LocusFileSystem extends FileSystem {
     }
     String config = conf.get("fs.locus.config", "");
     String tokenFile = conf.get("fs.locus.token.file", "");
-    ctx = LocusNative.connect(master, config, tokenFile);
+    String caFile = conf.get("fs.locus.tls.ca.file", "");
+    ctx = LocusNative.connect(master, config, tokenFile, caFile);
     uri = URI.create("locus://" + (name.getAuthority() == null ? "" : name.getAuthority()) + "/");
     workingDir = new Path("/");
     readBuffer = conf.getInt("fs.locus.read.buffer", 4 << 20);

@@ -30,9 +30,11 @@ final class LocusNative {
 
   /**
    * A connection to the master at {@code master} (empty: the configured default),
-   * presenting the client token in {@code tokenFile} (empty: the configured one).
+   * presenting the client token in {@code tokenFile} (empty: the configured one), over
+   * TLS trusting the CA certificates in {@code caFile} (empty: the configured ones, if any).
    */
-  static native long connect(String master, String configFile, String tokenFile) throws IOException;
+  static native long connect(String master, String configFile, String tokenFile, String caFile)
+      throws IOException;
 
   static native void close(long ctx);
 
