@@ -55,7 +55,13 @@ impl Client {
         for p in paths {
             let p = p.strip_prefix("locus://").unwrap_or(p);
             let mut found = Vec::new();
-            if p.contains(['*', '?', '[']) {
+            // A name with glob characters that exists is itself, not a pattern.
+            let literal = match self.status(p, false).await {
+                Ok(st) => Some(st),
+                Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::InvalidArgument => None,
+                Err(e) => return Err(e),
+            };
+            if literal.is_none() && p.contains(['*', '?', '[']) {
                 let pat = glob::Pattern::new(p).map_err(|e| Error::invalid(format!("bad glob '{p}': {e}")))?;
                 // List from the deepest directory without wildcards.
                 let fixed: Vec<&str> = p.split('/').take_while(|c| !c.contains(['*', '?', '['])).collect();
@@ -72,7 +78,10 @@ impl Client {
                     return Err(Error::not_found(format!("no file matches {p}")));
                 }
             } else {
-                let st = self.status(p, false).await?;
+                let st = match literal {
+                    Some(st) => st,
+                    None => self.status(p, false).await?,
+                };
                 if st.is_dir {
                     self.list_each(p, true, |e| {
                         if !e.is_dir {

@@ -469,25 +469,10 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
         FsCmd::Rm { recursive, path } => c.delete(path, *recursive).await?,
         FsCmd::Mv { src, dst } => c.rename(src, dst).await?,
         FsCmd::Load { recursive, path } => {
-            let mut files = Vec::new();
-            let root = c.status(path, false).await?;
-            if root.is_dir {
-                if !*recursive {
-                    return Err(Error::invalid(format!("{path} is a directory (use -R)")).into());
-                }
-                c.list_each(path, true, |e| {
-                    if !e.is_dir {
-                        files.push(e.path.clone());
-                    }
-                })
-                .await?;
-            } else {
-                files.push(root.path.clone());
+            if !*recursive && c.status(path, false).await?.is_dir {
+                return Err(Error::invalid(format!("{path} is a directory (use -R)")).into());
             }
-            let mut infos = Vec::new();
-            for f in &files {
-                infos.push(c.status(f, true).await?);
-            }
+            let infos = c.expand_paths(std::slice::from_ref(path)).await?;
             let total: u64 = infos.iter().map(|f| f.length).sum();
             let pb = indicatif::ProgressBar::new(total);
             pb.set_style(
