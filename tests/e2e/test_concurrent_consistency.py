@@ -229,9 +229,6 @@ def test_concurrent_clients_see_strongly_consistent_objects_on_minio(gw):
     assert not load.h.check()
 
 
-@pytest.mark.xfail(strict=False, reason="intermittent (2 of the last 4 runs): reads within ~20 ms after an "
-                   "acknowledged DELETE of a key on the file:// UFS still see the PUT before it (HEAD, LIST); "
-                   "cause not found yet. Not strict: it passes as often as it fails")
 def test_concurrent_clients_see_strongly_consistent_objects_on_the_local_ufs(gw):
     load, final = run_load(gw, "local")
     wait_until(lambda: persisted(gw.cluster), timeout=120, interval=0.5, what="the persist queue to drain")
