@@ -17,6 +17,10 @@
 //! allocation and zeroing, and on a VM that returns freed memory to its host, no host
 //! fault either). Pooled files count against the tier's quota as free space held.
 //!
+//! The blocks of a file version that is gone are retired rather than dropped
+//! ([`BlockStore::retire`]): readable by id for a grace period, so a reader that resolved
+//! them before the change finishes, and the first to go when room is needed.
+//!
 //! Each tier records the cluster (master namespace) its blocks belong to; joining another
 //! cluster drops them ([`BlockStore::adopt_cluster`]), since block ids are only unique
 //! within one namespace.

@@ -112,12 +112,16 @@ impl Inner {
         self.commit_changes().await
     }
 
-    /// Send block additions and removals to the master.
+    /// Send block additions and removals to the master. Returns once every change made
+    /// before the call is known to the master (or its commit failed): commits are sent
+    /// one at a time, so a call whose changes an earlier call took waits for that one.
     pub(crate) async fn commit_changes(&self) -> Result<()> {
+        let _one_at_a_time = self.committing.lock().await;
         let changes = self.store.drain_changes();
         if changes.is_empty() || self.id.load(Relaxed) == 0 {
             return Ok(());
         }
+        crate::delay_point("worker.commit_changes.drained").await;
         let mut req = pb::CommitBlocksRequest { worker_id: self.id.load(Relaxed), ..Default::default() };
         for c in changes {
             match c {

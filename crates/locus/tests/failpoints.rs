@@ -374,3 +374,46 @@ async fn a_delete_being_queued_holds_its_path_until_the_queue_has_it() {
     assert_eq!(names("/m").await.unwrap(), Vec::<String>::new());
     c.shutdown().await;
 }
+
+/// Issue 23 (GETs of a just-written object that failed before their first byte, and
+/// persists failing "no live copy" at their first attempt): a write is acknowledged only
+/// once the master knows its blocks, even when a heartbeat took the blocks' changes from
+/// the store and is still sending them. The worker sends its block commits one at a
+/// time; before, the write's own commit found nothing left to send and acknowledged at
+/// once. The heartbeat's commit is held by a fault point after it took the changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_is_acknowledged_once_the_master_knows_its_blocks() {
+    use locus_client::PutOptions;
+    use locus_common::config::WriteType;
+    use tokio::io::AsyncWriteExt;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let data: Vec<u8> = (0..(6u32 << 20)).map(|i| (i % 253) as u8).collect();
+    // The first 5 MiB arrive (4 blocks stored: a heartbeat takes their changes and is held
+    // 2 s sending them), then the rest, and the write ends.
+    fail::cfg("worker.commit_changes.drained", "1*return(2000)").unwrap();
+    let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
+    let feed = {
+        let data = data.clone();
+        tokio::spawn(async move {
+            tx.write_all(&data[..5 << 20]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            tx.write_all(&data[5 << 20..]).await.unwrap();
+            tx.shutdown().await.unwrap();
+        })
+    };
+    let opts = PutOptions { write_type: Some(WriteType::AsyncThrough), ..Default::default() };
+    cl.put_with("/f", &mut rx, &opts, |_| Ok(Default::default())).await.unwrap();
+    feed.await.unwrap();
+    let fi = cl.status("/f", true).await.unwrap();
+    fail::remove("worker.commit_changes.drained");
+    let missing: Vec<u64> = fi.blocks.iter().filter(|b| b.locations.is_empty()).map(|b| b.block_id).collect();
+    assert!(missing.is_empty(), "acknowledged before the master knew blocks {missing:?}");
+    let mut out = Vec::new();
+    cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+    assert!(out == data);
+    c.shutdown().await;
+}

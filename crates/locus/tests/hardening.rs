@@ -1,5 +1,6 @@
 //! MiniCluster tests of the hardening of issue 23: names the UFS cannot hold, persists
-//! that keep failing, and cached writes bigger than the cache.
+//! that keep failing, cached writes bigger than the cache, and reads that finish the
+//! version they started while the file is overwritten or deleted.
 
 use std::path::Path;
 use std::time::Duration;
