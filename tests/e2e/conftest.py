@@ -643,8 +643,10 @@ def cluster_factory(tmp, request):
 
 @pytest.fixture
 def cluster(cluster_factory) -> Cluster:
-    """One `locus local start` with one worker, a 1 GiB MEM tier and 8 MiB blocks."""
-    return cluster_factory(args=["--block-size", "8MiB"])
+    """One `locus local start` with one worker, a 1 GiB MEM tier and 8 MiB blocks. The
+    blocks of deleted and overwritten files are retired for 2 s (not the default 60 s), so
+    tests can see them go."""
+    return cluster_factory(args=["--block-size", "8MiB"], env={"LOCUS_WORKER__STALE_BLOCK_GRACE": "2s"})
 
 
 @pytest.fixture

@@ -69,10 +69,13 @@ class Load:
             except Exception as e:  # noqa: BLE001: any other failure is a finding
                 with self.lock:
                     if "IncompleteRead" in str(e):
-                        # A GET broken off mid-stream (an error, never wrong bytes): the
-                        # old version's blocks dropped under it. Counted and printed, not
-                        # failed: a known availability bug of the read path (issue 23
-                        # report), rare (0-4 per run) and not reproduced on its own yet.
+                        # A GET broken off (an error, never wrong bytes). Its two causes
+                        # found are fixed (the old version's blocks dropped under it, now
+                        # retired: test_read_versions.py; a write acknowledged before the
+                        # master knew its blocks: the failpoint tests), but a rare one
+                        # remains (1 in 16 bucket runs, before the first byte, cause not
+                        # found yet: the gateway's log says why, "read stream failed").
+                        # Counted and printed, not failed.
                         self.cut_off.append(f"{op} {key}: {e}")
                     else:
                         self.unexpected.append(f"{op} {key}: {type(e).__name__}: {e}")
@@ -229,9 +232,6 @@ def test_concurrent_clients_see_strongly_consistent_objects_on_minio(gw):
     assert not load.h.check()
 
 
-@pytest.mark.xfail(strict=False, reason="intermittent (2 of the last 4 runs): reads within ~20 ms after an "
-                   "acknowledged DELETE of a key on the file:// UFS still see the PUT before it (HEAD, LIST); "
-                   "cause not found yet. Not strict: it passes as often as it fails")
 def test_concurrent_clients_see_strongly_consistent_objects_on_the_local_ufs(gw):
     load, final = run_load(gw, "local")
     wait_until(lambda: persisted(gw.cluster), timeout=120, interval=0.5, what="the persist queue to drain")

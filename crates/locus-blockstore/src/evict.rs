@@ -46,16 +46,22 @@ impl Inner {
             return Ok(());
         }
         let target = low.saturating_sub(need);
-        let mut candidates: Vec<(u64, u64)> = s
+        // Retired blocks first (they are only kept for readers already under way), then
+        // the least recently used.
+        let mut candidates: Vec<(bool, u64, u64)> = s
             .blocks
             .iter()
-            .filter(|(id, m)| m.tier == tier && s.movable(**id, m) && !s.pinned(**id))
-            .map(|(id, m)| (m.last_access, *id))
+            .filter(|(id, m)| m.tier == tier && s.movable(**id, m) && !s.kept(**id, m))
+            .map(|(id, m)| (m.retired_until.is_none(), m.last_access, *id))
             .collect();
         candidates.sort_unstable();
-        for (_, id) in candidates {
+        for (live, _, id) in candidates {
             if s.tiers[tier].projected() <= target {
                 break;
+            }
+            if !live {
+                s.drop_block(id, work);
+                continue;
             }
             let len = s.blocks[&id].len;
             // Claim the block first, so planning room below never picks it.
@@ -100,7 +106,7 @@ impl Inner {
         let Some(m) = s.blocks.get(&block_id) else {
             return;
         };
-        if m.tier == 0 || !s.movable(block_id, m) {
+        if m.tier == 0 || !s.movable(block_id, m) || m.retired_until.is_some() {
             return;
         }
         let len = m.len;

@@ -17,6 +17,10 @@
 //! allocation and zeroing, and on a VM that returns freed memory to its host, no host
 //! fault either). Pooled files count against the tier's quota as free space held.
 //!
+//! The blocks of a file version that is gone are retired rather than dropped
+//! ([`BlockStore::retire`]): readable by id for a grace period, so a reader that resolved
+//! them before the change finishes, and the first to go when room is needed.
+//!
 //! Each tier records the cluster (master namespace) its blocks belong to; joining another
 //! cluster drops them ([`BlockStore::adopt_cluster`]), since block ids are only unique
 //! within one namespace.
@@ -146,10 +150,15 @@ impl BlockStore {
         self.inner.run(work)
     }
 
-    /// Every block held, with its tier and length (the full block report).
+    /// Every block held, with its tier and length (the full block report). Retired
+    /// blocks are not: the master has dropped them already.
     pub fn report(&self) -> Vec<(u64, TierAlias, u64)> {
         let s = self.inner.state.lock();
-        s.blocks.iter().map(|(id, m)| (*id, s.tiers[m.tier].alias, m.len)).collect()
+        s.blocks
+            .iter()
+            .filter(|(_, m)| m.retired_until.is_none())
+            .map(|(id, m)| (*id, s.tiers[m.tier].alias, m.len))
+            .collect()
     }
 
     fn tier_dirs(&self) -> Vec<std::path::PathBuf> {
@@ -256,8 +265,60 @@ impl BlockStore {
         *e = (*e).max(epoch);
     }
 
+    /// Whether the block is here and live (not removed, not retired).
     pub fn contains(&self, block_id: u64) -> bool {
-        self.inner.state.lock().blocks.get(&block_id).is_some_and(|m| !m.remove_when_free)
+        self.inner.state.lock().blocks.get(&block_id).is_some_and(|m| !m.remove_when_free && m.retired_until.is_none())
+    }
+
+    /// Retire a block whose file version was overwritten or deleted: it stays for
+    /// `grace`, readable by its id (a reader that resolved the file's blocks before the
+    /// change finishes the version it started), and goes after that (or when its last
+    /// lease ends, if later). Its space still counts as used until then, but it is the
+    /// first to go when a write or a fill needs room, pinned or not, and it is reported
+    /// removed now (never in a full block report). A zero `grace` removes it now.
+    /// Returns whether the block was here.
+    pub fn retire(&self, block_id: u64, grace: Duration) -> Result<bool> {
+        if grace.is_zero() {
+            return self.remove(block_id);
+        }
+        let mut s = self.inner.state.lock();
+        let Some(m) = s.blocks.get_mut(&block_id) else {
+            return Ok(false);
+        };
+        if m.retired_until.is_none() && !m.remove_when_free {
+            m.retired_until = Some(std::time::Instant::now() + grace);
+            s.changes.push(Change::Removed { block_id });
+        }
+        Ok(true)
+    }
+
+    /// Drop the retired blocks whose grace period has ended (a leased one when its last
+    /// lease ends). Returns how many went or will go. The worker calls this with each
+    /// heartbeat. Blocking (it removes files).
+    pub fn expire_retired(&self) -> usize {
+        let now = std::time::Instant::now();
+        let mut work = Work::default();
+        let mut n = 0;
+        {
+            let mut s = self.inner.state.lock();
+            let due: Vec<u64> = s
+                .blocks
+                .iter()
+                .filter(|(_, m)| m.retired_until.is_some_and(|t| t <= now) && !m.remove_when_free)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in due {
+                n += 1;
+                let m = s.blocks.get_mut(&id).expect("listed");
+                if m.free() {
+                    s.drop_block(id, &mut work);
+                } else {
+                    m.remove_when_free = true;
+                }
+            }
+        }
+        self.inner.run(work);
+        n
     }
 
     /// Drop a block (free, or stale after a UFS change). A leased block goes when its

@@ -82,6 +82,11 @@ pub(crate) struct Meta {
     /// Which incarnation of the id this is: the tick of its commit (0 for a block found
     /// at open). A lease ends on its own block, not on a later one of the same id.
     pub generation: u64,
+    /// Retired (its file version was overwritten or deleted): kept, still readable by
+    /// id, until then, for readers that resolved the file's blocks before the change
+    /// ([`crate::BlockStore::retire`]). Not pinned, not reported, the first to go
+    /// when room is needed.
+    pub retired_until: Option<Instant>,
 }
 
 impl Meta {
@@ -96,6 +101,7 @@ impl Meta {
             crc,
             verified: None,
             generation: tick,
+            retired_until: None,
         }
     }
 
@@ -150,6 +156,12 @@ impl State {
         self.pinned_versions.contains(&v) || self.write_pins.contains_key(&v)
     }
 
+    /// Whether block `id` must stay: pinned and not retired (a retired block's version
+    /// is gone, whatever pin list this worker still has).
+    pub fn kept(&self, id: u64, m: &Meta) -> bool {
+        m.retired_until.is_none() && self.pinned(id)
+    }
+
     /// Whether a block may be claimed for a move: nobody reads, moves or removes it, and
     /// no earlier file work on its paths is still pending (it could take the new copy).
     pub fn movable(&self, id: u64, m: &Meta) -> bool {
@@ -191,7 +203,10 @@ impl State {
         let t = &mut self.tiers[m.tier];
         t.used -= m.len;
         let pool = (t.recycle && m.leases == 0).then(|| t.dir.join("tmp").join(format!("pool-{nonce}")));
-        self.changes.push(Change::Removed { block_id });
+        if m.retired_until.is_none() {
+            // (a retired block was reported removed when it was retired)
+            self.changes.push(Change::Removed { block_id });
+        }
         self.file_gone(block_id, m.tier, m.len, pool, work);
     }
 

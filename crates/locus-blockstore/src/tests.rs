@@ -194,6 +194,56 @@ fn lru_eviction_between_watermarks() {
     assert!(!block_path(d.path(), 2).exists());
 }
 
+/// A retired block (its file version overwritten or deleted) stays readable by id for
+/// its grace period, longer while leased; it counts as used until it goes, goes first
+/// when room is needed (pinned or not), and is reported removed once, at retirement.
+#[test]
+fn retired_blocks_stay_readable_for_their_grace_then_give_their_space_back() {
+    let d = tempfile::tempdir().unwrap();
+    let s = BlockStore::open(&[tier(TierAlias::Mem, d.path(), 1000)], 0.9, 0.5).unwrap();
+    let (old, other) = (locus_common::block_id(9, 0), locus_common::block_id(10, 0));
+    put(&s, old, 300).unwrap();
+    put(&s, other, 300).unwrap();
+    s.set_pinned_versions([9, 10].into(), 1); // the worker's pin list may lag the master
+    s.drain_changes();
+    assert!(s.retire(old, Duration::from_millis(200)).unwrap());
+    assert_eq!(s.drain_changes(), vec![Change::Removed { block_id: old }]);
+    assert!(!s.contains(old), "not live");
+    assert!(!s.report().iter().any(|(id, _, _)| *id == old), "not in a full block report");
+    assert_eq!(s.usage()[0].used, 600, "its space is still used");
+    let lease = s.lease(old, false).unwrap().expect("still readable by id");
+    assert_eq!(s.expire_retired(), 0, "within its grace");
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(s.expire_retired(), 1);
+    assert!(lease.path.exists() && s.usage()[0].used == 600, "a leased block stays past its grace");
+    assert!(s.lease(old, false).unwrap().is_none(), "no new readers once its grace is over");
+    drop(lease);
+    assert!(!block_path(d.path(), old).exists());
+    assert_eq!(s.usage()[0].used, 300, "the space came back");
+    assert!(s.drain_changes().is_empty(), "reported removed once");
+    s.check();
+
+    // Room for a write: a retired block goes first, pinned or not, before any live one.
+    put(&s, old, 300).unwrap();
+    s.retire(old, Duration::from_secs(3600)).unwrap();
+    put(&s, 3, 300).unwrap(); // 900: at the high watermark
+    drop(s.lease(3, false).unwrap());
+    put(&s, 4, 100).unwrap(); // 1000 > 900: room down to 500 - 100
+    assert!(s.lease(old, false).unwrap().is_none(), "the retired block went first");
+    assert!(s.contains(other), "the pinned live block stays");
+    s.check();
+    // check_room counts a retired block as space that can be made free.
+    put(&s, 5, 200).unwrap();
+    s.retire(5, Duration::from_secs(3600)).unwrap();
+    s.set_pinned_versions([10, 0].into(), 2); // `other` (300) and 4 (100) are kept
+    s.check_room(600).unwrap();
+    assert!(s.check_room(601).is_err());
+    // A zero grace removes at once.
+    assert!(s.retire(other, Duration::ZERO).unwrap());
+    assert!(!block_path(d.path(), other).exists());
+    s.check();
+}
+
 #[test]
 fn pinned_and_leased_blocks_stay() {
     let d = tempfile::tempdir().unwrap();

@@ -44,7 +44,7 @@ impl BlockStore {
         let s = self.inner.state.lock();
         let mut held = vec![0u64; s.tiers.len()];
         for (id, m) in &s.blocks {
-            if s.pinned(*id) {
+            if s.kept(*id, m) {
                 held[m.tier] += m.len;
             }
         }

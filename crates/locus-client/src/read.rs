@@ -351,6 +351,11 @@ impl Client {
         tokio::spawn(async move {
             let mut w = ChannelSink { tx: tx.clone() };
             if let Err(e) = client.read_into(&fi, offset, len, opts, &mut w).await {
+                // Its reader sees the stream end early (an S3 GET's body is cut off): the
+                // cause is only here.
+                if !tx.is_closed() {
+                    tracing::warn!(path = %fi.path, version = fi.version, offset, len, error = %e, "read stream failed");
+                }
                 // The reader may be gone already (it hung up): nothing left to tell.
                 let _ = tx.send(Err(e)).await;
             }

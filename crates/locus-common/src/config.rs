@@ -195,6 +195,14 @@ pub struct WorkerConfig {
     /// Default `30s`.
     #[serde(with = "humantime_serde")]
     pub file_pool_ttl: Duration,
+    /// How long the blocks of a file version that was overwritten or deleted stay
+    /// readable (by their ids) after the master retires them, so that a read that
+    /// resolved the file's blocks before the change (an S3 GET under way, `fs cat`)
+    /// finishes the version it started; longer while a reader leases one. They still
+    /// count as used, but are the first to go when a write or a fill needs room. `0s`
+    /// drops them at once. Default `60s`.
+    #[serde(with = "humantime_serde")]
+    pub stale_block_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -210,6 +218,7 @@ impl Default for WorkerConfig {
             heartbeat_interval: Duration::from_secs(1),
             chunk_size: ByteSize::mib(4),
             file_pool_ttl: Duration::from_secs(30),
+            stale_block_grace: Duration::from_secs(60),
         }
     }
 }
@@ -601,6 +610,7 @@ low_watermark = 0.5
 heartbeat_interval = "2s"
 chunk_size = "1 MiB"
 file_pool_ttl = "11s"
+stale_block_grace = "12s"
 [[worker.tiers]]
 alias = "MEM"
 dir = "/dev/shm/x"
@@ -647,6 +657,7 @@ part_persist_wait = "42s"
             assert_eq!(c.worker.tiers[1].alias, TierAlias::Ssd);
             assert_eq!(c.worker.uds_path.as_deref(), Some(Path::new("/w/s.sock")));
             assert_eq!(c.worker.file_pool_ttl, Duration::from_secs(11));
+            assert_eq!(c.worker.stale_block_grace, Duration::from_secs(12));
             assert_eq!(c.client.locality, Locality::Remote);
             assert!(!c.client.short_circuit);
             assert_eq!(c.gateway.domains, vec!["s3.example".to_string()]);

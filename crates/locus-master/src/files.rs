@@ -500,12 +500,8 @@ impl Master {
         let dropped = self
             .commit_soft(move |me, w, fx| {
                 for r in &recs {
-                    me.drop_version(w, r, fx)?;
-                    // the version stays valid: only its cached copies go
-                    w.open_table(VERSIONS).map_err(db_err)?.insert(r.version, r.id).map_err(db_err)?;
-                    if r.replication_min != 0 || r.replication_max != 0 {
-                        w.open_table(REPLICATED).map_err(db_err)?.insert(r.version, ()).map_err(db_err)?;
-                    }
+                    // The version stays valid: only its cached copies go, at once.
+                    me.drop_copies(w, r, false, fx)?;
                 }
                 Ok(fx.dropped.clone())
             })

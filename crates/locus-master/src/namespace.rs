@@ -20,6 +20,9 @@ use crate::*;
 pub(crate) struct Effects {
     /// (worker, block) copies their workers must delete.
     pub dropped: Vec<(u64, u64)>,
+    /// (worker, block) copies of file versions overwritten or deleted: their workers
+    /// retire them (kept for a grace period for readers under way, then deleted).
+    pub retired: Vec<(u64, u64)>,
     /// Persist-queue operations journaled by the change, for the scheduler.
     pub ops: Vec<pb::PersistOp>,
     /// Entries loaded from a UFS (counted in the metrics).
@@ -77,7 +80,7 @@ impl Master {
     /// Carry out what a committed change left to do: tell workers to delete dropped
     /// blocks, hand journaled operations to the persist scheduler, count loaded entries.
     pub(crate) fn apply(&self, fx: Effects) {
-        self.queue_removals(fx.dropped);
+        self.queue_removals(fx.dropped, fx.retired);
         self.track(fx.ops);
         self.inner.metrics.files_loaded.inc_by(fx.loaded);
     }
@@ -130,12 +133,31 @@ impl Master {
         Ok(rec)
     }
 
-    /// Forget every cached block of a file version; the workers holding them must delete
-    /// them (`fx.dropped`).
+    /// Forget every cached block of a file version that is gone (overwritten, deleted,
+    /// changed in the UFS): the workers holding them retire them (`fx.retired`), so that
+    /// reads already under way can finish.
     pub(crate) fn drop_version(&self, w: &WriteTransaction, rec: &pb::InodeRecord, fx: &mut Effects) -> Result<()> {
         if rec.is_dir {
             return Ok(());
         }
+        self.drop_copies(w, rec, true, fx)?;
+        w.open_table(VERSIONS).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
+        w.open_table(REPLICATED).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
+        if w.open_table(PINNED).map_err(db_err)?.remove(rec.version).map_err(db_err)?.is_some() {
+            self.bump_pin_epoch(w)?;
+        }
+        Ok(())
+    }
+
+    /// Forget the cached copies of a file version's blocks; their workers retire them
+    /// (`retire`: the version is gone) or delete them at once (`fx.dropped`: `free`).
+    pub(crate) fn drop_copies(
+        &self,
+        w: &WriteTransaction,
+        rec: &pb::InodeRecord,
+        retire: bool,
+        fx: &mut Effects,
+    ) -> Result<()> {
         let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
         let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
         for i in 0..Self::block_count(rec.length, rec.block_size) {
@@ -143,13 +165,8 @@ impl Master {
             for wk in second_keys(&loc, b)? {
                 loc.remove((b, wk)).map_err(db_err)?;
                 wb.remove((wk, b)).map_err(db_err)?;
-                fx.dropped.push((wk, b));
+                if retire { fx.retired.push((wk, b)) } else { fx.dropped.push((wk, b)) }
             }
-        }
-        w.open_table(VERSIONS).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
-        w.open_table(REPLICATED).map_err(db_err)?.remove(rec.version).map_err(db_err)?;
-        if w.open_table(PINNED).map_err(db_err)?.remove(rec.version).map_err(db_err)?.is_some() {
-            self.bump_pin_epoch(w)?;
         }
         Ok(())
     }
@@ -189,15 +206,22 @@ impl Master {
         Ok(())
     }
 
-    /// Tell workers (through their next heartbeat) to delete these blocks.
-    pub(crate) fn queue_removals(&self, dropped: Vec<(u64, u64)>) {
-        if dropped.is_empty() {
+    /// Tell workers (through their next heartbeat) to delete these blocks (`dropped`), or
+    /// to retire them (`retired`: blocks of versions gone, which readers that resolved
+    /// them before may still need for a while).
+    pub(crate) fn queue_removals(&self, dropped: Vec<(u64, u64)>, retired: Vec<(u64, u64)>) {
+        if dropped.is_empty() && retired.is_empty() {
             return;
         }
         let mut ws = self.inner.workers.lock();
         for (wk, b) in dropped {
             if let Some(s) = ws.get_mut(&wk) {
                 s.pending_remove.push(b);
+            }
+        }
+        for (wk, b) in retired {
+            if let Some(s) = ws.get_mut(&wk) {
+                s.pending_retire.push(b);
             }
         }
     }

@@ -42,8 +42,8 @@ impl Master {
         ufs: impl Future<Output = Result<()>>,
         change: impl Fn(&Master, &WriteTransaction, bool, &mut Effects) -> Result<Option<pb::PersistOp>> + Send + 'static,
     ) -> Result<()> {
-        let guard = self.begin_ufs_op(mount_id, paths);
-        let queued = guard.is_none();
+        // Held from here until the change is made or queued, tracked, and over.
+        let (guard, queued) = self.begin_ufs_op(mount_id, paths);
         let claim = match (renamed_to, paths) {
             (Some(_), [src_rel, dst_rel]) if queued => self.claim_persists(mount_id, src_rel, dst_rel),
             _ => None,
@@ -70,6 +70,7 @@ impl Master {
                 Ok(())
             })
             .await?;
+        crate::resolve::delay_point("master.ufs_change.committed").await;
         if let Some(c) = claim {
             c.requeued();
         }

@@ -129,18 +129,23 @@ impl Master {
         pending.chain(sync).chain(done).filter(|(m, _)| *m == mount_id).flat_map(|(_, ps)| ps.iter().cloned()).collect()
     }
 
-    /// Start a synchronous UFS change of `paths` in mount `mount_id`: `None` when queued
-    /// changes overlap them (then the change must be queued behind them instead).
-    pub(crate) fn begin_ufs_op(&self, mount_id: u64, paths: &[&str]) -> Option<SyncGuard> {
+    /// Start a UFS change of `paths` in mount `mount_id`: whether it must be queued (queued
+    /// changes overlap its paths), else it is made now, synchronously. Either way its
+    /// paths are held ([`Master::held_ufs_paths`]) until the guard is dropped, which the
+    /// caller does once the change is over: made and committed, or committed and handed
+    /// to the scheduler ([`Master::track`]). A queued change is not in the scheduler's
+    /// view until then, and the change it queued behind may finish before that: without
+    /// the hold, a sync whose commit fell between the two (in the same transaction as the
+    /// delete, or the next) saw nothing held and imported the deleted file back from the
+    /// UFS.
+    pub(crate) fn begin_ufs_op(&self, mount_id: u64, paths: &[&str]) -> (SyncGuard, bool) {
         let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
         let mut t = self.inner.persist.lock();
-        if t.pending.values().any(|p| p.mount_id == mount_id && any_overlap(&p.paths, &paths)) {
-            return None;
-        }
+        let queued = t.pending.values().any(|p| p.mount_id == mount_id && any_overlap(&p.paths, &paths));
         t.next_token += 1;
         let token = t.next_token;
         t.sync_ops.insert(token, (mount_id, paths));
-        Some(SyncGuard { master: self.clone(), token })
+        (SyncGuard { master: self.clone(), token }, queued)
     }
 
     /// Wait until no queued change overlaps `path` (before a synchronous UFS write). A
@@ -344,6 +349,7 @@ impl Master {
             return self.commit(move |_, w, _| remove_op(w, seq)).await;
         };
         locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
+        crate::resolve::delay_point("master.persist.running").await;
         let count = |result: &str| self.inner.metrics.persist_ops.with_label_values(&[op.kind().name(), result]).inc();
         let result = match op.kind() {
             pb::PersistOpKind::Persist => {

@@ -43,7 +43,8 @@ pub(crate) struct Tracker {
     pub(crate) running: HashSet<u64>,
     /// seq → (not before, failures so far)
     pub(crate) retry: HashMap<u64, (Instant, u32)>,
-    /// Synchronous UFS changes in progress: token → (mount, paths).
+    /// UFS changes in progress: synchronous ones, and queued ones until their queue
+    /// record is committed and tracked: token → (mount, paths).
     pub(crate) sync_ops: HashMap<u64, (u64, Vec<String>)>,
     pub(crate) next_token: u64,
     /// UFS changes finished (queued ones done, synchronous ones over), oldest first:
@@ -81,7 +82,8 @@ pub(crate) struct Backlog {
     pub ops: u64,
 }
 
-/// Held while a synchronous UFS change runs; see [`Master::begin_ufs_op`].
+/// Held while a UFS change is under way (made now, or being queued); see
+/// [`Master::begin_ufs_op`].
 pub(crate) struct SyncGuard {
     pub(crate) master: Master,
     pub(crate) token: u64,

@@ -15,7 +15,7 @@ use crate::*;
 
 /// Fault point `name` (`return(<ms>)`): wait that long there (the failpoint tests
 /// open race windows with it). Nothing without the `failpoints` feature.
-async fn delay_point(name: &str) {
+pub(crate) async fn delay_point(name: &str) {
     let _ = name;
     #[allow(clippy::redundant_closure_call)]
     let ms: Option<u64> = (|| {

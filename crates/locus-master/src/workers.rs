@@ -20,6 +20,8 @@ pub(crate) struct WorkerState {
     /// The worker's background jobs, as of its last heartbeat.
     pub(crate) jobs: Vec<pb::JobInfo>,
     pub(crate) pending_remove: Vec<u64>,
+    /// Blocks of versions gone, for the worker to retire (see `Effects::retired`).
+    pub(crate) pending_retire: Vec<u64>,
     /// Heartbeats received; a worker has acted on a response once the next one arrives.
     pub(crate) beats: u64,
     /// The pin epoch the worker last reported.
@@ -114,6 +116,7 @@ impl Master {
                 counters,
                 jobs: Vec::new(),
                 pending_remove: stale,
+                pending_retire: Vec::new(),
                 beats: 0,
                 pin_epoch: 0,
             },
@@ -152,6 +155,7 @@ impl Master {
                 s.counters = c;
             }
             resp.remove_blocks = std::mem::take(&mut s.pending_remove);
+            resp.retire_blocks = std::mem::take(&mut s.pending_retire);
         }
         let r = self.inner.store.read()?;
         let epoch = get_counter(&r.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
@@ -183,7 +187,9 @@ impl Master {
                     wb.insert((req.worker_id, b.block_id), ()).map_err(db_err)?;
                     loc.insert((b.block_id, req.worker_id), b.tier().name()).map_err(db_err)?;
                 } else {
-                    fx.dropped.push((req.worker_id, b.block_id)); // the file changed or went meanwhile
+                    // The file changed or went meanwhile (a reader of the old version may
+                    // have filled it: it is kept for a while).
+                    fx.retired.push((req.worker_id, b.block_id));
                 }
             }
             for b in &req.removed {

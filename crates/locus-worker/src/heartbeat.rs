@@ -72,7 +72,11 @@ impl Inner {
             self.pin_epoch.store(0, Relaxed);
         }
         self.commit_changes().await?;
-        self.store_blocking(|s| Ok(s.trim_file_pool())).await?;
+        self.store_blocking(|s| {
+            s.expire_retired();
+            Ok(s.trim_file_pool())
+        })
+        .await?;
         let c = &self.counters;
         let req = pb::HeartbeatRequest {
             worker_id: self.id.load(Relaxed),
@@ -101,17 +105,25 @@ impl Inner {
             self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect(), resp.pin_epoch);
             self.pin_epoch.store(resp.pin_epoch, Relaxed);
         }
-        let removed = resp.remove_blocks;
-        self.store_blocking(move |s| removed.into_iter().try_for_each(|b| s.remove(b).map(drop))).await?;
+        let (removed, retired, grace) = (resp.remove_blocks, resp.retire_blocks, self.cfg.stale_block_grace);
+        self.store_blocking(move |s| {
+            removed.into_iter().try_for_each(|b| s.remove(b).map(drop))?;
+            retired.into_iter().try_for_each(|b| s.retire(b, grace).map(drop))
+        })
+        .await?;
         self.commit_changes().await
     }
 
-    /// Send block additions and removals to the master.
+    /// Send block additions and removals to the master. Returns once every change made
+    /// before the call is known to the master (or its commit failed): commits are sent
+    /// one at a time, so a call whose changes an earlier call took waits for that one.
     pub(crate) async fn commit_changes(&self) -> Result<()> {
+        let _one_at_a_time = self.committing.lock().await;
         let changes = self.store.drain_changes();
         if changes.is_empty() || self.id.load(Relaxed) == 0 {
             return Ok(());
         }
+        crate::delay_point("worker.commit_changes.drained").await;
         let mut req = pb::CommitBlocksRequest { worker_id: self.id.load(Relaxed), ..Default::default() };
         for c in changes {
             match c {

@@ -76,6 +76,11 @@ struct Inner {
     inflight: Mutex<HashMap<u64, watch::Receiver<FillState>>>,
     /// The worker's background jobs, reported with every heartbeat.
     jobs: Mutex<Vec<locus_common::job::JobWatch>>,
+    /// Held while block changes are taken from the store and sent to the master
+    /// ([`Inner::commit_changes`]): a caller that finds nothing left to send has to wait
+    /// for the commit in flight that took its changes, or it would answer (acknowledge a
+    /// write, say) before the master knows its blocks.
+    committing: tokio::sync::Mutex<()>,
 }
 
 /// Builds a [`Worker`].
@@ -156,6 +161,7 @@ impl WorkerBuilder {
             ufs: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
             jobs: Mutex::new(Vec::new()),
+            committing: tokio::sync::Mutex::new(()),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -315,5 +321,19 @@ impl Inner {
         let ufs = Ufs::new(&info.uri, &opts, Duration::from_secs(60))?;
         self.ufs.lock().insert(mount_id, ufs.clone());
         Ok(ufs)
+    }
+}
+
+/// Fault point `name` (`return(<ms>)`): wait that long there (the failpoint tests open
+/// race windows with it). Nothing without the `failpoints` feature.
+pub(crate) async fn delay_point(name: &str) {
+    let _ = name;
+    #[allow(clippy::redundant_closure_call)]
+    let ms: Option<u64> = (|| {
+        locus_common::fail::fail_point!(name, |a: Option<String>| a.and_then(|s| s.parse().ok()));
+        None
+    })();
+    if let Some(ms) = ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }

@@ -116,6 +116,15 @@ impl Inner {
     /// refused (before any byte is sent), never served as a mix of versions.
     async fn checked_ufs(&self, r: &pb::ReadBlockRequest) -> Result<Ufs> {
         let ufs = self.ufs(r.mount_id).await?;
+        Self::check_unchanged(&ufs, r).await?;
+        Ok(ufs)
+    }
+
+    /// Whether the file still has the fingerprint the client's metadata carries. Asked
+    /// before a UFS read and again after its last byte arrived and before that byte is
+    /// handed on: a file replaced while it was read (the bytes are then a mix of two
+    /// versions) is refused, never served.
+    async fn check_unchanged(ufs: &Ufs, r: &pb::ReadBlockRequest) -> Result<()> {
         if !r.fingerprint.is_empty() {
             let now = ufs.stat(&r.ufs_path).await?.map(|s| s.fingerprint()).unwrap_or_default();
             if now != r.fingerprint {
@@ -130,7 +139,7 @@ impl Inner {
                 ));
             }
         }
-        Ok(ufs)
+        Ok(())
     }
 
     fn count_served(&self, local: bool, n: u64) {
@@ -514,12 +523,22 @@ impl Inner {
         write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
         *hdr = true;
         let mut sent = 0;
-        while let Some(b) = s.next().await {
-            let b = b?;
+        // Each piece goes out when the next one has arrived; the last only once the file
+        // is known not to have changed while it was read.
+        let mut held: Option<Bytes> = None;
+        loop {
+            let next = s.next().await.transpose()?;
+            if next.is_none() {
+                Self::check_unchanged(&ufs, r).await?;
+            }
+            if let Some(b) = held.take() {
+                sock.write_all(&b).await.map_err(|e| Error::io("send block", e))?;
+                self.count_served(r.client_local, b.len() as u64);
+                sent += b.len() as u64;
+            }
+            let Some(b) = next else { break };
             self.counters.ufs.fetch_add(b.len() as u64, Relaxed);
-            sock.write_all(&b).await.map_err(|e| Error::io("send block", e))?;
-            self.count_served(r.client_local, b.len() as u64);
-            sent += b.len() as u64;
+            held = Some(b);
         }
         if sent != r.length {
             return Err(Error::new(ErrorKind::Ufs, format!("UFS returned {sent} of {} bytes (changed?)", r.length)));
@@ -561,7 +580,12 @@ impl Inner {
                         continue;
                     }
                 }
-                None => stream_ended = true,
+                None => {
+                    stream_ended = true;
+                    // Before the last bytes reach a reader: the file was not replaced
+                    // while it was read (a mix of two versions is never served).
+                    Self::check_unchanged(&ufs, r).await?;
+                }
             }
             if !pending.is_empty() {
                 file = write_block_file(file, std::mem::take(&mut pending)).await?;

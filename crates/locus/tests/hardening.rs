@@ -1,5 +1,6 @@
 //! MiniCluster tests of the hardening of issue 23: names the UFS cannot hold, persists
-//! that keep failing, and cached writes bigger than the cache.
+//! that keep failing, cached writes bigger than the cache, and reads that finish the
+//! version they started while the file is overwritten or deleted.
 
 use std::path::Path;
 use std::time::Duration;
@@ -286,5 +287,83 @@ async fn an_undated_bucket_gets_a_creation_date_at_the_next_start() {
     assert!(t >= before, "the bucket's time {t} is not this start's ({before})");
     // Only buckets: a deeper directory keeps what it had.
     assert_eq!(cl.status("/old/sub", false).await.unwrap().mtime_ms, 0);
+    c.shutdown().await;
+}
+
+/// Wait until worker 0 no longer holds `block` as a live block (the master's removal or
+/// retirement has reached it).
+async fn wait_not_live(c: &LocalCluster, block: u64) {
+    let store = c.worker(0).unwrap().store();
+    for _ in 0..200 {
+        if !store.contains(block) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("block {block} is still live on the worker");
+}
+
+/// Issue 23: a read that resolved a file's blocks finishes the version it started when
+/// the file is overwritten or deleted under it (S3: a GET that has started returns the
+/// whole object version it started with). The old version's blocks are retired on the
+/// worker, not dropped: readable by id for `worker.stale_block_grace`, then gone, their
+/// space back. Deterministic: the first block is read, the file changed, the worker has
+/// acted on the change, then the rest is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_under_way_finishes_the_version_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = common::config(dir.path(), 64 * BLOCK, false);
+    cfg.worker.stale_block_grace = Duration::from_secs(2);
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let len = 3 * BLOCK as usize + 1000;
+    for change in ["overwrite", "delete"] {
+        for wt in [WriteType::AsyncThrough, WriteType::MustCache] {
+            let path = format!("/{change}-{}", wt.as_str());
+            let old = random(len);
+            put_as(&cl, &path, &old, wt).await.unwrap();
+            if wt == WriteType::AsyncThrough {
+                wait_persisted(&cl, &path).await;
+            }
+            let fi = cl.status(&path, true).await.unwrap();
+            let mut got = Vec::new();
+            cl.read_to(&fi, 0, BLOCK, Default::default(), &mut got).await.unwrap();
+            if change == "overwrite" {
+                put_as(&cl, &path, &random(len), wt).await.unwrap();
+            } else {
+                cl.delete(&path, false).await.unwrap();
+            }
+            wait_not_live(&c, fi.blocks[1].block_id).await;
+            cl.read_to(&fi, BLOCK, fi.length - BLOCK, Default::default(), &mut got).await.unwrap();
+            assert!(got == old, "{path}: the read did not return the version it started with");
+        }
+    }
+    // After the grace period the retired blocks go and their space comes back: what is
+    // left is the two overwritten files' new versions.
+    let want = 2 * len as u64;
+    for _ in 0..200 {
+        if mem_used(&c) <= want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(mem_used(&c), want, "the retired blocks' space is back");
+    c.shutdown().await;
+
+    // With no grace period the read fails rather than mixing versions: the UFS holds the
+    // new version, whose fingerprint is not the one the reader's metadata carries.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = common::config(dir.path(), 64 * BLOCK, false);
+    cfg.worker.stale_block_grace = Duration::ZERO;
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    put_as(&cl, "/f", &random(len), WriteType::CacheThrough).await.unwrap();
+    let fi = cl.status("/f", true).await.unwrap();
+    let mut got = Vec::new();
+    cl.read_to(&fi, 0, BLOCK, Default::default(), &mut got).await.unwrap();
+    put_as(&cl, "/f", &random(len), WriteType::CacheThrough).await.unwrap();
+    wait_not_live(&c, fi.blocks[1].block_id).await;
+    let e = cl.read_to(&fi, BLOCK, fi.length - BLOCK, Default::default(), &mut got).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
     c.shutdown().await;
 }

@@ -272,15 +272,24 @@ async fn demotion_to_ssd_and_promotion_back() {
         read_all(&cl, &format!("/f{i}")).await;
         files.push(d);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let fi = cl.status("/f0", true).await.unwrap();
-    assert_eq!(fi.blocks[0].locations[0].tier(), pb::Tier::Ssd, "oldest block demoted, not dropped");
+    // The master learns of a move with the worker's next commit: poll, do not guess.
+    let tier_of_f0 = async |want: pb::Tier| {
+        let mut last = None;
+        for _ in 0..100 {
+            let fi = cl.status("/f0", true).await.unwrap();
+            last = fi.blocks[0].locations.first().map(|l| l.tier());
+            if last == Some(want) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        last
+    };
+    assert_eq!(tier_of_f0(pb::Tier::Ssd).await, Some(pb::Tier::Ssd), "oldest block demoted, not dropped");
     let before = settled(&cl).await;
     let promote = c.client(ClientConfig { read_type: ReadType::CachePromote, ..Default::default() }).unwrap();
     assert_eq!(sha(&read_all(&promote, "/f0").await), sha(&files[0]));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let fi = cl.status("/f0", true).await.unwrap();
-    assert_eq!(fi.blocks[0].locations[0].tier(), pb::Tier::Mem);
+    assert_eq!(tier_of_f0(pb::Tier::Mem).await, Some(pb::Tier::Mem), "promoted back");
     assert_eq!(settled(&cl).await.ufs, before.ufs);
     c.shutdown().await;
 }
