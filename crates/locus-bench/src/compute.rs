@@ -70,11 +70,8 @@ struct Object {
 
 impl HostCompute {
     pub async fn run(&self) -> Result<HostOutcome> {
-        let ufs = Ufs::new(
-            &format!("s3://{}", self.minio.bucket),
-            &self.minio.mount_options(),
-            Duration::from_secs(300),
-        )?;
+        let ufs =
+            Ufs::new(&format!("s3://{}", self.minio.bucket), &self.minio.mount_options(), Duration::from_secs(300))?;
         let t = Instant::now();
         let prefix = self.prefix.trim_matches('/').to_string();
         let mut objects: Vec<Object> = ufs
