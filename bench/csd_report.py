@@ -307,7 +307,7 @@ def markdown(raw: dict) -> str:
          f"Profile `{raw['profile']}` ({m.get('profile_desc', '')}); {m.get('cores', '?')} cores, "
          f"{m.get('memory_gib', '?')} GiB, {m.get('cpu', '')}; code {raw.get('code') or '?'}; "
          f"medians of {raw['reps']} run(s) each; Locus with {', '.join(map(str, raw.get('workers', [])))} "
-         f"worker(s) (`locus local start --workers N`, 64 MiB blocks).",
+         f"worker(s) (`locus local start --workers N`, {human_size(raw.get('block_size', 64 * MiB))} blocks).",
          "",
          "Data: a CSV with a header, `ts,sensor,c0,...,c7` (timestamp, sensor id, 8 numeric channels). "
          f"Operators on `c0..c7`; `modsum` with k={raw.get('k')}, m={raw.get('m')}; `digits` and `entropy` "

@@ -358,7 +358,8 @@ class Stage:
         self.locus_env = env
         logf = open(self.work / f"locus-{workers}w.log", "wb")
         p = subprocess.Popen([self.a.locus_bin, "local", "start", "--data-dir", str(data), "--master", f"127.0.0.1:{rpc}",
-                              "--workers", str(workers), "--mem-quota", quota, "--no-gateway"],
+                              "--workers", str(workers), "--mem-quota", quota, "--no-gateway",
+                              "--block-size", self.a.block_size],
                              env=dict(env, LOCUS_MASTER__WEB_ADDRESS=f"127.0.0.1:{web}",
                                       LOCUS_WORKER__DATA_ADDRESS="127.0.0.1:0"),
                              stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -498,7 +499,7 @@ def run(a) -> dict:
     paths = a.paths.split(",") if a.paths else list(report.PATHS)
     workers = [int(w) for w in a.workers.split(",")]
     k, m = 3.0, 7.0
-    raw = {"profile": a.profile, "quick": a.quick, "reps": reps, "workers": workers, "k": k, "m": m, "ops": ops,
+    raw = {"profile": a.profile, "quick": a.quick, "reps": reps, "block_size": parse_size(a.block_size), "workers": workers, "k": k, "m": m, "ops": ops,
            "paths": paths, "datasets": [], "runs": [], "plain_read": [], "checks": [],
            "machine": machine_facts(a.profile), "code": code_version()}
     stage = Stage(a)
@@ -536,7 +537,8 @@ def run(a) -> dict:
         names = [d["name"] for d in raw["datasets"]]
         host_env = dict(os.environ)
         # 2. Host pulls: the plain read, Rust, Python; then Spark (one application).
-        bench = [a.locus_bin, "bench", "compute-host", "--endpoint", stage.endpoint, "--bucket", BUCKET]
+        bench = [a.locus_bin, "bench", "compute-host", "--endpoint", stage.endpoint, "--bucket", BUCKET,
+                 "--block-size", a.block_size]
         for ds in raw["datasets"]:
             pr = []
             for _ in range(reps):
@@ -556,7 +558,7 @@ def run(a) -> dict:
                         res = report.flatten(out)
                     raw["runs"].append({"dataset": ds["name"], "path": "host-rust", "workers": 0, "op": op,
                                         "seconds": secs, "link_bytes": link, "scanned": out["bytes_scanned"],
-                                        "results": res})
+                                        "blocks": out["blocks"], "results": res})
                 log(f"  host-rust: all {secs}")
         common = ["--endpoint", stage.endpoint, "--bucket", BUCKET, "--datasets", ",".join(names), "--reps", str(reps),
                   "--ops", ",".join(ops), "--k", repr(k), "--m", repr(m)]
@@ -596,7 +598,7 @@ def run(a) -> dict:
                                 e = acc[p][op]
                                 e["seconds"].append(s)
                                 e["link_bytes"].append(out["bytes_returned"])
-                                e["scanned"] = out["bytes_scanned"]
+                                e["scanned"], e["blocks"] = out["bytes_scanned"], out["blocks"]
                                 e["results"] = report.flatten(out)
                                 if out["bytes_scanned"] != ds["bytes"]:
                                     raise SystemExit(f"{p} {op} on {ds['name']}: scanned {out['bytes_scanned']} bytes, "
@@ -649,6 +651,9 @@ def main():
     ap.add_argument("--reps", type=int, default=0, help="runs per figure (default 3, quick 1)")
     ap.add_argument("--ops", default="", help="comma-separated rows (default: " + ",".join(ROWS) + ")")
     ap.add_argument("--paths", default="", help="comma-separated subset of: " + ", ".join(report.PATHS))
+    ap.add_argument("--block-size", default="",
+                    help="Locus's block size, and the Rust host pull's range (default 64MiB; quick 16MiB, so that "
+                    "its small files still span several blocks and both workers)")
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="the Spark driver JVM uses a class-data archive (as seed-linecount)")
     ap.add_argument("--locus-bin", required=True)
@@ -658,6 +663,7 @@ def main():
     ap.add_argument("--stem", default="", help="file name stem (default seed-csd[-quick]-PROFILE)")
     a = ap.parse_args()
     a.tools = tools
+    a.block_size = a.block_size or ("16MiB" if a.quick else "64MiB")
     unknown = [p for p in (a.paths.split(",") if a.paths else []) if p not in report.PATHS]
     unknown += [o for o in (a.ops.split(",") if a.ops else []) if o not in ROWS]
     if unknown:

@@ -149,3 +149,16 @@ def test_markdown_and_chart(tmp_path):
     out = rep.write_all(raw, tmp_path, "x")
     assert out["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(out["json"].read_text())["profile"] == "lan"
+
+
+def test_a_disagreeing_path_is_recorded_and_named():
+    ref = rep.flatten(locus_doc())
+    runs = [{"dataset": "d", "path": "host-py", "workers": 0, "op": "stats", "results": ref},
+            {"dataset": "d", "path": "locus-warm", "workers": 2, "op": "stats",
+             "results": dict(ref, **{"c5.mean": ref["c5.mean"] * 1.001})},
+            {"dataset": "d", "path": "spark", "workers": 0, "op": "stats", "results": ref}]
+    raw = {"runs": runs, "checks": []}
+    bad = csd.check_all(raw, {"name": "d", "rows": 10})
+    assert [(b["path"], b["key"], b["dataset"]) for b in bad] == [("locus-warm 2w", "c5.mean", "d")]
+    [c] = [c for c in raw["checks"] if c["op"] == "stats"]
+    assert c["paths"] == ["host-py", "locus-warm 2w", "spark"] and len(c["mismatches"]) == 1
