@@ -9,6 +9,7 @@
 //! Kept apart from the shipped libraries (as foyer keeps foyer-bench): nothing but the
 //! `locus` binary may depend on it, and it must not depend on the CLI (`locus`).
 
+pub mod compute;
 pub mod gateway;
 pub mod meta;
 pub mod mixed;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use bytesize::ByteSize;
 use clap::Subcommand;
+use locus_bench::compute::HostCompute;
 use locus_bench::gateway::GatewayBench;
 use locus_bench::meta::MetaBench;
 use locus_bench::mixed::MixedBench;
@@ -80,6 +81,43 @@ pub enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The near-data operators on the host, no cluster: every object under a prefix
+    /// read from an S3 store (OpenDAL) and fed through `locus fs compute`'s scanner and
+    /// merge in this process (`bench/run seed-csd`'s "host pull in Rust"). Prints the
+    /// results as `locus fs compute --json` does, plus the object bytes read. With
+    /// `--read-only`, only reads the same ranges (the plain read).
+    ComputeHost {
+        #[command(flatten)]
+        minio: MinioTarget,
+        /// Operators, as `locus fs compute` takes them (count, stats, ..., or all).
+        #[arg(default_value = "all")]
+        ops: String,
+        /// Every object directly under this prefix of the bucket.
+        #[arg(long)]
+        prefix: String,
+        /// Numeric columns: header names, ranges such as c0..c7, or positions _1, _2.
+        #[arg(long, default_value = "")]
+        columns: String,
+        /// A column whose text digits and entropy count (default: the raw bytes).
+        #[arg(long)]
+        text_column: Option<String>,
+        #[arg(long, default_value_t = 1.0)]
+        k: f64,
+        #[arg(long, default_value_t = 10.0)]
+        m: f64,
+        /// The first line is data, not a header.
+        #[arg(long)]
+        no_header: bool,
+        /// Ranges read and scanned at once.
+        #[arg(long, default_value_t = 2)]
+        parallelism: usize,
+        /// The size of a range (as a Locus block).
+        #[arg(long, default_value = "64MiB")]
+        block_size: String,
+        /// Read the objects, compute nothing.
+        #[arg(long)]
+        read_only: bool,
+    },
 }
 
 pub fn run(cmd: &BenchCmd) -> Result<()> {
@@ -106,6 +144,36 @@ pub fn run(cmd: &BenchCmd) -> Result<()> {
             let rows = runtime()?.block_on(b.run())?;
             emit(&locus_bench::meta::markdown(&b, &rows), out, json!({"rows": rows}))
         }),
+        BenchCmd::ComputeHost {
+            minio,
+            ops,
+            prefix,
+            columns,
+            text_column,
+            k,
+            m,
+            no_header,
+            parallelism,
+            block_size,
+            read_only,
+        } => {
+            let b = HostCompute {
+                minio: minio.clone(),
+                prefix: prefix.clone(),
+                ops: ops.clone(),
+                columns: columns.clone(),
+                text_column: text_column.clone(),
+                k: *k,
+                m: *m,
+                no_header: *no_header,
+                parallelism: *parallelism,
+                block_size: size_flag("block-size", block_size)?,
+                read_only: *read_only,
+            };
+            let out = runtime()?.block_on(b.run())?;
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(())
+        }
         BenchCmd::Mixed { bench, json: as_json } => with_scratch(|work_dir| {
             let b = MixedBench { work_dir, ..bench.clone() };
             let r = runtime()?.block_on(b.run())?;

@@ -1,0 +1,264 @@
+//! `locus bench compute-host`: the near-data operators run on the host, the plain way a
+//! client without Locus would: every object under a prefix pulled from the S3 store with
+//! OpenDAL ([`Ufs`]) and fed through the same [`BlockScanner`] and [`Merger`] the workers
+//! and the caller of `locus fs compute` use, in this one process, no cluster. Each object
+//! is cut into ranges of `block_size` bytes, read and scanned `parallelism` at a time, and
+//! merged as a file's blocks are (the records across range edges joined by the merger).
+//!
+//! With `read_only`, the same ranges are read the same way and thrown away: the plain
+//! read of the objects that a cold `locus fs compute` is measured against.
+//!
+//! The output has the shape of `locus fs compute --json` (the results, flattened), plus
+//! `bytes_read`: the object bytes that crossed the client's link.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use locus_common::{Error, Result};
+use locus_compute::merge::{misaligned, starts_in_quotes};
+use locus_compute::{BlockScanner, Merger, Resolved, Results, pb};
+use locus_ufs::Ufs;
+use serde::Serialize;
+
+use crate::MinioTarget;
+
+/// Bytes handed to the scanner at once (as the worker does).
+const PIECE: usize = 4 << 20;
+
+/// What `compute-host` runs.
+#[derive(Clone, Debug)]
+pub struct HostCompute {
+    pub minio: MinioTarget,
+    /// Every object directly under this prefix (a "directory" of the bucket).
+    pub prefix: String,
+    /// Operators (`locus_compute::parse_ops`); ignored with `read_only`.
+    pub ops: String,
+    pub columns: String,
+    pub text_column: Option<String>,
+    pub k: f64,
+    pub m: f64,
+    /// The files have no header.
+    pub no_header: bool,
+    /// Ranges read and scanned at once.
+    pub parallelism: usize,
+    /// The size of a range (as a Locus block).
+    pub block_size: u64,
+    /// Read the ranges, compute nothing.
+    pub read_only: bool,
+}
+
+/// The results (as `locus fs compute --json` prints them) and what they cost.
+#[derive(Clone, Debug, Serialize)]
+pub struct HostOutcome {
+    #[serde(flatten)]
+    pub results: Option<Results>,
+    /// Object bytes read from the store.
+    pub bytes_read: u64,
+    pub objects: u64,
+    pub seconds: f64,
+    pub read_only: bool,
+    /// Ranges scanned again because they started inside a quoted field.
+    pub blocks_rerun: u64,
+}
+
+struct Object {
+    key: String,
+    length: u64,
+}
+
+impl HostCompute {
+    pub async fn run(&self) -> Result<HostOutcome> {
+        let ufs =
+            Ufs::new(&format!("s3://{}", self.minio.bucket), &self.minio.mount_options(), Duration::from_secs(300))?;
+        let t = Instant::now();
+        let prefix = self.prefix.trim_matches('/').to_string();
+        let mut objects: Vec<Object> = ufs
+            .list(&prefix)
+            .await?
+            .try_filter_map(|s| {
+                let prefix = prefix.clone();
+                async move {
+                    Ok((!s.is_dir).then(|| Object {
+                        key: if prefix.is_empty() { s.path.clone() } else { format!("{prefix}/{}", s.path) },
+                        length: s.length,
+                    }))
+                }
+            })
+            .try_collect()
+            .await?;
+        if objects.is_empty() {
+            return Err(Error::not_found(format!("no objects under s3://{}/{prefix}", self.minio.bucket)));
+        }
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        let bytes_read = Arc::new(AtomicU64::new(0));
+        let block = self.block_size.max(1);
+        let ranges: Vec<(usize, usize)> = objects
+            .iter()
+            .enumerate()
+            .flat_map(|(o, ob)| (0..ob.length.div_ceil(block).max(1) as usize).map(move |b| (o, b)))
+            .collect();
+        let parallelism = self.parallelism.max(1);
+        if self.read_only {
+            let mut s = futures::stream::iter(ranges.iter().map(|&(o, b)| {
+                let (ufs, ob, n) = (&ufs, &objects[o], bytes_read.clone());
+                async move {
+                    let (off, len) = range(ob.length, block, b);
+                    let mut s = Box::pin(ufs.read_range(&ob.key, off, len, 8 << 20, 2).await?);
+                    while let Some(c) = s.next().await {
+                        n.fetch_add(c?.len() as u64, Relaxed);
+                    }
+                    Ok::<_, Error>(())
+                }
+            }))
+            .buffer_unordered(parallelism);
+            while let Some(r) = s.next().await {
+                r?;
+            }
+            return Ok(HostOutcome {
+                results: None,
+                bytes_read: bytes_read.load(Relaxed),
+                objects: objects.len() as u64,
+                seconds: t.elapsed().as_secs_f64(),
+                read_only: true,
+                blocks_rerun: 0,
+            });
+        }
+
+        // The spec, as the caller of `locus fs compute` builds it: the header of the
+        // first non-empty object names the columns.
+        let csv = pb::CsvFormat { header: !self.no_header, ..Default::default() };
+        let header = match (csv.header, objects.iter().find(|o| o.length > 0)) {
+            (true, Some(o)) => Some(header_of(&ufs, o).await?),
+            _ => None,
+        };
+        let columns = if self.columns.trim().is_empty() {
+            Vec::new()
+        } else {
+            locus_compute::resolve_columns(&self.columns, header.as_deref())?
+        };
+        let text = match &self.text_column {
+            Some(c) => Some(
+                *locus_compute::resolve_columns(c, header.as_deref())?
+                    .first()
+                    .ok_or_else(|| Error::invalid("an empty --text-column"))?,
+            ),
+            None => None,
+        };
+        let spec = pb::ComputeSpec {
+            ops: locus_compute::parse_ops(&self.ops)?.into_iter().map(|o| o as i32).collect(),
+            columns: columns.iter().map(|&c| c as u32).collect(),
+            k: self.k,
+            m: self.m,
+            has_text_column: text.is_some(),
+            text_column: text.unwrap_or(0) as u32,
+            csv: Some(csv),
+        };
+        let resolved = Arc::new(Resolved::new(&spec)?);
+        let name = |c: usize| header.as_ref().and_then(|h| h.get(c).cloned()).unwrap_or_else(|| format!("_{}", c + 1));
+        let mut merger = Merger::new(&resolved, columns.iter().map(|&c| name(c)).collect(), text.map(name));
+
+        let scan = |o: usize, b: usize, in_quotes: bool| {
+            let (ufs, ob, r, n) = (&ufs, &objects[o], resolved.clone(), bytes_read.clone());
+            async move {
+                let (off, len) = range(ob.length, block, b);
+                let mut sc = BlockScanner::new(&r, off, in_quotes, b == 0);
+                let mut s = Box::pin(ufs.read_range(&ob.key, off, len, 8 << 20, 2).await?);
+                let mut buf: Vec<u8> = Vec::with_capacity(PIECE);
+                loop {
+                    let next = s.next().await.transpose()?;
+                    if let Some(c) = &next {
+                        n.fetch_add(c.len() as u64, Relaxed);
+                        buf.extend_from_slice(c);
+                    }
+                    if buf.len() >= PIECE || (next.is_none() && !buf.is_empty()) {
+                        // The scan is CPU work: off the runtime's threads, as on a worker.
+                        let piece = std::mem::replace(&mut buf, Vec::with_capacity(PIECE));
+                        sc = tokio::task::spawn_blocking(move || {
+                            sc.feed(&piece);
+                            sc
+                        })
+                        .await
+                        .map_err(|e| Error::internal(format!("scan task: {e}")))?;
+                    }
+                    if next.is_none() {
+                        break;
+                    }
+                }
+                Ok::<_, Error>(((o, b), sc.finish()))
+            }
+        };
+        let mut parts: Vec<Vec<Option<pb::ComputePartial>>> =
+            objects.iter().map(|ob| vec![None; ob.length.div_ceil(block).max(1) as usize]).collect();
+        let mut s = futures::stream::iter(ranges.iter().map(|&(o, b)| scan(o, b, false))).buffer_unordered(parallelism);
+        while let Some(r) = s.next().await {
+            let ((o, b), p) = r?;
+            parts[o][b] = Some(p);
+        }
+        drop(s);
+        let mut blocks_rerun = 0;
+        for (o, ob) in objects.iter().enumerate() {
+            let mut ps: Vec<pb::ComputePartial> = parts[o].iter_mut().map(|p| p.take().unwrap_or_default()).collect();
+            let mut assumed = vec![false; ps.len()];
+            for b in misaligned(&ps, &assumed, resolved.quoting) {
+                assumed[b] = starts_in_quotes(&ps, b);
+                ps[b] = scan(o, b, assumed[b]).await?.1;
+                blocks_rerun += 1;
+            }
+            let starts: Vec<u64> = (0..ps.len() as u64).map(|b| b * block).collect();
+            merger.add_file(&ps, &starts).map_err(|e| e.context(&ob.key))?;
+        }
+        Ok(HostOutcome {
+            results: Some(merger.finish()),
+            bytes_read: bytes_read.load(Relaxed),
+            objects: objects.len() as u64,
+            seconds: t.elapsed().as_secs_f64(),
+            read_only: false,
+            blocks_rerun,
+        })
+    }
+}
+
+/// Range `b` of an object of `length` bytes cut into `block`-byte ranges: (offset, length).
+fn range(length: u64, block: u64, b: usize) -> (u64, u64) {
+    let off = b as u64 * block;
+    (off, block.min(length.saturating_sub(off)))
+}
+
+/// The first record's fields (the header), from the first 64 KiB of an object.
+async fn header_of(ufs: &Ufs, o: &Object) -> Result<Vec<String>> {
+    let want = o.length.min(1 << 16);
+    let mut s = Box::pin(ufs.read_range(&o.key, 0, want, 1 << 16, 1).await?);
+    let mut buf = Vec::new();
+    while let Some(c) = s.next().await {
+        buf.extend_from_slice(&c?);
+    }
+    let line = match buf.iter().position(|&b| b == b'\n') {
+        Some(i) => &buf[..i],
+        None if want == o.length => &buf[..],
+        None => return Err(Error::invalid(format!("the header of {} is longer than 64 KiB", o.key))),
+    };
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    Ok(String::from_utf8_lossy(line).split(',').map(|f| f.trim().trim_matches('"').to_string()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::range;
+
+    #[test]
+    fn ranges_cover_an_object_once() {
+        let (len, block) = (10 * 64 + 7, 64);
+        let n = (len as u64).div_ceil(block) as usize;
+        let mut next = 0;
+        for b in 0..n {
+            let (off, l) = range(len, block, b);
+            assert_eq!(off, next);
+            assert!(l > 0 && l <= block);
+            next = off + l;
+        }
+        assert_eq!(next, len);
+        assert_eq!(range(0, 64, 0), (0, 0));
+    }
+}
