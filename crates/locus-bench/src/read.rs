@@ -316,8 +316,8 @@ impl ReadBench {
             cpu_row("Locus second read, short-circuit", size, short),
             cpu_row("Locus second read, forced remote", size, remote_t),
             row("cat of a tmpfs copy", size, cat),
-            row("locus fs cat | cat (the CLI into a pipe)", size, cli_pipe),
-            row("cat tmpfs copy | cat", size, cat_pipe),
+            row("locus fs cat, piped into cat (the CLI)", size, cli_pipe),
+            row("cat of the tmpfs copy, piped into cat", size, cat_pipe),
         ];
         ratios.insert("fs cat pipe / cat pipe (goal >= 0.80)".into(), rows[5].median_mib_s / rows[6].median_mib_s);
         ratios.insert("short_circuit / tmpfs cat (goal >= 0.80)".into(), rows[2].median_mib_s / rows[4].median_mib_s);
