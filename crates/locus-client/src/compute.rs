@@ -197,7 +197,8 @@ impl Client {
                 Ok::<_, Error>(((f, b), p))
             }
         };
-        let mut parts: Vec<Vec<Option<pb::ComputePartial>>> = files.iter().map(|f| vec![None; f.blocks.len()]).collect();
+        let mut parts: Vec<Vec<Option<pb::ComputePartial>>> =
+            files.iter().map(|f| vec![None; f.blocks.len()]).collect();
         let mut results = futures::stream::iter(tasks.iter().map(|&t| run(t, false))).buffer_unordered(parallelism);
         while let Some(r) = results.next().await {
             let ((f, b), p) = r?;

@@ -27,11 +27,11 @@ mod workers;
 mod write;
 
 pub use compute::{ComputeJob, ComputeOutcome};
+/// TLS of a client's connections (re-exported for the front ends).
+pub use locus_proto::tls::Tls;
 pub use read::{ReadOptions, ReadSink};
 use workers::{DataConn, WorkerCache};
 pub use write::PutOptions;
-/// TLS of a client's connections (re-exported for the front ends).
-pub use locus_proto::tls::Tls;
 
 /// A connection to a Locus cluster.
 pub struct Client {

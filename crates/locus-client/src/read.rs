@@ -317,11 +317,8 @@ impl Client {
         let mut failed = HashSet::new();
         loop {
             let w = self.pick_worker(b.block_id, &failed).await?;
-            let req = pb::ReadBlockRequest {
-                client_local: self.is_local(&w).await,
-                load_only: true,
-                ..whole_block(fi, b)
-            };
+            let req =
+                pb::ReadBlockRequest { client_local: self.is_local(&w).await, load_only: true, ..whole_block(fi, b) };
             let mut c = self.conn(&w.data_address).await?;
             // One frame answers a load: cached, or the error that stopped the fill.
             match exchange(&mut c, pb::data_request::Req::Read(req)).await {

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use locus_common::config::Locality;
 use locus_common::{Error, Result};
+use locus_proto::tls::DataStream;
 use locus_proto::{authenticate, exchange, pb};
 use tokio::io::{BufReader, BufWriter};
-use locus_proto::tls::DataStream;
 use tokio::net::UnixStream;
 
 use crate::{Client, Retry};

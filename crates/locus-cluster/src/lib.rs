@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use locus_client::Client;
+use locus_client::Tls;
 use locus_common::config::{ClientConfig, Config, SecurityConfig, TierAlias, TierConfig};
 use locus_common::security::{Secret, load_or_create_secret};
 use locus_common::{Error, Result};
 use locus_master::{Master, MasterAddrs, MasterBuilder};
-use locus_client::Tls;
 use locus_worker::{Worker, WorkerBuilder};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -158,11 +158,13 @@ impl LocalCluster {
             cfg.security.token_file = data_dir.join("client.token");
         }
         let security = cfg.security.clone();
-        let (secret, tls) =
-            tokio::task::spawn_blocking(move || Ok::<_, Error>((load_or_create_secret(&security)?, Tls::load(&security)?)))
-                .await
-                .map_err(|e| Error::internal(format!("load the cluster secret: {e}")))??;
-        let mut c = LocalCluster { cfg, secret, tls, data_dir, root_ufs, master: None, workers: Vec::new(), gateway: None };
+        let (secret, tls) = tokio::task::spawn_blocking(move || {
+            Ok::<_, Error>((load_or_create_secret(&security)?, Tls::load(&security)?))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("load the cluster secret: {e}")))??;
+        let mut c =
+            LocalCluster { cfg, secret, tls, data_dir, root_ufs, master: None, workers: Vec::new(), gateway: None };
         c.start_master().await?;
         for _ in 0..workers {
             c.workers.push(None);

@@ -7,9 +7,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::now_ms;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use crate::now_ms;
 
 /// What a job is doing now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,7 +47,6 @@ pub struct JobStatus {
     /// Work waiting (queued operations, blocks to copy, ...); 0 when the job keeps none.
     pub backlog: u64,
 }
-
 
 type Shared = Arc<Mutex<JobStatus>>;
 

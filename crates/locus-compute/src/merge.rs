@@ -342,8 +342,10 @@ mod tests {
     fn every_record_counts_once_wherever_the_blocks_end() {
         for crlf in [false, true] {
             let (data, vals, notes) = sample(9, crlf);
-            let header: Vec<String> = ["ts", "sensor", "c0", "c1", "c2", "note"].iter().map(|s| s.to_string()).collect();
-            let r = spec(&[ComputeOp::Count, ComputeOp::Stats, ComputeOp::Gram, ComputeOp::Entropy], &header, Some("note"));
+            let header: Vec<String> =
+                ["ts", "sensor", "c0", "c1", "c2", "note"].iter().map(|s| s.to_string()).collect();
+            let r =
+                spec(&[ComputeOp::Count, ComputeOp::Stats, ComputeOp::Gram, ComputeOp::Entropy], &header, Some("note"));
             let want_sum: Vec<f64> = (0..3).map(|c| vals.iter().map(|v| v[c]).sum()).collect();
             let want_g01: f64 = vals.iter().map(|v| v[0] * v[1]).sum();
             let lines = data.iter().filter(|&&b| b == b'\n').count() as u64;

@@ -428,15 +428,18 @@ impl BlockScanner {
             ends_with_newline: self.last == Some(b'\n'),
             columns: r.cols.iter().map(ColAcc::to_pb).collect(),
             gram: r.gram.iter().map(|g| g.to_pb()).collect(),
-            text_digits: if self.r.text_column.is_some() && self.r.digits { r.text_digits.to_vec() } else { Vec::new() },
-            text_values: r
-                .text_values
-                .iter()
-                .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), *v))
-                .fold(HashMap::new(), |mut m, (k, v)| {
+            text_digits: if self.r.text_column.is_some() && self.r.digits {
+                r.text_digits.to_vec()
+            } else {
+                Vec::new()
+            },
+            text_values: r.text_values.iter().map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), *v)).fold(
+                HashMap::new(),
+                |mut m, (k, v)| {
                     *m.entry(k).or_insert(0) += v;
                     m
-                }),
+                },
+            ),
             quotes: self.quotes,
             error: self.error.unwrap_or_default(),
         }

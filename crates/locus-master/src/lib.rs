@@ -42,10 +42,10 @@ use parking_lot::{Mutex, RwLock};
 use store::Store;
 use tokio::net::TcpListener;
 
+use locus_common::now_ms;
 use metrics::Metrics;
 use mounts::MountEntry;
 use workers::WorkerState;
-use locus_common::now_ms;
 
 pub use web::render_metrics;
 
@@ -58,7 +58,6 @@ pub use locus_common::UNPERSISTED_FINGERPRINT;
 fn is_persisted(rec: &pb::InodeRecord) -> bool {
     rec.persist_state().is_persisted()
 }
-
 
 pub(crate) struct Inner {
     cfg: MasterConfig,

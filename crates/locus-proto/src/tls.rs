@@ -110,9 +110,7 @@ impl Tls {
         rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key_der))
-            .map_err(|e| {
-                Error::invalid(format!("TLS certificate {} and key {}: {e}", cert.display(), key.display()))
-            })
+            .map_err(|e| Error::invalid(format!("TLS certificate {} and key {}: {e}", cert.display(), key.display())))
     }
 
     fn client_config(ca: &Path) -> Result<rustls::ClientConfig> {
@@ -233,10 +231,9 @@ async fn answer_and_close(mut tcp: TcpStream) {
 /// (for up to a second) so the close sends no reset that could overtake the answer.
 async fn drain_and_close<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, buf: &mut [u8]) {
     let _ = s.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        while matches!(s.read(buf).await, Ok(n) if n > 0) {}
-    })
-    .await;
+    let _ =
+        tokio::time::timeout(Duration::from_secs(1), async { while matches!(s.read(buf).await, Ok(n) if n > 0) {} })
+            .await;
 }
 
 /// Refuse a plain connection to a TLS worker's data path: read its first frame (the

@@ -14,9 +14,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use locus_blockstore::Lease;
 use locus_common::{Error, ErrorKind, Result};
+use locus_proto::tls::DataStream;
 use locus_proto::{exchange, pb, write_frame};
 use tokio::io::AsyncReadExt;
-use locus_proto::tls::DataStream;
 
 use crate::{DropOffRuntime, Inner};
 

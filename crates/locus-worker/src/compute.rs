@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use futures::{FutureExt, StreamExt};
 use locus_common::{Error, Result};
 use locus_compute::{BlockScanner, Resolved};
+use locus_proto::tls::DataStream;
 use locus_proto::{pb, write_frame};
 use prost::Message;
-use locus_proto::tls::DataStream;
 
 use crate::Inner;
 use crate::read::ScanSource;

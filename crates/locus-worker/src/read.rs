@@ -12,10 +12,10 @@ use futures::StreamExt;
 use locus_blockstore::{Lease, TempBlock};
 use locus_common::config::ReadType;
 use locus_common::{Error, ErrorKind, Result};
+use locus_proto::tls::DataStream;
 use locus_proto::{pb, write_frame};
 use locus_ufs::Ufs;
 use tokio::io::AsyncWriteExt;
-use locus_proto::tls::DataStream;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
@@ -392,7 +392,9 @@ impl Inner {
                 }
                 let lease = DropOffRuntime::new(lease);
                 let path = lease.path.clone();
-                let file = crate::blocking(move || std::fs::File::open(path)).await?.map_err(|e| Error::io("open block", e))?;
+                let file = crate::blocking(move || std::fs::File::open(path))
+                    .await?
+                    .map_err(|e| Error::io("open block", e))?;
                 return Ok(ScanSource::Cached { file: Arc::new(file), len: lease.len, _lease: lease });
             }
             if first {
@@ -400,7 +402,10 @@ impl Inner {
                 first = false;
             }
             if r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT {
-                return Err(Error::unavailable(format!("block {} is not here, and the file is not persisted", r.block_id)));
+                return Err(Error::unavailable(format!(
+                    "block {} is not here, and the file is not persisted",
+                    r.block_id
+                )));
             }
             let mut rx = match self.fill_or_join(r).await {
                 Ok(Fill::Leader(rx, _) | Fill::Waiter(rx)) => rx,

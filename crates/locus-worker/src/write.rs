@@ -6,9 +6,9 @@ use locus_blockstore::BlockStore;
 use locus_common::config::WriteType;
 use locus_common::security::Secret;
 use locus_common::{Error, ErrorKind, Result};
+use locus_proto::tls::{DataStream, Tls};
 use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk, write_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use locus_proto::tls::{DataStream, Tls};
 
 use crate::block::BlockSource;
 use crate::{DropOffRuntime, Inner};

@@ -73,7 +73,14 @@ async fn operators_on_two_workers_cold_and_warm_match_the_numbers() {
     }
     assert_eq!(cached_blocks(&cl, "/logs/a.csv").await, 0);
     let all = job(
-        &[ComputeOp::Count, ComputeOp::Stats, ComputeOp::Modsum, ComputeOp::Stddev, ComputeOp::Normalize, ComputeOp::Gram],
+        &[
+            ComputeOp::Count,
+            ComputeOp::Stats,
+            ComputeOp::Modsum,
+            ComputeOp::Stddev,
+            ComputeOp::Normalize,
+            ComputeOp::Gram,
+        ],
         "c0..c3",
     );
     let cold = cl.compute(&["/logs/a.csv".into()], &all).await.unwrap();

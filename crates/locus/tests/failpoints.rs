@@ -297,8 +297,12 @@ async fn a_delete_being_queued_holds_its_path_until_the_queue_has_it() {
     let ufs = dir.path().join("lake");
     std::fs::create_dir_all(&ufs).unwrap();
     // Every lookup and listing reads the UFS (the sync interval is 1 ms).
-    let mount =
-        pb::MountRequest { path: "/m".into(), uri: format!("file://{}", ufs.display()), sync_interval_ms: 1, ..Default::default() };
+    let mount = pb::MountRequest {
+        path: "/m".into(),
+        uri: format!("file://{}", ufs.display()),
+        sync_interval_ms: 1,
+        ..Default::default()
+    };
     cl.mount(mount).await.unwrap();
     let names = |p: &'static str| {
         let cl = cl.clone();

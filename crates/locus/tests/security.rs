@@ -262,8 +262,7 @@ async fn the_web_port_needs_the_client_token() {
             assert!(head.contains("www-authenticate: basic realm=\"locus\""), "{head}");
             assert!(!body.contains("locus_workers_live") && !body.contains("workers\":"), "{body}");
         }
-        for auth in [format!("Bearer {}", token.expose()), basic("anyone", token.expose()), basic("", token.expose())]
-        {
+        for auth in [format!("Bearer {}", token.expose()), basic("anyone", token.expose()), basic("", token.expose())] {
             let (status, head, body) = common::http_get(&web, path, Some(&auth)).await;
             assert_eq!(status, 200, "{path} {auth}: {head}");
             let want = match path {

@@ -340,7 +340,6 @@ fn part_sizes(sizes: &[u64]) -> Vec<u64> {
     }
 }
 
-
 impl LocusS3 {
     /// Remove the bucket's staging directory if no upload is left in it, so that it
     /// stays neither in the namespace (`fs ls`) nor in the UFS. Failures are logged: the

@@ -76,8 +76,10 @@ pub async fn run(c: &Client, a: &ComputeArgs) -> Result<()> {
     let files = c.expand_paths(&a.paths).await?;
     let bar = indicatif::ProgressBar::new(files.iter().map(|f| f.length).sum());
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec}")
-            .unwrap(),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec}",
+        )
+        .unwrap(),
     );
     let out = c.compute_files(files, &job, |n| bar.inc(n)).await?;
     bar.finish_and_clear();
