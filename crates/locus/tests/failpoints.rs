@@ -24,6 +24,43 @@ fn config(mem: &std::path::Path, quota: ByteSize) -> Config {
     cfg
 }
 
+/// A one-worker cluster with the directory `<dir>/lake` mounted at `/m` (file://), its
+/// sync interval `sync_ms`; the client, and the lake's path.
+async fn cluster_with_lake(
+    dir: &std::path::Path,
+    sync_ms: u64,
+) -> (LocalCluster, std::sync::Arc<locus_client::Client>, std::path::PathBuf) {
+    let cfg = config(&dir.join("mem"), ByteSize::mib(64));
+    let c = LocalCluster::start(cfg, &dir.join("data"), 1, None).await.unwrap();
+    let cl = std::sync::Arc::new(c.client(ClientConfig::default()).unwrap());
+    let ufs = dir.join("lake");
+    std::fs::create_dir_all(&ufs).unwrap();
+    let mount = locus_proto::pb::MountRequest {
+        path: "/m".into(),
+        uri: format!("file://{}", ufs.display()),
+        sync_interval_ms: sync_ms,
+        ..Default::default()
+    };
+    cl.mount(mount).await.unwrap();
+    (c, cl, ufs)
+}
+
+/// The names in directory `p`.
+async fn names(cl: &locus_client::Client, p: &str) -> locus_common::Result<Vec<String>> {
+    let mut v = Vec::new();
+    cl.list_each(p, false, |fi| v.push(fi.name.clone())).await.map(|()| v)
+}
+
+/// Wait (up to `tries` × 50 ms) until `p` is gone from the UFS.
+async fn wait_gone(p: &std::path::Path, tries: u32) {
+    for _ in 0..tries {
+        if !p.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A fill that fails just before its block is committed leaves no block behind (no
 /// partial file, nothing reported to the master); the next read fills it properly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -198,28 +235,13 @@ async fn a_sync_that_read_the_ufs_before_a_delete_never_brings_it_back() {
     use locus_client::PutOptions;
     use locus_common::ErrorKind;
     use locus_common::config::WriteType;
-    use locus_proto::pb;
     let _turn = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
-    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
-    let cl = std::sync::Arc::new(c.client(ClientConfig::default()).unwrap());
-    let ufs = dir.path().join("lake");
-    std::fs::create_dir_all(&ufs).unwrap();
     const SYNC: Duration = Duration::from_millis(5000); // no sync falls due while the test looks
-    let mount = pb::MountRequest {
-        path: "/m".into(),
-        uri: format!("file://{}", ufs.display()),
-        sync_interval_ms: SYNC.as_millis() as u64,
-        ..Default::default()
-    };
-    cl.mount(mount).await.unwrap();
+    let (c, cl, ufs) = cluster_with_lake(dir.path(), SYNC.as_millis() as u64).await;
     let names = |p: &'static str| {
         let cl = cl.clone();
-        async move {
-            let mut v = Vec::new();
-            cl.list_each(p, false, |fi| v.push(fi.name.clone())).await.map(|()| v)
-        }
+        async move { names(&cl, p).await }
     };
     cl.mkdir("/m/b1", false).await.unwrap();
     cl.mkdir("/m/b2", false).await.unwrap();
@@ -239,12 +261,7 @@ async fn a_sync_that_read_the_ufs_before_a_delete_never_brings_it_back() {
     // ...while b1 is deleted at once and the queue carries out b2's delete.
     cl.delete("/m/b1", true).await.unwrap();
     fail::remove("master.persist.before_ufs");
-    for _ in 0..50 {
-        if !ufs.join("b2").exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_gone(&ufs.join("b2"), 50).await;
     assert!(!ufs.join("b1").exists() && !ufs.join("b2").exists(), "both deletes reached the UFS");
     // The held listing commits now: it saw both, and brings back neither.
     let seen = listing.await.unwrap().unwrap();
@@ -288,28 +305,13 @@ async fn a_delete_being_queued_holds_its_path_until_the_queue_has_it() {
     use locus_client::PutOptions;
     use locus_common::ErrorKind;
     use locus_common::config::WriteType;
-    use locus_proto::pb;
     let _turn = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
-    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
-    let cl = std::sync::Arc::new(c.client(ClientConfig::default()).unwrap());
-    let ufs = dir.path().join("lake");
-    std::fs::create_dir_all(&ufs).unwrap();
     // Every lookup and listing reads the UFS (the sync interval is 1 ms).
-    let mount = pb::MountRequest {
-        path: "/m".into(),
-        uri: format!("file://{}", ufs.display()),
-        sync_interval_ms: 1,
-        ..Default::default()
-    };
-    cl.mount(mount).await.unwrap();
+    let (c, cl, ufs) = cluster_with_lake(dir.path(), 1).await;
     let names = |p: &'static str| {
         let cl = cl.clone();
-        async move {
-            let mut v = Vec::new();
-            cl.list_each(p, false, |fi| v.push(fi.name.clone())).await.map(|()| v)
-        }
+        async move { names(&cl, p).await }
     };
     let put = |data: &'static [u8]| {
         let cl = cl.clone();
@@ -367,12 +369,7 @@ async fn a_delete_being_queued_holds_its_path_until_the_queue_has_it() {
     delete.await.unwrap().unwrap();
     fail::remove("master.ufs_change.committed");
     fail::remove("master.persist.running");
-    for _ in 0..100 {
-        if !ufs.join("k").exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_gone(&ufs.join("k"), 100).await;
     assert!(!ufs.join("k").exists(), "the queued delete reached the UFS");
     assert_eq!(cl.status("/m/k", false).await.unwrap_err().kind(), ErrorKind::NotFound);
     assert_eq!(names("/m").await.unwrap(), Vec::<String>::new());
