@@ -24,10 +24,8 @@ Internal subcommands (one long-lived process each, timing inside; JSON on stdout
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -43,6 +41,8 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 import csd_report as report  # noqa: E402
 import netstage  # noqa: E402
+from linecount_report import parse_json_line  # noqa: E402
+from seed_linecount import code_version, machine_facts, parse_size  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 BUCKET, PREFIX = "lake", "csd"
@@ -53,15 +53,6 @@ HEADER = "ts,sensor," + ",".join(COLS)
 
 def log(msg: str):
     print(f"[seed-csd {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def parse_json_line(text: str) -> dict:
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{") and line.endswith("}"):
-            with contextlib.suppress(json.JSONDecodeError):
-                return json.loads(line)
-    raise ValueError(f"no JSON result in the output: {text[-500:]!r}")
 
 
 # --------------------------------------------------------------------------- data
@@ -266,6 +257,21 @@ def host_py(a):
     print(json.dumps(out))
 
 
+def timed_sql(a, one_row):
+    """For each operator of `a.ops`: its SQL (`sql_parts`) run `a.reps` times through
+    `one_row` (a query to its one result row as a dict). Yields (op, seconds per run, the
+    last run's flat results)."""
+    for op in a.ops.split(","):
+        secs, res = [], {}
+        for _ in range(a.reps):
+            t = time.monotonic()
+            res = {}
+            for q in sql_parts(op, a.k, a.m):
+                res.update(sql_flat(one_row(q)))
+            secs.append(time.monotonic() - t)
+        yield op, secs, res
+
+
 def spark_engine(a):
     """Spark SQL over s3a: one application, a view per dataset, each operator's SQL."""
     from sparkutil import spark_session
@@ -281,14 +287,7 @@ def spark_engine(a):
         for ds in a.datasets.split(","):
             spark.read.schema(schema).option("header", True).csv(f"s3a://{a.bucket}/{PREFIX}/{ds}/") \
                 .createOrReplaceTempView("t")
-            for op in a.ops.split(","):
-                secs, res = [], None
-                for _ in range(a.reps):
-                    t = time.monotonic()
-                    res = {}
-                    for q in sql_parts(op, a.k, a.m):
-                        res.update(sql_flat(spark.sql(q).collect()[0].asDict()))
-                    secs.append(time.monotonic() - t)
+            for op, secs, res in timed_sql(a, lambda q: spark.sql(q).collect()[0].asDict()):
                 out["runs"].append({"dataset": ds, "op": op, "seconds": secs, "passes": scans(op), "results": res})
                 log(f"  spark {ds} {op}: {min(secs):.2f} s")
     finally:
@@ -304,16 +303,11 @@ def duckdb_engine(a):
     cols = "{" + ", ".join([f"'ts': 'BIGINT'", "'sensor': 'VARCHAR'"] + [f"'{c}': 'DOUBLE'" for c in COLS]) + "}"
     con.execute(f"CREATE VIEW t AS SELECT * FROM read_csv('{a.dir}/*.csv', header = true, columns = {cols})")
     out = {"runs": [], "version": duckdb.__version__}
-    for op in a.ops.split(","):
-        secs, res = [], None
-        for _ in range(a.reps):
-            t = time.monotonic()
-            res = {}
-            for q in sql_parts(op, a.k, a.m):
-                cur = con.execute(q)
-                names = [d[0] for d in cur.description]
-                res.update(sql_flat(dict(zip(names, cur.fetchone()))))
-            secs.append(time.monotonic() - t)
+    def row(q: str) -> dict:
+        cur = con.execute(q)
+        return dict(zip([d[0] for d in cur.description], cur.fetchone()))
+
+    for op, secs, res in timed_sql(a, row):
         out["runs"].append({"dataset": a.dataset, "op": op, "seconds": secs, "results": res})
     print(json.dumps(out))
 
@@ -440,41 +434,8 @@ def layouts(a) -> list[tuple[int, int]]:
     return [(s, f) for s in sizes for f in files]
 
 
-def parse_size(s: str) -> int:
-    s = s.strip().upper().replace("IB", "")
-    mult = {"K": 1 << 10, "M": MiB, "G": GiB}
-    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
-
-
 def ds_name(size: int, files: int) -> str:
     return f"{report.human_size(size).replace(' ', '')}-{files}"
-
-
-def machine_facts(profile: str) -> dict:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    shape = netstage.PROFILES[profile]
-    return {"cores": os.cpu_count(), "cpu": model,
-            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB),
-            "kernel": platform.release(), "profile": profile,
-            "profile_desc": "MinIO on loopback, no shaping" if shape is None else
-            f"tc tbf {shape['rate']}/s, toxiproxy {shape['delay_ms']} ms each way"}
-
-
-def code_version() -> str:
-    git = ["git", "-C", str(HERE)]
-    try:
-        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no", "--", ":/",
-                                      ":(exclude,top)bench/results", ":(exclude,top)*.md"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-    return head + ("-dirty" if dirty else "")
 
 
 def check_all(raw: dict, ds: dict) -> list[dict]:
