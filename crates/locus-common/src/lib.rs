@@ -17,6 +17,20 @@ pub use error::{Error, ErrorKind, Result};
 /// Fault points are compiled in only with the `failpoints` feature.
 pub use fail;
 
+/// Fault point `name` (`return(<ms>)`): wait that long there (the failpoint tests open
+/// race windows with it). Nothing without the `failpoints` feature.
+pub async fn delay_point(name: &str) {
+    let _ = name;
+    #[allow(clippy::redundant_closure_call)]
+    let ms: Option<u64> = (|| {
+        fail::fail_point!(name, |a: Option<String>| a.and_then(|s| s.parse().ok()));
+        None
+    })();
+    if let Some(ms) = ms {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}
+
 /// Block ids pack a file version id and the block index: `version << 24 | index`.
 /// 2^24 blocks of the default 64 MiB size allow files of 1 PiB.
 pub const BLOCK_INDEX_BITS: u32 = 24;

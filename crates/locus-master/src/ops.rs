@@ -70,7 +70,7 @@ impl Master {
                 Ok(())
             })
             .await?;
-        crate::resolve::delay_point("master.ufs_change.committed").await;
+        locus_common::delay_point("master.ufs_change.committed").await;
         if let Some(c) = claim {
             c.requeued();
         }

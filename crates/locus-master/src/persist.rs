@@ -349,7 +349,7 @@ impl Master {
             return self.commit(move |_, w, _| remove_op(w, seq)).await;
         };
         locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
-        crate::resolve::delay_point("master.persist.running").await;
+        locus_common::delay_point("master.persist.running").await;
         let count = |result: &str| self.inner.metrics.persist_ops.with_label_values(&[op.kind().name(), result]).inc();
         let result = match op.kind() {
             pb::PersistOpKind::Persist => {

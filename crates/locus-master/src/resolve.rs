@@ -13,20 +13,6 @@ use crate::persist::held_by;
 use crate::store::*;
 use crate::*;
 
-/// Fault point `name` (`return(<ms>)`): wait that long there (the failpoint tests
-/// open race windows with it). Nothing without the `failpoints` feature.
-pub(crate) async fn delay_point(name: &str) {
-    let _ = name;
-    #[allow(clippy::redundant_closure_call)]
-    let ms: Option<u64> = (|| {
-        locus_common::fail::fail_point!(name, |a: Option<String>| a.and_then(|s| s.parse().ok()));
-        None
-    })();
-    if let Some(ms) = ms {
-        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-    }
-}
-
 /// The UFS path of `name` in the directory at UFS path `dir` ("" is the mount's root).
 fn child_rel(dir: &str, name: &str) -> String {
     if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
@@ -116,7 +102,7 @@ impl Master {
                 return Ok(Some(rec));
             }
             let st = m.ufs.stat(&rel).await?;
-            delay_point("master.resolve.after_ufs").await;
+            locus_common::delay_point("master.resolve.after_ufs").await;
             if st.is_none() {
                 tracing::info!(path, "file vanished from the UFS; dropping it");
             }
@@ -186,7 +172,7 @@ impl Master {
             let Some(st) = m.ufs.stat(&rel).await? else {
                 return Ok(None);
             };
-            delay_point("master.resolve.after_ufs").await;
+            locus_common::delay_point("master.resolve.after_ufs").await;
             let (dir, name, now, mount_id) = (parent, comp.to_string(), now_ms(), m.info.id);
             let id = self
                 .commit(move |me, w, fx| {
@@ -236,7 +222,7 @@ impl Master {
                 }
             }
             if batch.len() >= 1000 || (done && !batch.is_empty()) {
-                delay_point("master.load_children.listed").await;
+                locus_common::delay_point("master.load_children.listed").await;
                 let (page, dir_id, rel) = (std::mem::take(&mut batch), dir.id, rel.clone());
                 self.commit(move |me, w, fx| {
                     let queued = me.held_ufs_paths(mount_id, mark);

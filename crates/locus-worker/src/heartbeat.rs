@@ -123,7 +123,7 @@ impl Inner {
         if changes.is_empty() || self.id.load(Relaxed) == 0 {
             return Ok(());
         }
-        crate::delay_point("worker.commit_changes.drained").await;
+        locus_common::delay_point("worker.commit_changes.drained").await;
         let mut req = pb::CommitBlocksRequest { worker_id: self.id.load(Relaxed), ..Default::default() };
         for c in changes {
             match c {

@@ -323,17 +323,3 @@ impl Inner {
         Ok(ufs)
     }
 }
-
-/// Fault point `name` (`return(<ms>)`): wait that long there (the failpoint tests open
-/// race windows with it). Nothing without the `failpoints` feature.
-pub(crate) async fn delay_point(name: &str) {
-    let _ = name;
-    #[allow(clippy::redundant_closure_call)]
-    let ms: Option<u64> = (|| {
-        locus_common::fail::fail_point!(name, |a: Option<String>| a.and_then(|s| s.parse().ok()));
-        None
-    })();
-    if let Some(ms) = ms {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
-}
