@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use locus_common::{Error, Result};
-use locus_compute::merge::{misaligned, starts_in_quotes};
-use locus_compute::{BlockScanner, Merger, Resolved, Results, pb};
+use locus_compute::merge::realign;
+use locus_compute::{BlockScanner, Request, Results, pb};
 use locus_ufs::Ufs;
 use serde::Serialize;
 
@@ -126,38 +126,23 @@ impl HostCompute {
             });
         }
 
-        // The spec, as the caller of `locus fs compute` builds it: the header of the
+        // The plan, as the caller of `locus fs compute` makes it: the header of the
         // first non-empty object names the columns.
-        let csv = pb::CsvFormat { header: !self.no_header, ..Default::default() };
-        let header = match (csv.header, objects.iter().find(|o| o.length > 0)) {
-            (true, Some(o)) => Some(header_of(&ufs, o).await?),
-            _ => None,
-        };
-        let columns = if self.columns.trim().is_empty() {
-            Vec::new()
-        } else {
-            locus_compute::resolve_columns(&self.columns, header.as_deref())?
-        };
-        let text = match &self.text_column {
-            Some(c) => Some(
-                *locus_compute::resolve_columns(c, header.as_deref())?
-                    .first()
-                    .ok_or_else(|| Error::invalid("an empty --text-column"))?,
-            ),
-            None => None,
-        };
-        let spec = pb::ComputeSpec {
-            ops: locus_compute::parse_ops(&self.ops)?.into_iter().map(|o| o as i32).collect(),
-            columns: columns.iter().map(|&c| c as u32).collect(),
+        let req = Request {
+            ops: locus_compute::parse_ops(&self.ops)?,
+            columns: self.columns.clone(),
+            text_column: self.text_column.clone(),
             k: self.k,
             m: self.m,
-            has_text_column: text.is_some(),
-            text_column: text.unwrap_or(0) as u32,
-            csv: Some(csv),
+            csv: pb::CsvFormat { header: !self.no_header, ..Default::default() },
         };
-        let resolved = Arc::new(Resolved::new(&spec)?);
-        let name = |c: usize| header.as_ref().and_then(|h| h.get(c).cloned()).unwrap_or_else(|| format!("_{}", c + 1));
-        let mut merger = Merger::new(&resolved, columns.iter().map(|&c| name(c)).collect(), text.map(name));
+        let header = match (req.csv.header, objects.iter().find(|o| o.length > 0)) {
+            (true, Some(o)) => Some(header_of(&ufs, o, &req.csv).await?),
+            _ => None,
+        };
+        let plan = req.plan(header.as_deref())?;
+        let resolved = Arc::new(plan.resolved.clone());
+        let mut merger = plan.merger();
 
         let scan = |o: usize, b: usize, in_quotes: bool| {
             let (ufs, ob, r, n) = (&ufs, &objects[o], resolved.clone(), bytes_read.clone());
@@ -200,12 +185,9 @@ impl HostCompute {
         let mut blocks_rerun = 0;
         for (o, ob) in objects.iter().enumerate() {
             let mut ps: Vec<pb::ComputePartial> = parts[o].iter_mut().map(|p| p.take().unwrap_or_default()).collect();
-            let mut assumed = vec![false; ps.len()];
-            for b in misaligned(&ps, &assumed, resolved.quoting) {
-                assumed[b] = starts_in_quotes(&ps, b);
-                ps[b] = scan(o, b, assumed[b]).await?.1;
-                blocks_rerun += 1;
-            }
+            blocks_rerun +=
+                realign(&mut ps, resolved.quoting, |b, in_quotes| async move { Ok(scan(o, b, in_quotes).await?.1) })
+                    .await?;
             let starts: Vec<u64> = (0..ps.len() as u64).map(|b| b * block).collect();
             merger.add_file(&ps, &starts).map_err(|e| e.context(&ob.key))?;
         }
@@ -226,21 +208,15 @@ fn range(length: u64, block: u64, b: usize) -> (u64, u64) {
     (off, block.min(length.saturating_sub(off)))
 }
 
-/// The first record's fields (the header), from the first 64 KiB of an object.
-async fn header_of(ufs: &Ufs, o: &Object) -> Result<Vec<String>> {
-    let want = o.length.min(1 << 16);
-    let mut s = Box::pin(ufs.read_range(&o.key, 0, want, 1 << 16, 1).await?);
+/// The first record's fields (the header), from the first bytes of an object.
+async fn header_of(ufs: &Ufs, o: &Object, csv: &pb::CsvFormat) -> Result<Vec<String>> {
+    let want = o.length.min(locus_compute::spec::HEADER_BYTES);
+    let mut s = Box::pin(ufs.read_range(&o.key, 0, want, want as usize, 1).await?);
     let mut buf = Vec::new();
     while let Some(c) = s.next().await {
         buf.extend_from_slice(&c?);
     }
-    let line = match buf.iter().position(|&b| b == b'\n') {
-        Some(i) => &buf[..i],
-        None if want == o.length => &buf[..],
-        None => return Err(Error::invalid(format!("the header of {} is longer than 64 KiB", o.key))),
-    };
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    Ok(String::from_utf8_lossy(line).split(',').map(|f| f.trim().trim_matches('"').to_string()).collect())
+    locus_compute::header_fields(&buf, want == o.length, csv, &o.key)
 }
 
 #[cfg(test)]

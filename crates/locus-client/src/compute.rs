@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use locus_common::{Error, ErrorKind, Result};
-use locus_compute::merge::{misaligned, starts_in_quotes};
-use locus_compute::{Merger, Resolved, Results};
+use locus_compute::merge::realign;
+use locus_compute::{Request, Results};
 use locus_proto::{exchange, pb};
 use prost::Message;
 
@@ -21,14 +21,7 @@ use crate::Client;
 /// What to compute ([`Client::compute`]).
 #[derive(Clone, Debug, Default)]
 pub struct ComputeJob {
-    pub ops: Vec<pb::ComputeOp>,
-    /// Numeric columns: header names, `c0..c7` ranges, or `_N` positions.
-    pub columns: String,
-    /// The column whose text DIGITS and ENTROPY take (else the file's bytes).
-    pub text_column: Option<String>,
-    pub k: f64,
-    pub m: f64,
-    pub csv: pb::CsvFormat,
+    pub request: Request,
     /// Blocks computed at once (0: two per live worker).
     pub parallelism: usize,
 }
@@ -105,36 +98,10 @@ impl Client {
 
     /// The header of a delimited text file: its first record's fields.
     pub async fn csv_header(&self, fi: &pb::FileInfo, csv: &pb::CsvFormat) -> Result<Vec<String>> {
-        let want = fi.length.min(1 << 16);
+        let want = fi.length.min(locus_compute::spec::HEADER_BYTES);
         let mut buf = Vec::new();
         self.read_to(fi, 0, want, Default::default(), &mut buf).await?;
-        let mut b = csv_core::ReaderBuilder::new();
-        b.delimiter(byte_or(csv.delimiter, b','))
-            .quote(byte_or(csv.quote, b'"'))
-            .quoting(!csv.no_quoting)
-            .terminator(csv_core::Terminator::CRLF);
-        let mut rdr = b.build();
-        let (mut out, mut ends) = (vec![0u8; 1 << 17], vec![0usize; 4096]);
-        let eof = want == fi.length;
-        let (res, _, nout, nend) = rdr.read_record(&buf, &mut out, &mut ends);
-        let (nout, nend) = match res {
-            csv_core::ReadRecordResult::Record => (nout, nend),
-            csv_core::ReadRecordResult::InputEmpty if eof => {
-                let (r2, _, o2, e2) = rdr.read_record(&[], &mut out[nout..], &mut ends[nend..]);
-                if r2 != csv_core::ReadRecordResult::Record {
-                    return Err(Error::invalid(format!("{} is empty: it has no header", fi.path)));
-                }
-                (nout + o2, nend + e2)
-            }
-            _ => return Err(Error::invalid(format!("the header of {} is longer than 64 KiB", fi.path))),
-        };
-        let mut names = Vec::with_capacity(nend);
-        let mut s = 0;
-        for &e in &ends[..nend] {
-            names.push(String::from_utf8_lossy(&out[s..e.min(nout)]).trim().to_string());
-            s = e;
-        }
-        Ok(names)
+        locus_compute::header_fields(&buf, want == fi.length, csv, &fi.path)
     }
 
     /// Run `job` over the files `paths` name ([`Client::expand_paths`]).
@@ -152,35 +119,14 @@ impl Client {
         progress: impl Fn(u64) + Send + Sync,
     ) -> Result<ComputeOutcome> {
         let t = Instant::now();
-        let header = match (job.csv.header, files.iter().find(|f| f.length > 0)) {
-            (true, Some(f)) => Some(self.csv_header(f, &job.csv).await?),
+        let req = &job.request;
+        let header = match (req.csv.header, files.iter().find(|f| f.length > 0)) {
+            (true, Some(f)) => Some(self.csv_header(f, &req.csv).await?),
             _ => None,
         };
-        let columns = if job.columns.trim().is_empty() {
-            Vec::new()
-        } else {
-            locus_compute::resolve_columns(&job.columns, header.as_deref())?
-        };
-        let text = match &job.text_column {
-            Some(c) => Some(
-                *locus_compute::resolve_columns(c, header.as_deref())?
-                    .first()
-                    .ok_or_else(|| Error::invalid("an empty --text-column"))?,
-            ),
-            None => None,
-        };
-        let spec = pb::ComputeSpec {
-            ops: job.ops.iter().map(|&o| o as i32).collect(),
-            columns: columns.iter().map(|&c| c as u32).collect(),
-            k: job.k,
-            m: job.m,
-            has_text_column: text.is_some(),
-            text_column: text.unwrap_or(0) as u32,
-            csv: Some(job.csv),
-        };
-        let resolved = Resolved::new(&spec)?;
-        let name = |c: usize| header.as_ref().and_then(|h| h.get(c).cloned()).unwrap_or_else(|| format!("_{}", c + 1));
-        let mut merger = Merger::new(&resolved, columns.iter().map(|&c| name(c)).collect(), text.map(name));
+        let plan = req.plan(header.as_deref())?;
+        let spec = &plan.spec;
+        let mut merger = plan.merger();
         let parallelism = match job.parallelism {
             0 => (self.workers(false).await?.len() * 2).max(2),
             n => n,
@@ -190,7 +136,7 @@ impl Client {
         let tasks: Vec<(usize, usize)> =
             files.iter().enumerate().flat_map(|(f, fi)| (0..fi.blocks.len()).map(move |b| (f, b))).collect();
         let run = |(f, b): (usize, usize), in_quotes: bool| {
-            let (files, spec, returned, progress) = (&files, &spec, returned.clone(), &progress);
+            let (files, returned, progress) = (&files, returned.clone(), &progress);
             async move {
                 let p = self.compute_block(&files[f], b, spec, in_quotes, &returned).await?;
                 progress(files[f].blocks[b].length);
@@ -208,14 +154,11 @@ impl Client {
         let mut blocks_rerun = 0;
         for (f, fi) in files.iter().enumerate() {
             let mut ps: Vec<pb::ComputePartial> = parts[f].iter_mut().map(|p| p.take().unwrap_or_default()).collect();
-            let mut assumed = vec![false; ps.len()];
-            // A block that started inside a quoted field was cut wrong: run it again,
-            // knowing. (Its own quote count does not change, so one pass settles it.)
-            for b in misaligned(&ps, &assumed, resolved.quoting) {
-                assumed[b] = starts_in_quotes(&ps, b);
-                ps[b] = self.compute_block(fi, b, &spec, assumed[b], &returned).await?;
-                blocks_rerun += 1;
-            }
+            let returned = &returned;
+            blocks_rerun += realign(&mut ps, plan.resolved.quoting, |b, in_quotes| {
+                self.compute_block(fi, b, spec, in_quotes, returned)
+            })
+            .await?;
             let starts: Vec<u64> = fi.blocks.iter().map(|b| b.offset).collect();
             merger.add_file(&ps, &starts).map_err(|e| e.context(&fi.path))?;
         }
@@ -283,8 +226,4 @@ impl Client {
         }
         Err(last_err.unwrap_or_else(|| Error::unavailable("no worker could compute the block")))
     }
-}
-
-fn byte_or(v: u32, d: u8) -> u8 {
-    if v == 0 || v > 127 { d } else { v as u8 }
 }

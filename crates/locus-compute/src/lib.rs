@@ -22,4 +22,4 @@ pub mod spec;
 pub use locus_proto::pb;
 pub use merge::{Merger, Results};
 pub use scan::BlockScanner;
-pub use spec::{Resolved, parse_ops, resolve_columns};
+pub use spec::{Plan, Request, Resolved, header_fields, parse_ops, resolve_columns};

@@ -32,6 +32,24 @@ pub fn starts_in_quotes(partials: &[pb::ComputePartial], i: usize) -> bool {
     partials[..i].iter().map(|p| p.quotes).sum::<u64>() % 2 == 1
 }
 
+/// Scan again, through `rescan(block, in_quotes)`, every block of one file that its
+/// partials prove started inside a quoted field (each is scanned first as if not). Its
+/// own quote count does not change, so one pass settles it. Returns how many were.
+pub async fn realign<F, Fut>(partials: &mut [pb::ComputePartial], quoting: bool, mut rescan: F) -> Result<u64>
+where
+    F: FnMut(usize, bool) -> Fut,
+    Fut: std::future::Future<Output = Result<pb::ComputePartial>>,
+{
+    let assumed = vec![false; partials.len()];
+    let mut n = 0;
+    for b in misaligned(partials, &assumed, quoting) {
+        let in_quotes = starts_in_quotes(partials, b);
+        partials[b] = rescan(b, in_quotes).await?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Merges partial results, file by file, and finishes them.
 pub struct Merger {
     r: Resolved,

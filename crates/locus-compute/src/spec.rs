@@ -111,6 +111,95 @@ fn one_column(name: &str, header: Option<&[String]>) -> Result<usize> {
     }))
 }
 
+/// How many leading bytes of a file [`header_fields`] looks at.
+pub const HEADER_BYTES: u64 = 1 << 16;
+
+/// The header's fields: the first record of `buf`, the file's first bytes (`whole`: all
+/// of it). `name` names the file in errors.
+pub fn header_fields(buf: &[u8], whole: bool, csv: &pb::CsvFormat, name: &str) -> Result<Vec<String>> {
+    let byte = |v: u32, d: u8| if v == 0 || v > 127 { d } else { v as u8 };
+    let mut b = csv_core::ReaderBuilder::new();
+    b.delimiter(byte(csv.delimiter, b','))
+        .quote(byte(csv.quote, b'"'))
+        .quoting(!csv.no_quoting)
+        .terminator(csv_core::Terminator::CRLF);
+    let mut rdr = b.build();
+    let (mut out, mut ends) = (vec![0u8; 1 << 17], vec![0usize; 4096]);
+    let (res, _, nout, nend) = rdr.read_record(buf, &mut out, &mut ends);
+    let (nout, nend) = match res {
+        csv_core::ReadRecordResult::Record => (nout, nend),
+        csv_core::ReadRecordResult::InputEmpty if whole => {
+            let (r2, _, o2, e2) = rdr.read_record(&[], &mut out[nout..], &mut ends[nend..]);
+            if r2 != csv_core::ReadRecordResult::Record {
+                return Err(Error::invalid(format!("{name} is empty: it has no header")));
+            }
+            (nout + o2, nend + e2)
+        }
+        _ => return Err(Error::invalid(format!("the header of {name} is longer than 64 KiB"))),
+    };
+    let mut names = Vec::with_capacity(nend);
+    let mut s = 0;
+    for &e in &ends[..nend] {
+        names.push(String::from_utf8_lossy(&out[s..e.min(nout)]).trim().to_string());
+        s = e;
+    }
+    Ok(names)
+}
+
+/// A compute as a caller asks for it: operators, column lists as the user wrote them
+/// (see [`resolve_columns`]), the factors of modsum and the CSV format.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    pub ops: Vec<ComputeOp>,
+    pub columns: String,
+    pub text_column: Option<String>,
+    pub k: f64,
+    pub m: f64,
+    pub csv: pb::CsvFormat,
+}
+
+/// A [`Request`] resolved against the files' header: the spec each block gets, the same
+/// made ready to run, and the names the results use for the columns.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub spec: pb::ComputeSpec,
+    pub resolved: Resolved,
+    pub names: Vec<String>,
+    pub text_name: Option<String>,
+}
+
+impl Request {
+    /// The plan, given the header's fields (`None`: no header).
+    pub fn plan(&self, header: Option<&[String]>) -> Result<Plan> {
+        let columns = if self.columns.trim().is_empty() { Vec::new() } else { resolve_columns(&self.columns, header)? };
+        let text = match &self.text_column {
+            Some(c) => {
+                Some(*resolve_columns(c, header)?.first().ok_or_else(|| Error::invalid("an empty --text-column"))?)
+            }
+            None => None,
+        };
+        let spec = pb::ComputeSpec {
+            ops: self.ops.iter().map(|&o| o as i32).collect(),
+            columns: columns.iter().map(|&c| c as u32).collect(),
+            k: self.k,
+            m: self.m,
+            has_text_column: text.is_some(),
+            text_column: text.unwrap_or(0) as u32,
+            csv: Some(self.csv),
+        };
+        let resolved = Resolved::new(&spec)?;
+        let name = |c: usize| header.and_then(|h| h.get(c).cloned()).unwrap_or_else(|| format!("_{}", c + 1));
+        Ok(Plan { names: columns.iter().map(|&c| name(c)).collect(), text_name: text.map(name), spec, resolved })
+    }
+}
+
+impl Plan {
+    /// A merger for this plan's results.
+    pub fn merger(&self) -> crate::Merger {
+        crate::Merger::new(&self.resolved, self.names.clone(), self.text_name.clone())
+    }
+}
+
 /// A [`pb::ComputeSpec`] made ready to run: defaults filled in.
 #[derive(Clone, Debug)]
 pub struct Resolved {

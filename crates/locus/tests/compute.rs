@@ -31,11 +31,14 @@ fn sensor_log(rows: usize, seed: u64) -> (Vec<u8>, Vec<[f64; 4]>) {
 
 fn job(ops: &[ComputeOp], columns: &str) -> ComputeJob {
     ComputeJob {
-        ops: ops.to_vec(),
-        columns: columns.into(),
-        k: 3.0,
-        m: 7.0,
-        csv: pb::CsvFormat { header: true, ..Default::default() },
+        request: locus_compute::Request {
+            ops: ops.to_vec(),
+            columns: columns.into(),
+            k: 3.0,
+            m: 7.0,
+            csv: pb::CsvFormat { header: true, ..Default::default() },
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -159,7 +162,7 @@ async fn records_across_every_block_edge_count_once_quoted_line_ends_included() 
     }
     put_as(&cl, "/q.csv", s.as_bytes(), WriteType::MustCache).await.unwrap();
     let mut j = job(&[ComputeOp::Count, ComputeOp::Stats, ComputeOp::Entropy], "v");
-    j.text_column = Some("note".into());
+    j.request.text_column = Some("note".into());
     let out = cl.compute(&["/q.csv".into()], &j).await.unwrap();
     let r = &out.results;
     assert_eq!(r.rows, i);

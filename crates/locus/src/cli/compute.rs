@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use locus_client::{Client, ComputeJob};
 use locus_common::Error;
+use locus_compute::Request;
 use locus_proto::pb;
 
 use super::human;
@@ -60,16 +61,18 @@ fn one_byte(s: &str, what: &str) -> Result<u32> {
 
 pub async fn run(c: &Client, a: &ComputeArgs) -> Result<()> {
     let job = ComputeJob {
-        ops: locus_compute::parse_ops(&a.ops)?,
-        columns: a.columns.clone(),
-        text_column: a.text_column.clone(),
-        k: a.k,
-        m: a.m,
-        csv: pb::CsvFormat {
-            delimiter: one_byte(&a.delimiter, "delimiter")?,
-            quote: one_byte(&a.quote, "quote")?,
-            no_quoting: a.no_quoting,
-            header: !a.no_header,
+        request: Request {
+            ops: locus_compute::parse_ops(&a.ops)?,
+            columns: a.columns.clone(),
+            text_column: a.text_column.clone(),
+            k: a.k,
+            m: a.m,
+            csv: pb::CsvFormat {
+                delimiter: one_byte(&a.delimiter, "delimiter")?,
+                quote: one_byte(&a.quote, "quote")?,
+                no_quoting: a.no_quoting,
+                header: !a.no_header,
+            },
         },
         parallelism: a.parallelism,
     };
