@@ -357,6 +357,10 @@ impl BlockScanner {
         self.last = chunk.last().copied();
         let base = self.pos;
         self.pos += chunk.len() as u64;
+        if !self.r.parses_records() || self.error.is_some() {
+            // Only the raw bytes count (or the records stopped at a bad one): no edges.
+            return Ok(());
+        }
         let mut rest = chunk;
         let mut rest_base = base;
         if let Phase::Head = self.phase {
@@ -373,17 +377,6 @@ impl BlockScanner {
                     return Ok(());
                 }
             }
-        }
-        if !self.r.parses_records() || self.error.is_some() {
-            // Only the raw bytes count: the tail is what follows the last line end.
-            match memrchr(b'\n', rest) {
-                Some(i) => {
-                    self.carry.clear();
-                    self.carry.extend_from_slice(&rest[i + 1..]);
-                }
-                None => self.carry.extend_from_slice(rest),
-            }
-            return Ok(());
         }
         self.recs.feed(rest, rest_base, false)?;
         let rs = self.recs.rec_start;
@@ -469,8 +462,4 @@ fn count_bytes(c: &mut [u64; 256], data: &[u8]) {
 
 fn memchr(b: u8, s: &[u8]) -> Option<usize> {
     s.iter().position(|&x| x == b)
-}
-
-fn memrchr(b: u8, s: &[u8]) -> Option<usize> {
-    s.iter().rposition(|&x| x == b)
 }

@@ -39,34 +39,35 @@ impl Master {
     /// imported prefixes were given one, the time of this start: S3 clients show it as the
     /// bucket's creation date, and 1970 is no answer. Run once at start; a no-op after.
     pub(crate) async fn date_undated_buckets(&self) -> Result<()> {
-        let now = crate::now_ms();
-        let n = self
-            .commit(move |_, w, _| {
-                let ids: Vec<u64> = {
-                    let ch = w.open_table(CHILDREN).map_err(db_err)?;
-                    let mut v = Vec::new();
-                    for e in ch.range((ROOT_ID, "")..(ROOT_ID + 1, "")).map_err(db_err)? {
-                        v.push(e.map_err(db_err)?.1.value());
-                    }
-                    v
-                };
-                let mut n = 0;
-                for id in ids {
-                    if let Some(mut rec) = load_inode(w, id)?
-                        && rec.is_dir
-                        && rec.mtime_ms <= 0
-                    {
-                        rec.mtime_ms = now;
-                        put_inode(w, &rec)?;
-                        n += 1;
-                    }
+        // Looked for in a read transaction: a start with nothing to date writes nothing.
+        let undated: Vec<u64> = {
+            let r = self.inner.store.read()?;
+            let (ch, inodes) = (r.open_table(CHILDREN).map_err(db_err)?, r.open_table(INODES).map_err(db_err)?);
+            let mut v = Vec::new();
+            for e in ch.range((ROOT_ID, "")..(ROOT_ID + 1, "")).map_err(db_err)? {
+                let id = e.map_err(db_err)?.1.value();
+                if get_inode(&inodes, id)?.is_some_and(|rec| rec.is_dir && rec.mtime_ms <= 0) {
+                    v.push(id);
                 }
-                Ok(n)
-            })
-            .await?;
-        if n > 0 {
-            tracing::info!(count = n, "dated top-level directories that had no time");
+            }
+            v
+        };
+        if undated.is_empty() {
+            return Ok(());
         }
+        let now = crate::now_ms();
+        let n = undated.len();
+        self.commit(move |_, w, _| {
+            for &id in &undated {
+                if let Some(mut rec) = load_inode(w, id)? {
+                    rec.mtime_ms = now;
+                    put_inode(w, &rec)?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        tracing::info!(count = n, "dated top-level directories that had no time");
         Ok(())
     }
 
