@@ -17,6 +17,7 @@ mod get;
 mod list;
 mod multipart;
 mod put;
+mod select;
 mod tagging;
 mod versioning;
 
@@ -416,6 +417,11 @@ impl S3 for LocusS3 {
     }
     async fn list_multipart_uploads(&self, req: S3Request<ListMultipartUploadsInput>) -> R<ListMultipartUploadsOutput> {
         multipart::list_multipart_uploads(self, req).await
+    }
+
+    // ------------------------------------------------------------------- S3 Select
+    async fn select_object_content(&self, req: S3Request<SelectObjectContentInput>) -> R<SelectObjectContentOutput> {
+        select::select_object_content(self, req).await
     }
 }
 
