@@ -7,7 +7,7 @@ mod cli;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use cli::{Global, admin, bench, fs, local, server};
+use cli::{Global, admin, bench, fs, local, server, sql};
 
 #[derive(Parser)]
 #[command(name = "locus", version, about = "Locus: a data orchestration layer between compute and storage")]
@@ -33,6 +33,8 @@ enum Cmd {
     },
     /// File system commands (like `alluxio fs`).
     Fs(fs::FsArgs),
+    /// Run SQL over Locus files (CSV, JSON lines, Parquet): FROM 'locus:///logs/*.csv'.
+    Sql(sql::SqlArgs),
     /// Benchmarks that print medians and ratios measured side by side in one run.
     Bench {
         #[command(subcommand)]
@@ -85,6 +87,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gateway(a) => server::gateway(g, a),
         Cmd::Local { cmd } => local::run(g, cmd),
         Cmd::Fs(a) => fs::run(g, a),
+        Cmd::Sql(a) => sql::run(g, a),
         Cmd::Bench { cmd } => bench::run(cmd),
         Cmd::Report { json } => admin::report(g, *json),
     }

@@ -17,6 +17,8 @@ mod get;
 mod list;
 mod multipart;
 mod put;
+#[cfg(feature = "select")]
+mod select;
 mod tagging;
 mod versioning;
 
@@ -416,6 +418,12 @@ impl S3 for LocusS3 {
     }
     async fn list_multipart_uploads(&self, req: S3Request<ListMultipartUploadsInput>) -> R<ListMultipartUploadsOutput> {
         multipart::list_multipart_uploads(self, req).await
+    }
+
+    // ------------------------------------------------------------------- S3 Select
+    #[cfg(feature = "select")]
+    async fn select_object_content(&self, req: S3Request<SelectObjectContentInput>) -> R<SelectObjectContentOutput> {
+        select::select_object_content(self, req).await
     }
 }
 

@@ -8,6 +8,7 @@ pub mod compute;
 pub mod fs;
 pub mod local;
 pub mod server;
+pub mod sql;
 
 use std::path::PathBuf;
 

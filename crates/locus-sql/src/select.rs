@@ -1,0 +1,538 @@
+//! S3 Select (`SelectObjectContent`) on the SQL engine: the S3 Select dialect translated
+//! onto DataFusion's, the object registered as the table `s3object` with the request's
+//! input format, and the result rows written in its output format.
+//!
+//! The dialect: `FROM S3Object[*]` or `FROM S3Object` with an optional alias; columns by
+//! header name (`s.name`, `s."Name"`, case-insensitive unless quoted) or by position
+//! (`_1`, `s._3`); CSV fields are text unless `CAST`. Everything else is DataFusion's SQL,
+//! so `WHERE`, `LIMIT`, `count`/`sum`/`avg`/`min`/`max`, `CAST`, string and date functions
+//! come from it, not from hand-parsed rows.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use bytes::Bytes;
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions};
+use datafusion::sql::sqlparser::ast::{self, Expr, Ident, ObjectName, ObjectNamePart, visit_expressions_mut};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use futures::{Stream, StreamExt};
+use locus_client::Client;
+use locus_common::{Error, ErrorKind};
+use locus_proto::pb;
+
+pub use crate::input::{Compression, ScanRange};
+use crate::input::{Step, prepare};
+use crate::query::{df_err, session};
+
+/// The S3 Select error classes (the gateway maps each to its S3 error code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectErrorCode {
+    /// The expression does not parse (`ParseUnexpectedToken`).
+    Syntax,
+    /// A positional column past the record's fields (`InvalidColumnIndex`).
+    ColumnIndex,
+    /// A column name the header does not have (`ParseInvalidPathComponent`... S3 answers
+    /// `InvalidColumnIndex` for CSV too).
+    UnknownColumn,
+    /// The object's CSV cannot be parsed (`CSVParsingError`).
+    CsvParsing,
+    /// The object's JSON cannot be parsed (`JSONParsingError`).
+    JsonParsing,
+    /// A CAST of a value failed (`CastFailed`).
+    Cast,
+    /// Valid SQL this engine or S3 Select does not support (`UnsupportedSyntax`).
+    Unsupported,
+    /// A request field with a value S3 Select does not allow (`InvalidRequestParameter`).
+    BadRequest,
+    /// A `ScanRange` on input it cannot split (`UnsupportedScanRangeInput`).
+    UnsupportedScanRange,
+    /// The object is not in its stated compression format (`InvalidCompressionFormat`).
+    Compression,
+    /// Not an S3 Select problem: the Locus error's kind decides.
+    Other,
+}
+
+/// A failed select: its class and the error.
+#[derive(Debug)]
+pub struct SelectError {
+    pub code: SelectErrorCode,
+    pub error: Error,
+}
+
+impl SelectError {
+    pub(crate) fn new(code: SelectErrorCode, msg: impl Into<String>) -> Self {
+        SelectError { code, error: Error::invalid(msg.into()) }
+    }
+}
+
+impl From<Error> for SelectError {
+    fn from(error: Error) -> Self {
+        SelectError { code: SelectErrorCode::Other, error }
+    }
+}
+
+pub type SelectResult<T> = std::result::Result<T, SelectError>;
+
+/// Whether the first CSV record names the columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HeaderInfo {
+    /// Names the columns (usable in the expression).
+    Use,
+    /// A header, skipped; columns by position only.
+    Ignore,
+    /// No header: the first record is data.
+    #[default]
+    None,
+}
+
+#[derive(Clone, Debug)]
+pub struct CsvInput {
+    pub header: HeaderInfo,
+    pub delimiter: u8,
+    pub quote: u8,
+    pub escape: Option<u8>,
+    pub comment: Option<u8>,
+    /// `\n` (also ends `\r\n` records) or another single byte.
+    pub record_delimiter: u8,
+    /// A quoted field may hold the record delimiter.
+    pub allow_quoted_record_delimiter: bool,
+}
+
+impl Default for CsvInput {
+    fn default() -> Self {
+        CsvInput {
+            header: HeaderInfo::None,
+            delimiter: b',',
+            quote: b'"',
+            escape: None,
+            comment: None,
+            record_delimiter: b'\n',
+            allow_quoted_record_delimiter: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Input {
+    Csv(CsvInput),
+    /// Newline-delimited JSON (`Type=LINES`).
+    JsonLines,
+    /// One JSON document, or several one after another (`Type=DOCUMENT`).
+    JsonDocument,
+    Parquet,
+}
+
+#[derive(Clone, Debug)]
+pub enum Output {
+    Csv { delimiter: u8, quote: u8, quote_all: bool, record_delimiter: String },
+    Json { record_delimiter: String },
+}
+
+#[derive(Clone, Debug)]
+pub struct SelectRequest {
+    /// The object's Locus path.
+    pub path: String,
+    pub expression: String,
+    pub input: Input,
+    pub compression: Compression,
+    pub scan_range: Option<ScanRange>,
+    pub output: Output,
+}
+
+/// Byte counts for the Stats event, filled in as the result streams.
+#[derive(Debug, Default)]
+pub struct SelectStats {
+    pub scanned: AtomicU64,
+    pub processed: AtomicU64,
+    pub returned: AtomicU64,
+}
+
+/// Run a select: the result's bytes in the output format as they are produced (one
+/// chunk per batch), and the counters for the Stats event at its end.
+pub async fn select(
+    client: Arc<Client>,
+    req: SelectRequest,
+) -> SelectResult<(impl Stream<Item = SelectResult<Bytes>> + Send + 'static, Arc<SelectStats>)> {
+    let fi = client.status(&req.path, true).await?;
+    if fi.is_dir {
+        return Err(Error::not_found(format!("{} is not an object", req.path)).into());
+    }
+    let ctx = session(client.clone())?;
+    let (_, path) = normalize_from(&req.expression)?;
+    let input = prepare(&ctx, &client, &fi, &req, &path).await?;
+    let url = input.url.as_str();
+    let columns = match &req.input {
+        Input::Csv(c) => {
+            let names = csv_columns(&client, &fi, input.memory.as_deref(), c).await?;
+            let schema = Schema::new(names.iter().map(|n| Field::new(n, DataType::Utf8, true)).collect::<Vec<_>>());
+            let mut o = CsvReadOptions::new()
+                .has_header(c.header != HeaderInfo::None && input.at_start)
+                .delimiter(c.delimiter)
+                .quote(c.quote)
+                .newlines_in_values(c.allow_quoted_record_delimiter)
+                .file_extension("")
+                .truncated_rows(true)
+                .schema(&schema);
+            if let Some(e) = c.escape {
+                o = o.escape(e);
+            }
+            if let Some(cm) = c.comment {
+                o = o.comment(cm);
+            }
+            if c.record_delimiter != b'\n' {
+                o = o.terminator(Some(c.record_delimiter));
+            }
+            ctx.register_csv("s3object", url, o).await.map_err(|e| classify(df_err(e)))?;
+            Some((names, c.header == HeaderInfo::Use))
+        }
+        Input::JsonLines | Input::JsonDocument => {
+            ctx.register_json("s3object", url, JsonReadOptions::default().file_extension(""))
+                .await
+                .map_err(|e| classify(df_err(e)))?;
+            None
+        }
+        Input::Parquet => {
+            ctx.register_parquet("s3object", url, ParquetReadOptions::default().file_extension(""))
+                .await
+                .map_err(|e| classify(df_err(e)))?;
+            None
+        }
+    };
+    let sql = translate(&req.expression, columns.as_ref().map(|(n, named)| (n.as_slice(), *named)))?;
+    tracing::debug!(%sql, "S3 Select translated");
+    let df = ctx.sql(&sql).await.map_err(|e| classify(df_err(e)))?;
+    let stream = df.execute_stream().await.map_err(|e| classify(df_err(e)))?;
+    let stats = Arc::new(SelectStats::default());
+    stats.scanned.store(input.scanned, Relaxed);
+    stats.processed.store(input.processed, Relaxed);
+    let (st, out) = (stats.clone(), req.output.clone());
+    let bytes = stream.map(move |b| {
+        let b = b.map_err(|e| classify(df_err(e)))?;
+        let chunk = encode(&b, &out)?;
+        st.returned.fetch_add(chunk.len() as u64, Relaxed);
+        Ok(chunk)
+    });
+    Ok((bytes, stats))
+}
+
+/// The columns of a CSV object: the header's names (USE), else `_1`..`_N` by the first
+/// record's field count. `memory`: the data when it was made in memory (decompressed).
+async fn csv_columns(
+    client: &Client,
+    fi: &pb::FileInfo,
+    memory: Option<&[u8]>,
+    c: &CsvInput,
+) -> SelectResult<Vec<String>> {
+    let fmt = pb::CsvFormat { delimiter: c.delimiter.into(), quote: c.quote.into(), no_quoting: false, header: true };
+    let first = match memory {
+        Some([]) => return Ok(vec!["_1".into()]),
+        Some(m) => {
+            let head = &m[..m.len().min(locus_compute::spec::HEADER_BYTES as usize)];
+            locus_compute::header_fields(head, head.len() == m.len(), &fmt, &fi.path)
+        }
+        None if fi.length == 0 => return Ok(vec!["_1".into()]),
+        None => client.csv_header(fi, &fmt).await,
+    }
+    .map_err(|e| SelectError { code: SelectErrorCode::CsvParsing, error: e })?;
+    Ok(match c.header {
+        HeaderInfo::Use => first,
+        _ => (1..=first.len()).map(|i| format!("_{i}")).collect(),
+    })
+}
+
+/// The S3 Select expression as DataFusion SQL over the table `s3object`. `columns`: the
+/// CSV columns, and whether they are named by a header.
+pub fn translate(expr: &str, columns: Option<(&[String], bool)>) -> SelectResult<String> {
+    let (text, _) = normalize_from(expr)?;
+    let mut stmts = Parser::parse_sql(&GenericDialect {}, &text)
+        .map_err(|e| SelectError::new(SelectErrorCode::Syntax, format!("{e}")))?;
+    if stmts.len() != 1 {
+        return Err(SelectError::new(SelectErrorCode::Syntax, "the expression must be one SELECT"));
+    }
+    let ast::Statement::Query(q) = &mut stmts[0] else {
+        return Err(SelectError::new(SelectErrorCode::Unsupported, "only SELECT is supported"));
+    };
+    let alias = table_alias(q)?;
+    let mut err = None;
+    let _ = visit_expressions_mut(&mut stmts, |e| {
+        s3_cast_type(e);
+        if err.is_none()
+            && let Err(x) = rewrite_column(e, alias.as_deref(), columns)
+        {
+            err = Some(x);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    if let ast::Statement::Query(q) = &mut stmts[0]
+        && let ast::SetExpr::Select(sel) = q.body.as_mut()
+    {
+        name_unnamed(&mut sel.projection);
+    }
+    Ok(stmts[0].to_string())
+}
+
+/// `S3Object[*]` (any case, optional `[*]`) becomes the plain table name `s3object`; a
+/// path after it into JSON records (`S3Object[*].a."B"[*][0]`) is taken out and returned.
+fn normalize_from(expr: &str) -> SelectResult<(String, Vec<Step>)> {
+    let lower = expr.to_ascii_lowercase();
+    let mut out = String::with_capacity(expr.len());
+    let mut path = Vec::new();
+    let mut i = 0;
+    while let Some(p) = lower[i..].find("s3object") {
+        let at = i + p;
+        out.push_str(&expr[i..at]);
+        out.push_str("s3object");
+        let mut j = at + "s3object".len();
+        if let Some(after) = star(&expr[j..]) {
+            j = expr.len() - after.len();
+            // The path: `.name`, `."name"`, `[*]`, `[n]`.
+            loop {
+                let rest = &expr[j..];
+                if let Some(after) = star(rest) {
+                    path.push(Step::All);
+                    j = expr.len() - after.len();
+                } else if let Some(after) = rest.strip_prefix('[') {
+                    let Some(close) = after.find(']') else { break };
+                    let Ok(n) = after[..close].trim().parse::<usize>() else { break };
+                    path.push(Step::Index(n));
+                    j = expr.len() - after.len() + close + 1;
+                } else if let Some(after) = rest.strip_prefix(".\"") {
+                    let close = after.find('"').ok_or_else(|| {
+                        SelectError::new(SelectErrorCode::Syntax, "an unclosed quoted name in the FROM path")
+                    })?;
+                    path.push(Step::Key(after[..close].to_string()));
+                    j = expr.len() - after.len() + close + 1;
+                } else if let Some(after) = rest.strip_prefix('.') {
+                    let n = after.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(after.len());
+                    if n == 0 {
+                        break;
+                    }
+                    path.push(Step::Key(after[..n].to_string()));
+                    j = expr.len() - after.len() + n;
+                } else {
+                    break;
+                }
+            }
+        }
+        i = j;
+    }
+    out.push_str(&expr[i..]);
+    Ok((out, path))
+}
+
+/// `rest` after a leading `[*]` (spaces allowed inside), if it has one.
+fn star(rest: &str) -> Option<&str> {
+    let after = rest.trim_start().strip_prefix('[')?.trim_start().strip_prefix('*')?.trim_start().strip_prefix(']')?;
+    Some(after)
+}
+
+/// The alias the query gives `s3object` (`FROM s3object s` or `AS s`), if any; the one
+/// table must be `s3object`.
+fn table_alias(q: &ast::Query) -> SelectResult<Option<String>> {
+    let ast::SetExpr::Select(sel) = q.body.as_ref() else {
+        return Err(SelectError::new(SelectErrorCode::Unsupported, "only a plain SELECT is supported"));
+    };
+    if sel.from.len() != 1 || !sel.from[0].joins.is_empty() {
+        return Err(SelectError::new(SelectErrorCode::Unsupported, "select FROM S3Object, one table, no joins"));
+    }
+    match &sel.from[0].relation {
+        ast::TableFactor::Table { name, alias, .. } => {
+            if !is_s3object(name) {
+                return Err(SelectError::new(
+                    SelectErrorCode::Syntax,
+                    format!("the table must be S3Object, not {name}"),
+                ));
+            }
+            Ok(alias.as_ref().map(|a| a.name.value.to_ascii_lowercase()))
+        }
+        _ => Err(SelectError::new(SelectErrorCode::Unsupported, "select FROM S3Object")),
+    }
+}
+
+/// S3 Select's CAST types in DataFusion's terms: `INT`/`INTEGER` is 64-bit (DataFusion's
+/// is 32), `FLOAT`/`REAL` is a double (DataFusion's is single precision).
+fn s3_cast_type(e: &mut Expr) {
+    if let Expr::Cast { data_type, .. } = e {
+        match data_type {
+            ast::DataType::Int(_) | ast::DataType::Integer(_) => *data_type = ast::DataType::BigInt(None),
+            ast::DataType::Float(_) | ast::DataType::Real => {
+                *data_type = ast::DataType::Double(ast::ExactNumberInfo::None)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// S3 Select names a projected expression that is not a column `_1`, `_2`, ... by its
+/// position (what JSON output shows as the key), not by its text.
+fn name_unnamed(projection: &mut [ast::SelectItem]) {
+    for (i, item) in projection.iter_mut().enumerate() {
+        if let ast::SelectItem::UnnamedExpr(e) = item
+            && !matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+        {
+            *item = ast::SelectItem::ExprWithAlias { expr: e.clone(), alias: Ident::new(format!("_{}", i + 1)) };
+        }
+    }
+}
+
+fn is_s3object(name: &ObjectName) -> bool {
+    matches!(name.0.as_slice(), [ObjectNamePart::Identifier(i)] if i.value.eq_ignore_ascii_case("s3object"))
+}
+
+/// A column reference in S3 Select terms to the registered column's quoted name.
+fn rewrite_column(e: &mut Expr, alias: Option<&str>, columns: Option<(&[String], bool)>) -> SelectResult<()> {
+    let ident = match e {
+        Expr::Identifier(i) => i.clone(),
+        Expr::CompoundIdentifier(parts) if parts.len() == 2 => {
+            let q = parts[0].value.to_ascii_lowercase();
+            if Some(q.as_str()) != alias && q != "s3object" {
+                return Err(SelectError::new(
+                    SelectErrorCode::Syntax,
+                    format!("unknown table or alias '{}'", parts[0].value),
+                ));
+            }
+            parts[1].clone()
+        }
+        _ => return Ok(()),
+    };
+    let Some((names, named)) = columns else {
+        // JSON and Parquet: the names are the data's own.
+        *e = Expr::Identifier(Ident::with_quote('"', ident.value));
+        return Ok(());
+    };
+    let resolved =
+        if let Some(n) = positional(&ident) {
+            match names.get(n - 1) {
+                Some(name) => name.clone(),
+                None => {
+                    return Err(SelectError::new(
+                        SelectErrorCode::ColumnIndex,
+                        format!("column {} is past the record's {} columns", ident.value, names.len()),
+                    ));
+                }
+            }
+        } else if !named {
+            return Err(SelectError::new(
+                SelectErrorCode::UnknownColumn,
+                format!("no column '{}': without FileHeaderInfo USE, name columns _1, _2, ...", ident.value),
+            ));
+        } else if ident.quote_style.is_some() {
+            names.iter().find(|n| **n == ident.value).cloned().ok_or_else(|| {
+                SelectError::new(SelectErrorCode::UnknownColumn, format!("no column \"{}\"", ident.value))
+            })?
+        } else {
+            names.iter().find(|n| n.eq_ignore_ascii_case(&ident.value)).cloned().ok_or_else(|| {
+                SelectError::new(SelectErrorCode::UnknownColumn, format!("no column '{}'", ident.value))
+            })?
+        };
+    *e = Expr::Identifier(Ident::with_quote('"', resolved));
+    Ok(())
+}
+
+fn positional(i: &Ident) -> Option<usize> {
+    if i.quote_style.is_some() {
+        return None;
+    }
+    i.value.strip_prefix('_')?.parse::<usize>().ok().filter(|n| *n >= 1)
+}
+
+/// Put a DataFusion failure in its S3 Select class by what went wrong.
+fn classify(e: Error) -> SelectError {
+    let m = e.to_string();
+    let code =
+        if m.contains("Cast error") || m.contains("Cannot cast") || m.contains("cast") && m.contains("to value of") {
+            SelectErrorCode::Cast
+        } else if m.contains("CSV") || m.contains("csv") {
+            SelectErrorCode::CsvParsing
+        } else if m.contains("JSON") || m.contains("json") {
+            SelectErrorCode::JsonParsing
+        } else if m.contains("not implemented") || m.contains("Unsupported") || m.contains("unsupported") {
+            SelectErrorCode::Unsupported
+        } else if m.contains("SQL error") || m.contains("ParserError") {
+            SelectErrorCode::Syntax
+        } else if e.kind() == ErrorKind::InvalidArgument {
+            SelectErrorCode::Unsupported
+        } else {
+            SelectErrorCode::Other
+        };
+    SelectError { code, error: e }
+}
+
+/// One batch in the output format.
+fn encode(b: &RecordBatch, out: &Output) -> SelectResult<Bytes> {
+    use datafusion::arrow;
+    let mut buf = Vec::new();
+    match out {
+        Output::Csv { delimiter, quote, quote_all, record_delimiter } => {
+            let mut w = arrow::csv::WriterBuilder::new()
+                .with_header(false)
+                .with_delimiter(*delimiter)
+                .with_quote(*quote)
+                .with_quote_style(if *quote_all {
+                    arrow::csv::QuoteStyle::Always
+                } else {
+                    arrow::csv::QuoteStyle::Necessary
+                })
+                .build(&mut buf);
+            w.write(b).map_err(|e| SelectError::from(Error::internal(format!("write CSV: {e}"))))?;
+            drop(w);
+            if record_delimiter != "\n" {
+                buf = String::from_utf8_lossy(&buf).replace('\n', record_delimiter).into_bytes();
+            }
+        }
+        Output::Json { record_delimiter } => {
+            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
+            w.write(b).map_err(|e| SelectError::from(Error::internal(format!("write JSON: {e}"))))?;
+            w.finish().map_err(|e| SelectError::from(Error::internal(format!("write JSON: {e}"))))?;
+            drop(w);
+            if record_delimiter != "\n" {
+                buf = String::from_utf8_lossy(&buf).replace('\n', record_delimiter).into_bytes();
+            }
+        }
+    }
+    Ok(Bytes::from(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_dialect_becomes_datafusion_sql() {
+        let h = cols(&["Name", "age", "city"]);
+        let t = |e: &str| translate(e, Some((&h, true))).unwrap();
+        assert_eq!(t("SELECT * FROM S3Object[*]"), "SELECT * FROM s3object");
+        assert_eq!(
+            t("select s.name, s._2 from s3object s where s.AGE > 3"),
+            r#"SELECT "Name", "age" FROM s3object AS s WHERE "age" > 3"#
+        );
+        assert!(t("SELECT count(*) FROM S3Object [ * ] LIMIT 2").contains("LIMIT 2"));
+        let (sql, path) = normalize_from("SELECT a.x FROM S3Object[*].rows[*].\"In\"[2] a").unwrap();
+        assert_eq!(sql, "SELECT a.x FROM s3object a");
+        assert_eq!(path, vec![Step::Key("rows".into()), Step::All, Step::Key("In".into()), Step::Index(2)]);
+        let e = translate("SELECT s._9 FROM S3Object s", Some((&h, true))).unwrap_err();
+        assert_eq!(e.code, SelectErrorCode::ColumnIndex);
+        let e = translate("SELECT s.nope FROM S3Object s", Some((&h, true))).unwrap_err();
+        assert_eq!(e.code, SelectErrorCode::UnknownColumn);
+        let e = translate("SELEKT * FROM S3Object", Some((&h, true))).unwrap_err();
+        assert_eq!(e.code, SelectErrorCode::Syntax);
+        let e = translate("SELECT s.name FROM S3Object", Some((&h, false))).unwrap_err();
+        assert_eq!(e.code, SelectErrorCode::Syntax, "alias s is unknown");
+        let e = translate("SELECT name FROM S3Object", Some((&h, false))).unwrap_err();
+        assert_eq!(e.code, SelectErrorCode::UnknownColumn);
+        assert_eq!(
+            t("SELECT count(*), CAST(s.age AS INT), CAST(age AS FLOAT), s.city FROM S3Object s"),
+            r#"SELECT count(*) AS _1, CAST("age" AS BIGINT) AS _2, CAST("age" AS DOUBLE) AS _3, "city" FROM s3object AS s"#
+        );
+    }
+}

@@ -1,0 +1,181 @@
+"""S3 Select (SelectObjectContent) through the gateway with boto3 and awscli (issue 24):
+the S3 Select dialect over CSV (header USE, IGNORE, NONE; delimiters; quoted record
+delimiters) and JSON lines, CSV and JSON output, the event stream's Records, Stats and
+End, and errors as S3 Select's codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from botocore.exceptions import ClientError, EventStreamError
+
+from test_gateway_clients import aws
+
+CSV = b"name,age,city\nAda,36,London\nLinus,54,Helsinki\nGrace,85,Arlington\n\"Smith, Jo\",41,\"New\nYork\"\n"
+
+
+def select(gw, key, expr, inp=None, out=None, bucket="local", progress=False):
+    r = gw.s3.select_object_content(
+        Bucket=bucket, Key=key, Expression=expr, ExpressionType="SQL",
+        InputSerialization=inp or {"CSV": {"FileHeaderInfo": "USE", "AllowQuotedRecordDelimiter": True}},
+        OutputSerialization=out or {"CSV": {}},
+        RequestProgress={"Enabled": progress},
+    )
+    records, stats, end, kinds = b"", None, False, []
+    for ev in r["Payload"]:
+        kinds.append(next(iter(ev)))
+        if "Records" in ev:
+            records += ev["Records"]["Payload"]
+        if "Stats" in ev:
+            stats = ev["Stats"]["Details"]
+        if "End" in ev:
+            end = True
+    assert end, kinds
+    return records, stats, kinds
+
+
+@pytest.fixture(scope="module")
+def people(gateway):
+    gateway.s3.put_object(Bucket="local", Key="people.csv", Body=CSV)
+    gateway.s3.put_object(Bucket="lake", Key="people.csv", Body=CSV)
+    return gateway
+
+
+@pytest.mark.parametrize("bucket", ["local", "lake"])
+def test_where_projection_and_aliases(people, bucket):
+    rec, stats, kinds = select(people, "people.csv",
+                               "SELECT s.name, s.city FROM S3Object[*] s WHERE CAST(s.age AS INT) > 40",
+                               bucket=bucket)
+    assert rec == b'Linus,Helsinki\nGrace,Arlington\n"Smith, Jo","New\nYork"\n'
+    assert stats["BytesScanned"] == len(CSV) and stats["BytesReturned"] == len(rec)
+    assert kinds[-2:] == ["Stats", "End"]
+
+
+def test_positional_columns_limit_and_aggregates(people):
+    rec, _, _ = select(people, "people.csv", "SELECT s._1 FROM S3Object s LIMIT 2")
+    assert rec == b"Ada\nLinus\n"
+    rec, _, _ = select(people, "people.csv",
+                       "SELECT count(*), sum(CAST(age AS INT)), min(CAST(age AS INT)), max(name) FROM S3Object")
+    assert rec == b"4,216,36,Smith, Jo\n".replace(b"Smith, Jo", b'"Smith, Jo"')
+    rec, _, _ = select(people, "people.csv", "SELECT avg(CAST(s.age AS FLOAT)) FROM S3Object s")
+    assert float(rec) == pytest.approx(54.0)
+
+
+def test_header_ignore_and_none(people):
+    rec, _, _ = select(people, "people.csv", "SELECT s._3 FROM S3Object s WHERE s._2 = '36'",
+                       inp={"CSV": {"FileHeaderInfo": "IGNORE"}})
+    assert rec == b"London\n"
+    rec, _, _ = select(people, "people.csv", "SELECT s._2 FROM S3Object s LIMIT 1",
+                       inp={"CSV": {"FileHeaderInfo": "NONE"}})
+    assert rec == b"age\n"
+
+
+def test_delimiters_and_json_output(gateway):
+    gateway.s3.put_object(Bucket="local", Key="semi.csv", Body=b"a;b\n1;x\n2;y\n")
+    rec, _, _ = select(gateway, "semi.csv", "SELECT * FROM S3Object",
+                       inp={"CSV": {"FileHeaderInfo": "USE", "FieldDelimiter": ";"}},
+                       out={"JSON": {"RecordDelimiter": "\n"}})
+    assert [json.loads(x) for x in rec.splitlines()] == [{"a": "1", "b": "x"}, {"a": "2", "b": "y"}]
+    rec, _, _ = select(gateway, "semi.csv", "SELECT b, a FROM S3Object",
+                       inp={"CSV": {"FileHeaderInfo": "USE", "FieldDelimiter": ";"}},
+                       out={"CSV": {"FieldDelimiter": "|", "QuoteFields": "ALWAYS"}})
+    assert rec == b'"x"|"1"\n"y"|"2"\n'
+
+
+def test_json_lines_input(gateway):
+    body = b'{"id": 1, "tag": "a"}\n{"id": 2, "tag": "b"}\n{"id": 3, "tag": "a"}\n'
+    gateway.s3.put_object(Bucket="local", Key="t.json", Body=body)
+    rec, _, _ = select(gateway, "t.json", "SELECT s.id FROM S3Object s WHERE s.tag = 'a'",
+                       inp={"JSON": {"Type": "LINES"}}, out={"JSON": {}})
+    assert [json.loads(x) for x in rec.splitlines()] == [{"id": 1}, {"id": 3}]
+
+
+def test_errors_are_s3_select_codes(people):
+    def code(expr, **kw):
+        with pytest.raises((ClientError, EventStreamError)) as e:
+            select(people, "people.csv", expr, **kw)
+        return e.value.response["Error"]["Code"]
+
+    assert code("SELEKT * FROM S3Object") == "ParseUnexpectedToken"
+    assert code("SELECT s._9 FROM S3Object s") == "InvalidColumnIndex"
+    assert code("SELECT s.nope FROM S3Object s") == "InvalidColumnIndex"
+    with pytest.raises(ClientError) as e:
+        select(people, "missing.csv", "SELECT * FROM S3Object")
+    assert e.value.response["Error"]["Code"] == "NoSuchKey"
+
+
+def test_awscli_select_object_content(people, tmp):
+    out = tmp / "out.csv"
+    aws(people, "s3api", "select-object-content", "--bucket", "local", "--key", "people.csv",
+        "--expression", "SELECT s.name FROM S3Object s WHERE s.city = 'London'", "--expression-type", "SQL",
+        "--input-serialization", '{"CSV": {"FileHeaderInfo": "USE"}}',
+        "--output-serialization", '{"CSV": {}}', out)
+    assert out.read_bytes() == b"Ada\n"
+
+
+def test_unnamed_expressions_are_positional_in_json(people):
+    rec, _, _ = select(people, "people.csv", "SELECT count(*), max(CAST(s.age AS INT)) FROM S3Object s",
+                       out={"JSON": {}})
+    assert json.loads(rec) == {"_1": 4, "_2": 85}
+    rec, _, _ = select(people, "people.csv", "SELECT s.name, CAST(s.age AS FLOAT) * 1.5 AS x FROM S3Object s LIMIT 1",
+                       out={"JSON": {}})
+    assert json.loads(rec) == {"name": "Ada", "x": 54.0}
+
+
+def test_scan_range_takes_the_records_that_start_inside(gateway):
+    body = b"".join(b"%d,row%d\n" % (i, i) for i in range(100))  # 'i,rowi\n'
+    gateway.s3.put_object(Bucket="local", Key="ranged.csv", Body=body)
+    starts = [0]
+    for line in body.splitlines(keepends=True)[:-1]:
+        starts.append(starts[-1] + len(line))
+
+    def ids(start=None, end=None):
+        sr = {}
+        if start is not None:
+            sr["Start"] = start
+        if end is not None:
+            sr["End"] = end
+        r = gateway.s3.select_object_content(
+            Bucket="local", Key="ranged.csv", Expression="SELECT s._1 FROM S3Object s", ExpressionType="SQL",
+            InputSerialization={"CSV": {"FileHeaderInfo": "NONE"}}, OutputSerialization={"CSV": {}},
+            ScanRange=sr)
+        out = b"".join(ev["Records"]["Payload"] for ev in r["Payload"] if "Records" in ev)
+        return [int(x) for x in out.split()]
+
+    def expect(lo, hi):  # records whose first byte is in lo..=hi
+        return [i for i, s in enumerate(starts) if lo <= s <= hi]
+
+    for lo, hi in [(0, 0), (1, 50), (starts[10], starts[20]), (starts[10] + 1, starts[20] - 1), (300, 10_000)]:
+        assert ids(lo, hi) == expect(lo, hi), (lo, hi)
+    assert ids(start=starts[95]) == list(range(95, 100))
+    assert ids(end=len(body) - starts[97]) == [97, 98, 99]  # the last N bytes
+    # Ranges that tile the object select every record exactly once.
+    tiles = [ids(a, min(a + 99, len(body) - 1)) for a in range(0, len(body), 100)]
+    assert sum(tiles, []) == list(range(100))
+
+
+def test_gzip_bzip2_and_json_document(gateway):
+    import bz2
+    import gzip
+    csv = b"k,v\n" + b"".join(b"k%d,%d\n" % (i, i) for i in range(1000))
+    gateway.s3.put_object(Bucket="local", Key="n.csv.gz", Body=gzip.compress(csv))
+    gateway.s3.put_object(Bucket="local", Key="n.csv.bz2", Body=bz2.compress(csv))
+    for key, kind in [("n.csv.gz", "GZIP"), ("n.csv.bz2", "BZIP2")]:
+        rec, stats, _ = select(gateway, key, "SELECT sum(CAST(v AS INT)) FROM S3Object",
+                               inp={"CSV": {"FileHeaderInfo": "USE"}, "CompressionType": kind})
+        assert int(rec) == sum(range(1000))
+        assert stats["BytesProcessed"] == len(csv) and stats["BytesScanned"] < len(csv)
+    with pytest.raises((ClientError, EventStreamError)) as e:
+        select(gateway, "n.csv.bz2", "SELECT * FROM S3Object",
+               inp={"CSV": {}, "CompressionType": "GZIP"})
+    assert e.value.response["Error"]["Code"] == "InvalidCompressionFormat"
+
+    doc = {"name": "fleet", "cars": [{"id": 1, "km": 10.5}, {"id": 2, "km": 7.0}, {"id": 3, "km": 1.25}]}
+    gateway.s3.put_object(Bucket="local", Key="doc.json", Body=json.dumps(doc, indent=2).encode())
+    rec, _, _ = select(gateway, "doc.json", "SELECT c.id FROM S3Object[*].cars[*] c WHERE c.km > 5",
+                       inp={"JSON": {"Type": "DOCUMENT"}}, out={"JSON": {}})
+    assert [json.loads(x) for x in rec.splitlines()] == [{"id": 1}, {"id": 2}]
+    rec, _, _ = select(gateway, "doc.json", "SELECT s.name FROM S3Object[*] s",
+                       inp={"JSON": {"Type": "DOCUMENT"}}, out={"CSV": {}})
+    assert rec == b"fleet\n"
