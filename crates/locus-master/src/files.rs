@@ -15,9 +15,10 @@ use crate::store::*;
 use crate::*;
 
 impl Master {
-    pub(crate) fn file_info(&self, path: &str, rec: &pb::InodeRecord, with_blocks: bool) -> Result<pb::FileInfo> {
+    /// The status of `rec` at `path`, without its blocks (see [`Master::get_status`]).
+    pub(crate) fn file_info(&self, path: &str, rec: &pb::InodeRecord) -> Result<pb::FileInfo> {
         let (m, rel) = self.mount_for(path)?;
-        let mut fi = pb::FileInfo {
+        Ok(pb::FileInfo {
             id: rec.id,
             path: path.to_string(),
             name: rec.name.clone(),
@@ -41,17 +42,15 @@ impl Master {
             },
             replication_max: rec.replication_max,
             ..Default::default()
-        };
-        if with_blocks && !rec.is_dir {
-            fi.blocks = self.block_infos(rec)?;
-        }
-        Ok(fi)
+        })
     }
 
-    /// The blocks of a file with their live locations.
-    pub(crate) fn block_infos(&self, rec: &pb::InodeRecord) -> Result<Vec<pb::BlockInfo>> {
+    /// The blocks of a file with their live locations, as of `r`, the snapshot `rec` was
+    /// read in. (Locations read in a later one may be gone with the version: an overwrite
+    /// or a delete committed in between drops them, while the worker still keeps the
+    /// blocks, retired, for the readers under way.)
+    pub(crate) fn block_infos(&self, r: &redb::ReadTransaction, rec: &pb::InodeRecord) -> Result<Vec<pb::BlockInfo>> {
         let live = self.live_workers();
-        let r = self.inner.store.read()?;
         let loc = r.open_table(LOCATIONS).map_err(db_err)?;
         let mut out = Vec::new();
         for i in 0..Self::block_count(rec.length, rec.block_size) {
@@ -197,7 +196,7 @@ impl Master {
         if let Some((m, rel)) = landed {
             self.settle_markers(&m, &rel).await;
         }
-        self.file_info(&path, &rec, false)
+        self.file_info(&path, &rec)
     }
 
     /// The change [`Master::complete_file`] commits.
@@ -311,7 +310,7 @@ impl Master {
                     format!("{path} was lost: every copy of a block went before it was persisted"),
                 ));
             }
-            _ => return self.file_info(&path, &rec, false),
+            _ => return self.file_info(&path, &rec),
         }
         let (id, p2) = (rec.id, path.clone());
         let rec = self
@@ -323,7 +322,7 @@ impl Master {
                 Ok(rec)
             })
             .await?;
-        self.file_info(&path, &rec, false)
+        self.file_info(&path, &rec)
     }
 
     /// Set the replication bounds of files at or below `path`. Returns the files changed.
@@ -386,7 +385,7 @@ impl Master {
                 Ok(rec)
             })
             .await?;
-        self.file_info(&path, &rec, false)
+        self.file_info(&path, &rec)
     }
 
     /// The inode ids of the files at or below `path`.

@@ -227,11 +227,15 @@ impl Master {
     }
 
     pub(crate) fn read_inode_by_path(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
-        let r = self.inner.store.read()?;
-        let ch = r.open_table(CHILDREN).map_err(db_err)?;
-        let Some(id) = lookup(&ch, path)? else {
-            return Ok(None);
-        };
-        get_inode(&r.open_table(INODES).map_err(db_err)?, id)
+        inode_by_path(&self.inner.store.read()?, path)
     }
+}
+
+/// The inode at `path` as of snapshot `r`.
+pub(crate) fn inode_by_path(r: &redb::ReadTransaction, path: &str) -> Result<Option<pb::InodeRecord>> {
+    let ch = r.open_table(CHILDREN).map_err(db_err)?;
+    let Some(id) = lookup(&ch, path)? else {
+        return Ok(None);
+    };
+    get_inode(&r.open_table(INODES).map_err(db_err)?, id)
 }

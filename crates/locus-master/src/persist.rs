@@ -411,12 +411,19 @@ impl Master {
     /// it persisted, unpin it and release the copies beyond its minimum replication.
     /// Returns the bytes written, or `None` when the file was deleted or overwritten first.
     async fn persist_file(&self, op: &pb::PersistOp, m: &MountEntry) -> Result<Option<u64>> {
-        let rec = {
+        // The file and its blocks' locations from one snapshot (an overwrite committed
+        // between two reads would leave the version read with no copies).
+        let (rec, blocks) = {
             let r = self.inner.store.read()?;
-            get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
+            let rec = get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
+                .filter(|r| r.version == op.version && r.persist_state() == pb::PersistState::ToBePersisted);
+            let blocks = match &rec {
+                Some(rec) if rec.length > 0 => self.block_infos(&r, rec)?,
+                _ => Vec::new(),
+            };
+            (rec, blocks)
         };
-        let Some(rec) = rec.filter(|r| r.version == op.version && r.persist_state() == pb::PersistState::ToBePersisted)
-        else {
+        let Some(rec) = rec else {
             // Overwritten or deleted since: a later queue entry covers what is there now.
             let seq = op.seq;
             return self.commit(move |_, w, _| remove_op(w, seq)).await.map(|()| None);
@@ -427,7 +434,6 @@ impl Master {
             let wr = m.ufs.writer(&op.ufs_path, &meta.content_type, &user_metadata).await?;
             wr.close().await?
         } else {
-            let blocks = self.block_infos(&rec)?;
             if let Some(b) = blocks.iter().find(|b| b.locations.is_empty()) {
                 return Err(Error::unavailable(format!("no live copy of block {} of {}", b.block_id, op.path)));
             }

@@ -8,7 +8,7 @@ use locus_proto::pb;
 use locus_ufs::UfsStatus;
 use redb::{ReadableTable, WriteTransaction};
 
-use crate::namespace::Effects;
+use crate::namespace::{Effects, inode_by_path};
 use crate::persist::held_by;
 use crate::store::*;
 use crate::*;
@@ -195,10 +195,31 @@ impl Master {
         self.resolve(path).await?.ok_or_else(|| Error::not_found(format!("{path} does not exist")))
     }
 
+    /// The status of `path`; with `with_blocks`, a file's blocks with their live locations.
+    ///
+    /// The file and its blocks' locations are read in one snapshot of the namespace. Read
+    /// in two, an overwrite or a delete committed in between had dropped the locations of
+    /// the version the first read returned: its blocks named no copy (though the worker
+    /// still held them, retired, for the readers under way), and a read of a file not
+    /// persisted yet failed ("no live copy"): the S3 gateway's GETs cut off before their
+    /// first byte under concurrent overwrites.
     pub async fn get_status(&self, path: &str, with_blocks: bool) -> Result<pb::FileInfo> {
         let path = normalize(path)?;
         let rec = self.must_resolve(&path).await?;
-        self.file_info(&path, &rec, with_blocks)
+        if !with_blocks || rec.is_dir {
+            return self.file_info(&path, &rec);
+        }
+        locus_common::delay_point("master.get_status.resolved").await;
+        // The lookup may have loaded or synced the file (a commit): the file as the snapshot
+        // has it now, newer than the lookup's if it changed since (the status is still under
+        // way: either answer is right), or gone if it was deleted meanwhile.
+        let r = self.inner.store.read()?;
+        let rec = inode_by_path(&r, &path)?.ok_or_else(|| Error::not_found(format!("{path} does not exist")))?;
+        let mut fi = self.file_info(&path, &rec)?;
+        if !rec.is_dir {
+            fi.blocks = self.block_infos(&r, &rec)?;
+        }
+        Ok(fi)
     }
 
     /// Merge the UFS listing of directory `path` into the namespace, page by page.
@@ -326,7 +347,7 @@ impl Master {
         let path = normalize(path)?;
         let rec = self.must_resolve(&path).await?;
         if !rec.is_dir {
-            return Ok((vec![self.file_info(&path, &rec, false)?], false));
+            return Ok((vec![self.file_info(&path, &rec)?], false));
         }
         if let Ok((m, _)) = self.mount_for(&path) {
             // A listing that starts mid-directory (a later page, or S3's start-after) still
@@ -352,7 +373,7 @@ impl Master {
                 break;
             }
             if let Some(c) = get_inode(&inodes, id.value())? {
-                out.push(self.file_info(&lpath::join(&path, name), &c, false)?);
+                out.push(self.file_info(&lpath::join(&path, name), &c)?);
             }
         }
         Ok((out, truncated))

@@ -418,3 +418,52 @@ async fn a_write_is_acknowledged_once_the_master_knows_its_blocks() {
     assert!(out == data);
     c.shutdown().await;
 }
+
+/// The e2e consistency load's GETs cut off before their first byte ("block N of PATH has
+/// no live copy, and the file is not persisted"): a status with blocks read the file's
+/// inode in one snapshot of the namespace and its blocks' locations in another, so an
+/// overwrite that committed in between (dropping the old version's locations) left a
+/// FileInfo of the old version, still to be persisted, whose blocks named no copy at all,
+/// though the worker still held them (retired, for the readers under way). The inode and
+/// its locations now come from one snapshot. A fault point holds the status between its
+/// lookup and its blocks while the file is overwritten; persists are held, so neither
+/// version is in the UFS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_status_with_blocks_names_copies_of_the_version_it_returns() {
+    use locus_client::PutOptions;
+    use locus_common::config::WriteType;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let cl = std::sync::Arc::new(c.client(ClientConfig::default()).unwrap());
+    let put = |data: Vec<u8>| {
+        let cl = cl.clone();
+        async move {
+            let opts = PutOptions { write_type: Some(WriteType::AsyncThrough), overwrite: true, ..Default::default() };
+            cl.put_with("/k", &mut data.as_slice(), &opts, |_| Ok(Default::default())).await.unwrap();
+        }
+    };
+    let v1: Vec<u8> = (0..(2u32 << 20) + 7).map(|i| (i % 251) as u8).collect();
+    let v2: Vec<u8> = (0..(3u32 << 20) + 11).map(|i| (i % 241) as u8).collect();
+    fail::cfg("master.persist.before_ufs", "return").unwrap();
+    put(v1.clone()).await;
+    fail::cfg("master.get_status.resolved", "1*return(1500)").unwrap();
+    let status = tokio::spawn({
+        let cl = cl.clone();
+        async move { cl.status("/k", true).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    put(v2.clone()).await; // while the status is held between its lookup and its blocks
+    let fi = status.await.unwrap().unwrap();
+    fail::remove("master.get_status.resolved");
+    assert_eq!(fi.persist_state(), locus_proto::pb::PersistState::ToBePersisted);
+    let missing: Vec<u64> = fi.blocks.iter().filter(|b| b.locations.is_empty()).map(|b| b.block_id).collect();
+    assert!(missing.is_empty(), "version {} of {} bytes with no copy of blocks {missing:?}", fi.version, fi.length);
+    let mut out = Vec::new();
+    cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+    assert!(out == v1 || out == v2, "{} bytes read, of neither version", out.len());
+    assert_eq!(out.len() as u64, fi.length);
+    fail::remove("master.persist.before_ufs");
+    c.shutdown().await;
+}
