@@ -179,3 +179,15 @@ def test_gzip_bzip2_and_json_document(gateway):
     rec, _, _ = select(gateway, "doc.json", "SELECT s.name FROM S3Object[*] s",
                        inp={"JSON": {"Type": "DOCUMENT"}}, out={"CSV": {}})
     assert rec == b"fleet\n"
+
+
+def test_limit_stops_the_scan_early(gateway):
+    row = b"%08d,abcdefghijklmnopqrstuvwxyz0123456789\n"
+    body = b"".join(row % i for i in range(600_000))  # about 29 MB
+    gateway.s3.put_object(Bucket="local", Key="big.csv", Body=body)
+    rec, stats, _ = select(gateway, "big.csv", "SELECT s._1 FROM S3Object s LIMIT 3",
+                           inp={"CSV": {"FileHeaderInfo": "NONE"}})
+    assert rec == b"00000000\n00000001\n00000002\n"
+    assert 0 < stats["BytesScanned"] < len(body) // 4, stats
+    rec, stats, _ = select(gateway, "big.csv", "SELECT count(*) FROM S3Object", inp={"CSV": {}})
+    assert int(rec) == 600_000 and stats["BytesScanned"] >= len(body), stats

@@ -8,6 +8,7 @@
 
 use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
 use datafusion::prelude::SessionContext;
@@ -56,9 +57,9 @@ pub(crate) struct Prepared {
     pub url: String,
     /// The data begins at the object's first byte (so a CSV header is there).
     pub at_start: bool,
-    /// Bytes read from the object, and bytes the query processed (decompressed).
-    pub scanned: u64,
-    pub processed: u64,
+    /// For data made in memory: the bytes read from the object, and the bytes the query
+    /// processed (decompressed). Otherwise the session's byte count says.
+    pub in_memory: Option<(u64, u64)>,
     /// The data, when it was made in memory (its CSV header is read from here).
     pub memory: Option<Bytes>,
 }
@@ -73,6 +74,7 @@ pub(crate) async fn prepare(
     fi: &pb::FileInfo,
     req: &SelectRequest,
     path: &[Step],
+    read: &Arc<AtomicU64>,
 ) -> SelectResult<Prepared> {
     let json = matches!(req.input, Input::JsonLines | Input::JsonDocument);
     if !path.is_empty() && !json {
@@ -116,13 +118,12 @@ pub(crate) async fn prepare(
         return Ok(Prepared {
             url: "memory://select/data".into(),
             at_start: true,
-            scanned: fi.length,
-            processed: data.len() as u64,
+            in_memory: Some((fi.length, data.len() as u64)),
             memory: Some(data),
         });
     }
     let Some(range) = req.scan_range else {
-        return Ok(Prepared { url: whole, at_start: true, scanned: fi.length, processed: fi.length, memory: None });
+        return Ok(Prepared { url: whole, at_start: true, in_memory: None, memory: None });
     };
     let delimiter = match &req.input {
         Input::Csv(c) if !c.allow_quoted_record_delimiter => c.record_delimiter,
@@ -136,18 +137,12 @@ pub(crate) async fn prepare(
     };
     let (start, end) = window(client, fi, range, delimiter).await?;
     if (start, end) == (0, fi.length) {
-        return Ok(Prepared { url: whole, at_start: true, scanned: fi.length, processed: fi.length, memory: None });
+        return Ok(Prepared { url: whole, at_start: true, in_memory: None, memory: None });
     }
-    let store = WindowStore::new(client.clone(), fi.clone(), start, end);
+    let store = WindowStore::new(client.clone(), fi.clone(), start, end, read.clone());
     let url = url::Url::parse("locus-window://select/").map_err(|e| locus_common::Error::internal(e.to_string()))?;
     ctx.register_object_store(&url, Arc::new(store));
-    Ok(Prepared {
-        url: "locus-window://select/data".into(),
-        at_start: start == 0,
-        scanned: end - start,
-        processed: end - start,
-        memory: None,
-    })
+    Ok(Prepared { url: "locus-window://select/data".into(), at_start: start == 0, in_memory: None, memory: None })
 }
 
 /// The bytes of the records that start inside `range`: from the first record start at

@@ -2,11 +2,18 @@
 
 use std::sync::Arc;
 
+use std::sync::Weak;
+use std::sync::atomic::AtomicU64;
+
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{DynamicFileCatalog, TableProvider, UrlTableFactory};
+use datafusion::datasource::listing::{ListingTable, ListingTableConfig, ListingTableConfigExt, ListingTableUrl};
 use datafusion::error::DataFusionError;
+use datafusion::execution::session_state::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use locus_client::Client;
 use locus_common::{Error, ErrorKind, Result};
+use parking_lot::RwLock;
 
 use crate::store::LocusStore;
 
@@ -54,13 +61,74 @@ pub fn df_err(e: DataFusionError) -> Error {
     Error::new(kind, msg)
 }
 
-/// A session that reads `locus://` URLs: `SELECT ... FROM 'locus:///logs/*.csv'`.
+/// A session that reads `locus://` URLs as tables: `SELECT ... FROM 'locus:///logs/*.csv'`
+/// (a file, a directory, or a glob in the last part of the path).
 pub fn session(client: Arc<Client>) -> Result<SessionContext> {
-    let cfg = SessionConfig::new().with_information_schema(true);
-    let ctx = SessionContext::new_with_config(cfg).enable_url_table();
+    Ok(session_counted(client, false)?.0)
+}
+
+/// [`session`], and the count of bytes its scans read from Locus. `in_order`: one
+/// partition, so rows come out in the file's order (S3 Select's `LIMIT` takes the first
+/// records), at the cost of scanning on one core.
+pub fn session_counted(client: Arc<Client>, in_order: bool) -> Result<(SessionContext, Arc<AtomicU64>)> {
+    let mut cfg = SessionConfig::new().with_information_schema(true);
+    if in_order {
+        cfg = cfg.with_target_partitions(1);
+    }
+    let ctx = SessionContext::new_with_config(cfg);
     let url = url::Url::parse("locus://").map_err(|e| Error::internal(format!("locus url: {e}")))?;
-    ctx.register_object_store(&url, Arc::new(LocusStore::new(client)));
-    Ok(ctx)
+    let store = LocusStore::new(client);
+    let read = store.bytes_read();
+    ctx.register_object_store(&url, Arc::new(store));
+    // As `SessionContext::enable_url_table`, with globs in URLs (DataFusion's own factory
+    // takes globs in local paths only).
+    let factory = Arc::new(UrlTables::default());
+    let catalogs = Arc::new(DynamicFileCatalog::new(ctx.state().catalog_list().clone(), factory.clone()));
+    let ctx: SessionContext = ctx.into_state_builder().with_catalog_list(catalogs).build().into();
+    let _ = factory.state.set(ctx.state_weak_ref());
+    Ok((ctx, read))
+}
+
+/// Tables named by URL (`'locus:///logs/*.csv'`): a listing table of the files the URL
+/// names, its format and schema inferred from them.
+#[derive(Debug, Default)]
+struct UrlTables {
+    state: std::sync::OnceLock<Weak<RwLock<SessionState>>>,
+}
+
+#[async_trait::async_trait]
+impl UrlTableFactory for UrlTables {
+    async fn try_new(&self, url: &str) -> datafusion::error::Result<Option<Arc<dyn TableProvider>>> {
+        let Some(table_url) = listing_url(url) else {
+            return Ok(None);
+        };
+        let state = self
+            .state
+            .get()
+            .and_then(|w| w.upgrade())
+            .map(|s| s.read().clone())
+            .ok_or_else(|| DataFusionError::Internal("the SQL session is gone".into()))?;
+        let cfg = match ListingTableConfig::new(table_url).infer_options(&state).await {
+            Ok(cfg) => cfg,
+            Err(_) => return Ok(None), // names no files: "table not found"
+        };
+        let cfg = cfg.infer_partitions_from_path(&state).await?.infer_schema(&state).await?;
+        Ok(Some(Arc::new(ListingTable::try_new(cfg)?)))
+    }
+}
+
+/// A table URL: a glob (`*`, `?`, `[`) in its last part filters the directory before it.
+fn listing_url(s: &str) -> Option<ListingTableUrl> {
+    let Some(g) = s.find(['*', '?', '[']) else {
+        return ListingTableUrl::parse(s).ok();
+    };
+    if !s.contains("://") {
+        return ListingTableUrl::parse(s).ok(); // a local path: DataFusion takes its globs
+    }
+    let slash = s[..g].rfind('/')?;
+    let base = url::Url::parse(&s[..=slash]).ok()?;
+    let glob = glob::Pattern::new(&s[slash + 1..]).ok()?;
+    ListingTableUrl::try_new(base, Some(glob)).ok()
 }
 
 /// Run one SQL statement to its result batches.
@@ -93,5 +161,22 @@ pub fn write(batches: &[RecordBatch], format: Format, out: &mut impl std::io::Wr
                 .map_err(|e| Error::internal(format!("write JSON: {e}")))?;
             w.finish().map_err(|e| Error::internal(format!("write JSON: {e}")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_in_urls_filter_their_directory() {
+        let u = listing_url("locus:///logs/2024/*.csv").unwrap();
+        assert_eq!(u.prefix().as_ref(), "logs/2024");
+        assert!(u.contains(&"logs/2024/a.csv".into(), true));
+        assert!(!u.contains(&"logs/2024/a.json".into(), true));
+        assert!(!u.contains(&"logs/2025/a.csv".into(), true));
+        let u = listing_url("locus:///logs/a.csv").unwrap();
+        assert!(!u.is_collection());
+        assert!(listing_url("/tmp/logs/*.csv").is_some_and(|u| u.scheme() == "file"));
     }
 }

@@ -25,7 +25,7 @@ use locus_proto::pb;
 
 pub use crate::input::{Compression, ScanRange};
 use crate::input::{Step, prepare};
-use crate::query::{df_err, session};
+use crate::query::{df_err, session_counted};
 
 /// The S3 Select error classes (the gateway maps each to its S3 error code).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,11 +143,25 @@ pub struct SelectRequest {
 }
 
 /// Byte counts for the Stats event, filled in as the result streams.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SelectStats {
-    pub scanned: AtomicU64,
-    pub processed: AtomicU64,
+    /// The bytes the scans read from Locus so far (a `LIMIT` stops them early).
+    read: Arc<AtomicU64>,
+    /// Input made in memory: the bytes read and the bytes processed (decompressed).
+    in_memory: Option<(u64, u64)>,
     pub returned: AtomicU64,
+}
+
+impl SelectStats {
+    /// `BytesScanned`: the object's bytes read.
+    pub fn scanned(&self) -> u64 {
+        self.in_memory.map_or_else(|| self.read.load(Relaxed), |m| m.0)
+    }
+
+    /// `BytesProcessed`: the bytes the query went through (after decompression).
+    pub fn processed(&self) -> u64 {
+        self.in_memory.map_or_else(|| self.read.load(Relaxed), |m| m.1)
+    }
 }
 
 /// Run a select: the result's bytes in the output format as they are produced (one
@@ -160,9 +174,9 @@ pub async fn select(
     if fi.is_dir {
         return Err(Error::not_found(format!("{} is not an object", req.path)).into());
     }
-    let ctx = session(client.clone())?;
+    let (ctx, read) = session_counted(client.clone(), true)?;
     let (_, path) = normalize_from(&req.expression)?;
-    let input = prepare(&ctx, &client, &fi, &req, &path).await?;
+    let input = prepare(&ctx, &client, &fi, &req, &path, &read).await?;
     let url = input.url.as_str();
     let columns = match &req.input {
         Input::Csv(c) => {
@@ -205,9 +219,7 @@ pub async fn select(
     tracing::debug!(%sql, "S3 Select translated");
     let df = ctx.sql(&sql).await.map_err(|e| classify(df_err(e)))?;
     let stream = df.execute_stream().await.map_err(|e| classify(df_err(e)))?;
-    let stats = Arc::new(SelectStats::default());
-    stats.scanned.store(input.scanned, Relaxed);
-    stats.processed.store(input.processed, Relaxed);
+    let stats = Arc::new(SelectStats { read, in_memory: input.in_memory, returned: AtomicU64::new(0) });
     let (st, out) = (stats.clone(), req.output.clone());
     let bytes = stream.map(move |b| {
         let b = b.map_err(|e| classify(df_err(e)))?;
@@ -259,6 +271,14 @@ pub fn translate(expr: &str, columns: Option<(&[String], bool)>) -> SelectResult
     let mut err = None;
     let _ = visit_expressions_mut(&mut stmts, |e| {
         s3_cast_type(e);
+        if err.is_none()
+            && let Err(x) = s3_function(e)
+        {
+            err = Some(x);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    let _ = visit_expressions_mut(&mut stmts, |e| {
         if err.is_none()
             && let Err(x) = rewrite_column(e, alias.as_deref(), columns)
         {
@@ -367,6 +387,125 @@ fn s3_cast_type(e: &mut Expr) {
             _ => {}
         }
     }
+}
+
+/// S3 Select's functions that DataFusion lacks or names otherwise, rewritten onto
+/// DataFusion's: `UTCNOW()`, `DATE_ADD(part, n, t)`, `DATE_DIFF(part, t1, t2)`,
+/// `TO_STRING(t, 'yyyy-MM-dd')`. (Runs before column names are resolved: the date part
+/// is a bare word, not a column.)
+fn s3_function(e: &mut Expr) -> SelectResult<()> {
+    let Expr::Function(f) = e else { return Ok(()) };
+    let name = f.name.to_string().to_ascii_lowercase();
+    if !matches!(name.as_str(), "utcnow" | "date_add" | "date_diff" | "to_string") {
+        return Ok(());
+    }
+    let args: Vec<String> = match &f.args {
+        ast::FunctionArguments::List(l) => l.args.iter().map(|a| a.to_string()).collect(),
+        _ => Vec::new(),
+    };
+    let sql = match (name.as_str(), args.as_slice()) {
+        ("utcnow", []) => "now()".to_string(),
+        ("date_add", [part, n, t]) => {
+            let part = date_part(part)?;
+            format!("({t} + CAST(CONCAT(CAST({n} AS VARCHAR), ' {part}') AS INTERVAL))")
+        }
+        ("date_diff", [part, a, b]) => match date_part(part)? {
+            "year" => format!("CAST(date_part('year', {b}) - date_part('year', {a}) AS BIGINT)"),
+            "month" => format!(
+                "CAST((date_part('year', {b}) - date_part('year', {a})) * 12 + date_part('month', {b}) - date_part('month', {a}) AS BIGINT)"
+            ),
+            p => {
+                let secs = match p {
+                    "day" => 86400,
+                    "hour" => 3600,
+                    "minute" => 60,
+                    _ => 1,
+                };
+                format!("CAST(trunc((date_part('epoch', {b}) - date_part('epoch', {a})) / {secs}) AS BIGINT)")
+            }
+        },
+        ("to_string", [t, fmt]) => {
+            let Some(fmt) = fmt.strip_prefix('\'').and_then(|f| f.strip_suffix('\'')) else {
+                return Err(SelectError::new(SelectErrorCode::Unsupported, "TO_STRING takes a literal format"));
+            };
+            format!("to_char({t}, '{}')", java_to_chrono(&fmt.replace("''", "'")).replace('\'', "''"))
+        }
+        _ => {
+            return Err(SelectError::new(
+                SelectErrorCode::Syntax,
+                format!("{} takes other arguments than {}", name.to_uppercase(), args.len()),
+            ));
+        }
+    };
+    *e = Parser::new(&GenericDialect {})
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|x| SelectError::new(SelectErrorCode::Syntax, format!("{name}: {x}")))?;
+    Ok(())
+}
+
+/// A date part of DATE_ADD/DATE_DIFF (a bare word).
+fn date_part(p: &str) -> SelectResult<&'static str> {
+    Ok(match p.to_ascii_lowercase().as_str() {
+        "year" => "year",
+        "month" => "month",
+        "day" => "day",
+        "hour" => "hour",
+        "minute" => "minute",
+        "second" => "second",
+        _ => return Err(SelectError::new(SelectErrorCode::Syntax, format!("unknown date part {p}"))),
+    })
+}
+
+/// A TO_STRING pattern (letters as in Java's DateTimeFormatter, `'text'` quoted) as a
+/// chrono format.
+fn java_to_chrono(f: &str) -> String {
+    let mut out = String::new();
+    let cs: Vec<char> = f.chars().collect();
+    let mut i = 0;
+    while i < cs.len() {
+        let c = cs[i];
+        if c == '\'' {
+            let end = cs[i + 1..].iter().position(|x| *x == '\'').map_or(cs.len(), |p| i + 1 + p);
+            cs[i + 1..end].iter().for_each(|x| out.push_str(&x.to_string().replace('%', "%%")));
+            i = end + 1;
+            continue;
+        }
+        let n = cs[i..].iter().take_while(|x| **x == c).count();
+        let spec = match (c, n) {
+            ('y', 2) => "%y",
+            ('y', _) => "%Y",
+            ('M', 1) => "%-m",
+            ('M', 2) => "%m",
+            ('M', 3) => "%b",
+            ('M', _) => "%B",
+            ('d', 1) => "%-d",
+            ('d', _) => "%d",
+            ('H', 1) => "%-H",
+            ('H', _) => "%H",
+            ('h', 1) => "%-I",
+            ('h', _) => "%I",
+            ('m', 1) => "%-M",
+            ('m', _) => "%M",
+            ('s', 1) => "%-S",
+            ('s', _) => "%S",
+            ('S', 1..=3) => "%3f",
+            ('S', 4..=6) => "%6f",
+            ('S', _) => "%9f",
+            ('n', _) => "%f",
+            ('a', _) => "%p",
+            ('X' | 'x', 1 | 2) => "%z",
+            ('X' | 'x', _) => "%:z",
+            _ => {
+                cs[i..i + n].iter().for_each(|x| out.push_str(&x.to_string().replace('%', "%%")));
+                i += n;
+                continue;
+            }
+        };
+        out.push_str(spec);
+        i += n;
+    }
+    out
 }
 
 /// S3 Select names a projected expression that is not a column `_1`, `_2`, ... by its
@@ -507,6 +646,41 @@ mod tests {
         v.iter().map(|s| s.to_string()).collect()
     }
 
+    #[tokio::test]
+    async fn date_functions_run_on_datafusion() {
+        use datafusion::arrow::array::StringArray;
+        use datafusion::datasource::MemTable;
+        let schema = Arc::new(Schema::new(vec![Field::new("_1", DataType::Utf8, true)]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec!["2024-01-30T10:20:30Z"]))])
+                .unwrap();
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_table("s3object", Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap())).unwrap();
+        let cols = cols(&["_1"]);
+        let one = |e: &str| {
+            let sql = translate(e, Some((&cols, false))).unwrap();
+            let ctx = ctx.clone();
+            async move {
+                let b = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+                let s = datafusion::arrow::util::display::array_value_to_string(b[0].column(0), 0).unwrap();
+                s
+            }
+        };
+        let t = "CAST(s._1 AS TIMESTAMP)";
+        assert_eq!(one(&format!("SELECT DATE_ADD(day, 3, {t}) FROM S3Object s")).await, "2024-02-02T10:20:30");
+        assert_eq!(one(&format!("SELECT DATE_ADD(month, -1, {t}) FROM S3Object s")).await, "2023-12-30T10:20:30");
+        assert_eq!(one(&format!("SELECT DATE_DIFF(day, {t}, DATE_ADD(hour, 49, {t})) FROM S3Object s")).await, "2");
+        assert_eq!(one(&format!("SELECT DATE_DIFF(year, {t}, DATE_ADD(month, 13, {t})) FROM S3Object s")).await, "1");
+        assert_eq!(
+            one(&format!("SELECT TO_STRING({t}, 'yyyy/MM/dd HH''h''mm') FROM S3Object s")).await,
+            "2024/01/30 10h20"
+        );
+        assert_eq!(one(&format!("SELECT EXTRACT(YEAR FROM {t}) FROM S3Object s")).await, "2024");
+        assert!(one("SELECT UTCNOW() FROM S3Object").await.starts_with("20"));
+        let e = translate("SELECT DATE_ADD(fortnight, 1, s._1) FROM S3Object s", Some((&cols, false))).unwrap_err();
+        assert_eq!(e.code, SelectErrorCode::Syntax);
+    }
+
     #[test]
     fn the_dialect_becomes_datafusion_sql() {
         let h = cols(&["Name", "age", "city"]);
@@ -514,7 +688,7 @@ mod tests {
         assert_eq!(t("SELECT * FROM S3Object[*]"), "SELECT * FROM s3object");
         assert_eq!(
             t("select s.name, s._2 from s3object s where s.AGE > 3"),
-            r#"SELECT "Name", "age" FROM s3object AS s WHERE "age" > 3"#
+            r#"SELECT "Name", "age" FROM s3object s WHERE "age" > 3"#
         );
         assert!(t("SELECT count(*) FROM S3Object [ * ] LIMIT 2").contains("LIMIT 2"));
         let (sql, path) = normalize_from("SELECT a.x FROM S3Object[*].rows[*].\"In\"[2] a").unwrap();
@@ -532,7 +706,7 @@ mod tests {
         assert_eq!(e.code, SelectErrorCode::UnknownColumn);
         assert_eq!(
             t("SELECT count(*), CAST(s.age AS INT), CAST(age AS FLOAT), s.city FROM S3Object s"),
-            r#"SELECT count(*) AS _1, CAST("age" AS BIGINT) AS _2, CAST("age" AS DOUBLE) AS _3, "city" FROM s3object AS s"#
+            r#"SELECT count(*) AS _1, CAST("age" AS BIGINT) AS _2, CAST("age" AS DOUBLE) AS _3, "city" FROM s3object s"#
         );
     }
 }

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use futures::stream::{BoxStream, StreamExt};
 use locus_client::Client;
@@ -19,11 +20,17 @@ use object_store::{
 /// The read-only object store over one cluster.
 pub struct LocusStore {
     client: Arc<Client>,
+    read: Arc<AtomicU64>,
 }
 
 impl LocusStore {
     pub fn new(client: Arc<Client>) -> Self {
-        LocusStore { client }
+        LocusStore { client, read: Arc::default() }
+    }
+
+    /// The bytes the scans have read so far (a `LIMIT` stops them early).
+    pub fn bytes_read(&self) -> Arc<AtomicU64> {
+        self.read.clone()
     }
 }
 
@@ -74,8 +81,16 @@ fn chrono_ms(ms: i64) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-/// A read of `meta`'s bytes, which begin at `base` in the Locus file `fi`.
-fn get(client: &Arc<Client>, fi: pb::FileInfo, m: ObjectMeta, base: u64, options: GetOptions) -> Result<GetResult> {
+/// A read of `meta`'s bytes, which begin at `base` in the Locus file `fi`; `read` counts
+/// the bytes as they arrive.
+fn get(
+    client: &Arc<Client>,
+    fi: pb::FileInfo,
+    m: ObjectMeta,
+    base: u64,
+    options: GetOptions,
+    read: &Arc<AtomicU64>,
+) -> Result<GetResult> {
     options.check_preconditions(&m)?;
     let range: Range<u64> = match &options.range {
         None => 0..m.size,
@@ -86,10 +101,16 @@ fn get(client: &Arc<Client>, fi: pb::FileInfo, m: ObjectMeta, base: u64, options
     let stream = if options.head || range.is_empty() {
         futures::stream::empty().boxed()
     } else {
-        let p = fi.path.clone();
+        let (p, read) = (fi.path.clone(), read.clone());
         client
             .read_stream(fi, base + range.start, range.end - range.start, Default::default())
-            .map(move |r| r.map_err(|e| os_err(&p, e)))
+            .map(move |r| match r {
+                Ok(b) => {
+                    read.fetch_add(b.len() as u64, Relaxed);
+                    Ok(b)
+                }
+                Err(e) => Err(os_err(&p, e)),
+            })
             .boxed()
     };
     Ok(GetResult { payload: GetResultPayload::Stream(stream), meta: m, range, attributes: Default::default() })
@@ -112,7 +133,7 @@ impl ObjectStore for LocusStore {
             return Err(object_store::Error::NotFound { path: path.clone(), source: "a directory".into() });
         }
         let m = meta(&fi);
-        get(&self.client, fi, m, 0, options)
+        get(&self.client, fi, m, 0, options, &self.read)
     }
 
     fn delete_stream(&self, locations: BoxStream<'static, Result<Path>>) -> BoxStream<'static, Result<Path>> {
@@ -176,11 +197,13 @@ pub struct WindowStore {
     fi: pb::FileInfo,
     start: u64,
     end: u64,
+    read: Arc<AtomicU64>,
 }
 
 impl WindowStore {
-    pub fn new(client: Arc<Client>, fi: pb::FileInfo, start: u64, end: u64) -> Self {
-        WindowStore { client, fi, start, end }
+    /// `read` counts the bytes read (shared with the session's [`LocusStore`]).
+    pub fn new(client: Arc<Client>, fi: pb::FileInfo, start: u64, end: u64, read: Arc<AtomicU64>) -> Self {
+        WindowStore { client, fi, start, end, read }
     }
 
     fn meta(&self) -> ObjectMeta {
@@ -223,7 +246,7 @@ impl ObjectStore for WindowStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.check(location)?;
-        get(&self.client, self.fi.clone(), self.meta(), self.start, options)
+        get(&self.client, self.fi.clone(), self.meta(), self.start, options, &self.read)
     }
 
     fn delete_stream(&self, locations: BoxStream<'static, Result<Path>>) -> BoxStream<'static, Result<Path>> {

@@ -143,8 +143,8 @@ pub(super) async fn select_object_content(
     let st = stats.clone();
     let tail = futures::stream::once(async move {
         let s = Stats {
-            bytes_scanned: Some(st.scanned.load(Relaxed) as i64),
-            bytes_processed: Some(st.processed.load(Relaxed) as i64),
+            bytes_scanned: Some(st.scanned() as i64),
+            bytes_processed: Some(st.processed() as i64),
             bytes_returned: Some(st.returned.load(Relaxed) as i64),
         };
         let mut v = Vec::new();
