@@ -1,7 +1,8 @@
 """S3 Select (SelectObjectContent) through the gateway with boto3 and awscli (issue 24):
 the S3 Select dialect over CSV (header USE, IGNORE, NONE; delimiters; quoted record
-delimiters) and JSON lines, CSV and JSON output, the event stream's Records, Stats and
-End, and errors as S3 Select's codes."""
+delimiters), JSON lines and documents (with paths), GZIP and BZIP2, ScanRange, CSV and
+JSON output, the event stream's Records, Stats and End, LIMIT stopping the scan, and
+errors as S3 Select's codes."""
 
 from __future__ import annotations
 
@@ -191,3 +192,13 @@ def test_limit_stops_the_scan_early(gateway):
     assert 0 < stats["BytesScanned"] < len(body) // 4, stats
     rec, stats, _ = select(gateway, "big.csv", "SELECT count(*) FROM S3Object", inp={"CSV": {}})
     assert int(rec) == 600_000 and stats["BytesScanned"] >= len(body), stats
+
+
+def test_csv_text_compares_with_numbers_as_numbers(people):
+    # Lexically '36' > '100'; S3 Select compares a field with a number as a number.
+    rec, _, _ = select(people, "people.csv", "SELECT s.name FROM S3Object s WHERE s.age < 100 AND s.age BETWEEN 40 AND 60")
+    assert rec == b'Linus\n"Smith, Jo"\n'
+    rec, _, _ = select(people, "people.csv", "SELECT count(*) FROM S3Object s WHERE s.age > 100")
+    assert rec == b"0\n"
+    rec, _, _ = select(people, "people.csv", "SELECT sum(s.age) FROM S3Object s", out={"JSON": {}})
+    assert json.loads(rec) == {"_1": 216}

@@ -284,6 +284,9 @@ pub fn translate(expr: &str, columns: Option<(&[String], bool)>) -> SelectResult
         {
             err = Some(x);
         }
+        if columns.is_some() {
+            numeric_text(e);
+        }
         std::ops::ControlFlow::<()>::Continue(())
     });
     if let Some(e) = err {
@@ -524,6 +527,56 @@ fn is_s3object(name: &ObjectName) -> bool {
     matches!(name.0.as_slice(), [ObjectNamePart::Identifier(i)] if i.value.eq_ignore_ascii_case("s3object"))
 }
 
+/// CSV fields are text; S3 Select compares one with a number as a number (`s.age > 40`,
+/// `BETWEEN 1 AND 9`, `s.n * 2`, `SUM(s.n)`), where DataFusion would compare text or
+/// fail. Such a column (already resolved to its quoted name) becomes
+/// `TRY_CAST(col AS DOUBLE)`: a field that is not a number is NULL there.
+fn numeric_text(e: &mut Expr) {
+    fn is_col(e: &Expr) -> bool {
+        matches!(e, Expr::Identifier(i) if i.quote_style.is_some())
+    }
+    fn is_num(e: &Expr) -> bool {
+        match e {
+            Expr::Value(v) => matches!(v.value, ast::Value::Number(..)),
+            Expr::UnaryOp { op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus, expr } => is_num(expr),
+            Expr::Nested(x) => is_num(x),
+            _ => false,
+        }
+    }
+    fn num(e: &mut Expr) {
+        let col = std::mem::replace(e, Expr::value(ast::Value::Null));
+        *e = Expr::Cast {
+            kind: ast::CastKind::TryCast,
+            expr: Box::new(col),
+            data_type: ast::DataType::Double(ast::ExactNumberInfo::None),
+            array: false,
+            format: None,
+        };
+    }
+    use ast::BinaryOperator as B;
+    match e {
+        Expr::BinaryOp { left, op, right }
+            if matches!(op, B::Gt | B::Lt | B::GtEq | B::LtEq | B::Eq | B::NotEq | B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo) =>
+        {
+            if is_col(left) && is_num(right) {
+                num(left);
+            } else if is_col(right) && is_num(left) {
+                num(right);
+            }
+        }
+        Expr::Between { expr, low, high, .. } if is_col(expr) && is_num(low) && is_num(high) => num(expr),
+        Expr::Function(f) if matches!(f.name.to_string().to_ascii_lowercase().as_str(), "sum" | "avg") => {
+            if let ast::FunctionArguments::List(l) = &mut f.args
+                && let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x))] = l.args.as_mut_slice()
+                && is_col(x)
+            {
+                num(x);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// A column reference in S3 Select terms to the registered column's quoted name.
 fn rewrite_column(e: &mut Expr, alias: Option<&str>, columns: Option<(&[String], bool)>) -> SelectResult<()> {
     let ident = match e {
@@ -704,6 +757,11 @@ mod tests {
         assert_eq!(e.code, SelectErrorCode::Syntax, "alias s is unknown");
         let e = translate("SELECT name FROM S3Object", Some((&h, false))).unwrap_err();
         assert_eq!(e.code, SelectErrorCode::UnknownColumn);
+        assert_eq!(
+            t("SELECT s.name FROM S3Object s WHERE s.age > 40 AND s._3 = 'x' AND age BETWEEN -1 AND 9"),
+            r#"SELECT "Name" FROM s3object s WHERE TRY_CAST("age" AS DOUBLE) > 40 AND "city" = 'x' AND TRY_CAST("age" AS DOUBLE) BETWEEN -1 AND 9"#
+        );
+        assert_eq!(t("SELECT sum(age), max(age) FROM S3Object"), r#"SELECT sum(TRY_CAST("age" AS DOUBLE)) AS _1, max("age") AS _2 FROM s3object"#);
         assert_eq!(
             t("SELECT count(*), CAST(s.age AS INT), CAST(age AS FLOAT), s.city FROM S3Object s"),
             r#"SELECT count(*) AS _1, CAST("age" AS BIGINT) AS _2, CAST("age" AS DOUBLE) AS _3, "city" FROM s3object s"#
