@@ -515,3 +515,66 @@ async fn a_status_with_blocks_names_copies_of_the_version_it_returns() {
     fail::remove("master.persist.before_ufs");
     c.shutdown().await;
 }
+
+/// A block stored while the worker registers (after a master restart) reaches the
+/// master: the full block report and the drain of the block changes it covers are one
+/// step. Before, a block stored between the two was in neither the report nor any later
+/// commit (its change was drained with the ones the report covered), and the master never
+/// learned of the copy. A fault point holds the registration after its report while the
+/// worker stores a block (as a fill does, its own commit still waiting for the one before
+/// it: commits go one at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_block_stored_while_the_worker_registers_reaches_the_master() {
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
+    let mut c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let data: Vec<u8> = (0..(1u32 << 20) - 3).map(|i| (i % 239) as u8).collect();
+    std::fs::write(c.data_dir().join("ufs/f.bin"), &data).unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let block = cl.status("/f.bin", true).await.unwrap().blocks[0].block_id;
+    // The master restarts: the worker registers again, and is held 1.5 s after its report.
+    let held = Arc::new(AtomicBool::new(false));
+    let h = held.clone();
+    fail::cfg_callback("worker.register.reported", move || {
+        if !h.swap(true, SeqCst) {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    })
+    .unwrap();
+    c.stop_master().await;
+    c.start_master().await.unwrap();
+    for _ in 0..400 {
+        if held.load(SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(held.load(SeqCst), "the worker did not register again");
+    // Meanwhile the worker stores a block of f.bin.
+    let worker = c.worker(0).unwrap();
+    tokio::task::block_in_place(|| {
+        let t = worker.store().create(block, data.len() as u64).unwrap();
+        t.open().unwrap().write_all(&data).unwrap();
+        t.commit(data.len() as u64, None).unwrap();
+    });
+    let mut known = false;
+    for _ in 0..60 {
+        let fi = cl.status("/f.bin", true).await.unwrap();
+        if fi.blocks[0].locations.iter().any(|l| l.worker_id == worker.id()) {
+            known = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    fail::remove("worker.register.reported");
+    assert!(known, "the master never learned of the block the worker stored while it registered");
+    let fi = cl.status("/f.bin", true).await.unwrap();
+    let mut out = Vec::new();
+    cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+    assert!(out == data);
+    c.shutdown().await;
+}
