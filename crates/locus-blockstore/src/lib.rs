@@ -153,12 +153,18 @@ impl BlockStore {
     /// Every block held, with its tier and length (the full block report). Retired
     /// blocks are not: the master has dropped them already.
     pub fn report(&self) -> Vec<(u64, TierAlias, u64)> {
-        let s = self.inner.state.lock();
-        s.blocks
-            .iter()
-            .filter(|(_, m)| m.retired_until.is_none())
-            .map(|(id, m)| (*id, s.tiers[m.tier].alias, m.len))
-            .collect()
+        full_report(&self.inner.state.lock())
+    }
+
+    /// [`BlockStore::report`], taking the block changes it covers
+    /// ([`BlockStore::drain_changes`]) in the same step, under the state lock: a block
+    /// stored or removed after it is a change the next drain returns. (Taken in two steps,
+    /// a block stored in between was in neither: not in the report, and its change
+    /// drained with the others.)
+    pub fn report_and_drain(&self) -> Vec<(u64, TierAlias, u64)> {
+        let mut s = self.inner.state.lock();
+        s.changes.clear();
+        full_report(&s)
     }
 
     fn tier_dirs(&self) -> Vec<std::path::PathBuf> {
@@ -340,6 +346,15 @@ impl BlockStore {
         self.inner.run(work);
         Ok(true)
     }
+}
+
+/// The live blocks (not retired) with their tiers and lengths: a full block report.
+fn full_report(s: &State) -> Vec<(u64, TierAlias, u64)> {
+    s.blocks
+        .iter()
+        .filter(|(_, m)| m.retired_until.is_none())
+        .map(|(id, m)| (*id, s.tiers[m.tier].alias, m.len))
+        .collect()
 }
 
 /// Find the blocks already on tier `i` (in `dir`), creating its directories and clearing

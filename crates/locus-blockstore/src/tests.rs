@@ -194,6 +194,23 @@ fn lru_eviction_between_watermarks() {
     assert!(!block_path(d.path(), 2).exists());
 }
 
+/// A full block report takes the changes it covers, and only those: a block stored
+/// after it is a change the next drain returns (the worker's registration sends the
+/// report, and its next commit that block).
+#[test]
+fn a_full_report_takes_the_changes_it_covers_and_no_later_one() {
+    let d = tempfile::tempdir().unwrap();
+    let s = BlockStore::open(&[tier(TierAlias::Mem, d.path(), 1000)], 0.9, 0.5).unwrap();
+    put(&s, 1, 100).unwrap();
+    put(&s, 2, 100).unwrap();
+    s.remove(2).unwrap();
+    let report: Vec<u64> = s.report_and_drain().into_iter().map(|(id, _, _)| id).collect();
+    assert_eq!(report, [1]);
+    assert!(s.drain_changes().is_empty(), "the report covers them");
+    put(&s, 3, 100).unwrap();
+    assert_eq!(s.drain_changes(), vec![Change::Stored { block_id: 3, tier: TierAlias::Mem, len: 100 }]);
+}
+
 /// A retired block (its file version overwritten or deleted) stays readable by id for
 /// its grace period, longer while leased; it counts as used until it goes, goes first
 /// when room is needed (pinned or not), and is reported removed once, at retirement.

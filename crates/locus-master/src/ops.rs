@@ -50,6 +50,7 @@ impl Master {
         };
         if !queued {
             ufs.await?;
+            locus_common::delay_point("master.ufs_change.made").await;
         }
         // What the claimed persists need to be queued again at their new paths.
         let requeue = claim

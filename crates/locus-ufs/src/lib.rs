@@ -82,6 +82,20 @@ fn ufs_err(ctx: impl std::fmt::Display, e: opendal::Error) -> Error {
     Error::new(kind, ctx.to_string()).with_source(e).set_retryable(retryable)
 }
 
+/// A delete that finds its path gone has done its work. OpenDAL's `fs` service looks at
+/// the path, then removes it (`remove_file`, `remove_dir`, `remove_dir_all`), and answers
+/// NotFound when another delete of the same path removed it in between: two deletes of
+/// one key at once (S3 clients racing) are both made in the UFS at once. Passed on, that
+/// NotFound became the delete's own answer, without its namespace change, and the S3
+/// gateway (a key already gone is a delete done) acknowledged a DELETE whose key was still
+/// there until the other delete committed: a GET right after it returned the object.
+fn gone_is_deleted(r: Result<()>) -> Result<()> {
+    match r {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
 /// The OS error under an OpenDAL error, if one is its source (a local file system's).
 fn os_error(e: &opendal::Error) -> Option<i32> {
     let mut src = std::error::Error::source(e);
@@ -318,21 +332,30 @@ impl Ufs {
     }
 
     /// Delete a file or (recursively) a directory. On an object store, a parent left with
-    /// nothing in it gets a marker, so that it stays (see `markers.rs`).
+    /// nothing in it gets a marker, so that it stays (see `markers.rs`). A path that is
+    /// not there, or goes while it is deleted, is deleted: see [`gone_is_deleted`].
     pub async fn delete(&self, path: &str, is_dir: bool) -> Result<()> {
-        self.remove(path, is_dir).await?;
+        gone_is_deleted(self.remove(path, is_dir).await)?;
         self.keep_parent(path).await
     }
 
     /// Remove directory `path` only if it is empty: its marker object on S3 (objects
     /// under it stay), the directory itself on a file system (an error if it has entries).
     /// On an object store, a parent left with nothing in it gets a marker, as for `delete`.
+    /// A directory that is not there, or goes meanwhile, is removed ([`gone_is_deleted`]).
     pub async fn delete_empty_dir(&self, path: &str) -> Result<()> {
-        self.op.delete(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("rmdir {path}"), e))?;
+        let r = self.op.delete(&Self::dir_path(path)).await.map_err(|e| ufs_err(format!("rmdir {path}"), e));
+        gone_is_deleted(r)?;
         self.keep_parent(path).await
     }
 
     async fn remove(&self, path: &str, is_dir: bool) -> Result<()> {
+        // The answer of a delete that loses a race with another delete of the same path
+        // (the `fs` service finds the path, then its unlink finds nothing).
+        locus_common::fail::fail_point!("ufs.remove.raced", |_| {
+            let e = opendal::Error::new(opendal::ErrorKind::NotFound, "entity not found (fault point)");
+            Err(ufs_err(format!("rm {path}"), e))
+        });
         if is_dir {
             self.op
                 .delete_with(&Self::dir_path(path))
@@ -441,6 +464,36 @@ mod tests {
         assert!(ufs.stat("a/c.txt").await.unwrap().is_some());
         // nothing outside the root is reachable: the file lives under the tempdir
         assert!(dir.path().join("a/c.txt").exists());
+    }
+
+    /// Deletes of one path at once all succeed: the `fs` service looks at the path, then
+    /// removes it, and a delete whose removal finds the path gone (another delete removed
+    /// it in between) must not say "not found" (a caller takes that for a path that was
+    /// never there, and skips its own namespace change).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_deletes_of_one_path_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ufs =
+            Ufs::new(&format!("file://{}", dir.path().display()), &BTreeMap::new(), Duration::from_secs(5)).unwrap();
+        for round in 0..50 {
+            ufs.put("d/f", Bytes::from_static(b"x")).await.unwrap();
+            ufs.create_dir("d/e").await.unwrap();
+            let deletes = (0..16).map(|i| {
+                let ufs = ufs.clone();
+                tokio::spawn(async move {
+                    match i % 4 {
+                        0 => ufs.delete("d/e", true).await,
+                        1 => ufs.delete_empty_dir("d/e").await,
+                        _ => ufs.delete("d/f", false).await,
+                    }
+                })
+            });
+            for r in futures::future::join_all(deletes).await {
+                let r = r.unwrap();
+                assert!(r.is_ok(), "round {round}: {r:?}");
+            }
+            assert!(ufs.stat("d/f").await.unwrap().is_none() && ufs.stat("d/e").await.unwrap().is_none());
+        }
     }
 
     #[test]

@@ -27,16 +27,29 @@ impl Inner {
     /// Register with the master and send the full block report. Blocks written under
     /// another cluster (a master whose namespace is gone: their ids name other data now)
     /// are dropped first, when the master says so, before anything can read or write them.
+    ///
+    /// One at a time with the block commits ([`Inner::commit_changes`]), as they are
+    /// the same account: a report the master took after a commit of later changes (or
+    /// after another, newer report) would replace what it knew with older blocks.
     async fn register(&self) -> Result<()> {
+        let _one_at_a_time = self.committing.lock().await;
+        self.register_committing().await
+    }
+
+    /// [`Inner::register`], the commit lock held by the caller.
+    async fn register_committing(&self) -> Result<()> {
         for _ in 0..2 {
             let cluster_id = self.store_blocking(|s| Ok(s.cluster_id())).await?;
+            // The report takes the changes it covers in the same step: a block stored
+            // after it is a change for the next commit. (The report, then the drain: a
+            // block stored in between was in neither, and the master never learned of it.)
             let blocks = self
                 .store
-                .report()
+                .report_and_drain()
                 .into_iter()
                 .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: pb::Tier::from(t).into(), length: len })
                 .collect();
-            self.store.drain_changes(); // the full report covers them
+            locus_common::delay_point("worker.register.reported").await;
             let req = pb::RegisterWorkerRequest {
                 worker_id: self.id.load(Relaxed),
                 address: Some(pb::WorkerAddress {
@@ -141,7 +154,7 @@ impl Inner {
                 // A master that restarted and has not heard from this worker yet: register
                 // now (a write waiting on this commit goes on); the full block report
                 // carries the blocks this commit named.
-                self.register().await?;
+                self.register_committing().await?;
                 self.pin_epoch.store(0, Relaxed);
                 return Ok(());
             }

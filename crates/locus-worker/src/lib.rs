@@ -77,9 +77,10 @@ struct Inner {
     /// The worker's background jobs, reported with every heartbeat.
     jobs: Mutex<Vec<locus_common::job::JobWatch>>,
     /// Held while block changes are taken from the store and sent to the master
-    /// ([`Inner::commit_changes`]): a caller that finds nothing left to send has to wait
-    /// for the commit in flight that took its changes, or it would answer (acknowledge a
-    /// write, say) before the master knows its blocks.
+    /// ([`Inner::commit_changes`]), or the full block report is (registration): a caller
+    /// that finds nothing left to send has to wait for the commit in flight that took its
+    /// changes, or it would answer (acknowledge a write, say) before the master knows its
+    /// blocks; and the master takes reports and commits in the order they were made.
     committing: tokio::sync::Mutex<()>,
 }
 

@@ -376,6 +376,54 @@ async fn a_delete_being_queued_holds_its_path_until_the_queue_has_it() {
     c.shutdown().await;
 }
 
+/// The file:// consistency load's stale reads after a DELETE (a GET or a LIST right after
+/// the acknowledged DELETE of a key returned the object it deleted, ETag and all): two
+/// deletes of one persisted key at once are both made in the UFS at once (nothing is
+/// queued on the key), and the `fs` service looks at the file before it unlinks it, so
+/// the delete that lost the race found the file gone at its unlink and answered
+/// NotFound. That answer was the delete's own: no namespace change, and the S3 gateway
+/// (a key already gone is a delete done) acknowledged the DELETE while the key was still
+/// in the namespace, until the other delete committed. A UFS path found gone by its
+/// delete is deleted: the delete goes on to its namespace change. Fault points hold the
+/// winner between its UFS delete and its commit, and make the loser's UFS delete answer
+/// as the race does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delete_that_loses_the_ufs_race_to_another_still_deletes_the_key() {
+    use locus_client::PutOptions;
+    use locus_common::ErrorKind;
+    use locus_common::config::WriteType;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (c, cl, ufs) = cluster_with_lake(dir.path(), 60_000).await;
+    let opts = PutOptions { write_type: Some(WriteType::Through), ..Default::default() };
+    cl.put_with("/m/d/k", &mut &b"the object"[..], &opts, |_| Ok(Default::default())).await.unwrap();
+    assert!(ufs.join("d/k").is_file());
+    // The first delete removes the file from the UFS and is held before its commit.
+    fail::cfg("master.ufs_change.made", "1*return(3000)").unwrap();
+    let winner = tokio::spawn({
+        let cl = cl.clone();
+        async move { cl.delete("/m/d/k", false).await }
+    });
+    wait_gone(&ufs.join("d/k"), 100).await;
+    assert!(!ufs.join("d/k").exists(), "the first delete did not reach the UFS");
+    // The second finds the key in the namespace, and its UFS delete loses the race.
+    fail::cfg("ufs.remove.raced", "1*return").unwrap();
+    let r = cl.delete("/m/d/k", false).await;
+    fail::remove("ufs.remove.raced");
+    // Answered (a NotFound is a delete done for the S3 gateway): the key is gone for
+    // every read from now on, while the first delete is still held.
+    assert!(r.is_ok() || r.as_ref().unwrap_err().kind() == ErrorKind::NotFound, "{r:?}");
+    assert!(!winner.is_finished(), "the fault point holds the first delete");
+    let st = cl.status("/m/d/k", false).await.map(|fi| fi.path);
+    assert!(st.as_ref().is_err_and(|e| e.kind() == ErrorKind::NotFound), "the key outlived its delete ({r:?}): {st:?}");
+    assert_eq!(names(&cl, "/m/d").await.unwrap(), Vec::<String>::new(), "a listing still shows the key");
+    assert!(r.is_ok(), "the delete answered {r:?}");
+    winner.await.unwrap().unwrap();
+    fail::remove("master.ufs_change.made");
+    assert_eq!(cl.status("/m/d/k", false).await.unwrap_err().kind(), ErrorKind::NotFound);
+    c.shutdown().await;
+}
+
 /// Issue 23 (GETs of a just-written object that failed before their first byte, and
 /// persists failing "no live copy" at their first attempt): a write is acknowledged only
 /// once the master knows its blocks, even when a heartbeat took the blocks' changes from
@@ -465,5 +513,68 @@ async fn a_status_with_blocks_names_copies_of_the_version_it_returns() {
     assert!(out == v1 || out == v2, "{} bytes read, of neither version", out.len());
     assert_eq!(out.len() as u64, fi.length);
     fail::remove("master.persist.before_ufs");
+    c.shutdown().await;
+}
+
+/// A block stored while the worker registers (after a master restart) reaches the
+/// master: the full block report and the drain of the block changes it covers are one
+/// step. Before, a block stored between the two was in neither the report nor any later
+/// commit (its change was drained with the ones the report covered), and the master never
+/// learned of the copy. A fault point holds the registration after its report while the
+/// worker stores a block (as a fill does, its own commit still waiting for the one before
+/// it: commits go one at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_block_stored_while_the_worker_registers_reaches_the_master() {
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(64));
+    let mut c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let data: Vec<u8> = (0..(1u32 << 20) - 3).map(|i| (i % 239) as u8).collect();
+    std::fs::write(c.data_dir().join("ufs/f.bin"), &data).unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let block = cl.status("/f.bin", true).await.unwrap().blocks[0].block_id;
+    // The master restarts: the worker registers again, and is held 1.5 s after its report.
+    let held = Arc::new(AtomicBool::new(false));
+    let h = held.clone();
+    fail::cfg_callback("worker.register.reported", move || {
+        if !h.swap(true, SeqCst) {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    })
+    .unwrap();
+    c.stop_master().await;
+    c.start_master().await.unwrap();
+    for _ in 0..400 {
+        if held.load(SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(held.load(SeqCst), "the worker did not register again");
+    // Meanwhile the worker stores a block of f.bin.
+    let worker = c.worker(0).unwrap();
+    tokio::task::block_in_place(|| {
+        let t = worker.store().create(block, data.len() as u64).unwrap();
+        t.open().unwrap().write_all(&data).unwrap();
+        t.commit(data.len() as u64, None).unwrap();
+    });
+    let mut known = false;
+    for _ in 0..60 {
+        let fi = cl.status("/f.bin", true).await.unwrap();
+        if fi.blocks[0].locations.iter().any(|l| l.worker_id == worker.id()) {
+            known = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    fail::remove("worker.register.reported");
+    assert!(known, "the master never learned of the block the worker stored while it registered");
+    let fi = cl.status("/f.bin", true).await.unwrap();
+    let mut out = Vec::new();
+    cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+    assert!(out == data);
     c.shutdown().await;
 }
