@@ -556,7 +556,20 @@ fn numeric_text(e: &mut Expr) {
     use ast::BinaryOperator as B;
     match e {
         Expr::BinaryOp { left, op, right }
-            if matches!(op, B::Gt | B::Lt | B::GtEq | B::LtEq | B::Eq | B::NotEq | B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo) =>
+            if matches!(
+                op,
+                B::Gt
+                    | B::Lt
+                    | B::GtEq
+                    | B::LtEq
+                    | B::Eq
+                    | B::NotEq
+                    | B::Plus
+                    | B::Minus
+                    | B::Multiply
+                    | B::Divide
+                    | B::Modulo
+            ) =>
         {
             if is_col(left) && is_num(right) {
                 num(left);
@@ -741,7 +754,7 @@ mod tests {
         assert_eq!(t("SELECT * FROM S3Object[*]"), "SELECT * FROM s3object");
         assert_eq!(
             t("select s.name, s._2 from s3object s where s.AGE > 3"),
-            r#"SELECT "Name", "age" FROM s3object s WHERE "age" > 3"#
+            r#"SELECT "Name", "age" FROM s3object s WHERE TRY_CAST("age" AS DOUBLE) > 3"#
         );
         assert!(t("SELECT count(*) FROM S3Object [ * ] LIMIT 2").contains("LIMIT 2"));
         let (sql, path) = normalize_from("SELECT a.x FROM S3Object[*].rows[*].\"In\"[2] a").unwrap();
@@ -761,7 +774,10 @@ mod tests {
             t("SELECT s.name FROM S3Object s WHERE s.age > 40 AND s._3 = 'x' AND age BETWEEN -1 AND 9"),
             r#"SELECT "Name" FROM s3object s WHERE TRY_CAST("age" AS DOUBLE) > 40 AND "city" = 'x' AND TRY_CAST("age" AS DOUBLE) BETWEEN -1 AND 9"#
         );
-        assert_eq!(t("SELECT sum(age), max(age) FROM S3Object"), r#"SELECT sum(TRY_CAST("age" AS DOUBLE)) AS _1, max("age") AS _2 FROM s3object"#);
+        assert_eq!(
+            t("SELECT sum(age), max(age) FROM S3Object"),
+            r#"SELECT sum(TRY_CAST("age" AS DOUBLE)) AS _1, max("age") AS _2 FROM s3object"#
+        );
         assert_eq!(
             t("SELECT count(*), CAST(s.age AS INT), CAST(age AS FLOAT), s.city FROM S3Object s"),
             r#"SELECT count(*) AS _1, CAST("age" AS BIGINT) AS _2, CAST("age" AS DOUBLE) AS _3, "city" FROM s3object s"#

@@ -327,7 +327,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
         FsCmd::Compute(a) => super::compute::run(c, a).await?,
         FsCmd::Cat { path } => {
             let fi = c.status(path, true).await?;
-            c.read_into(&fi, 0, fi.length, opts, &mut StdoutSink(std::io::stdout())).await.or_else(quiet_pipe)?;
+            c.read_into(&fi, 0, fi.length, opts, &mut StdoutSink::new()?).await.or_else(quiet_pipe)?;
         }
         FsCmd::Wc { repeat, json: as_json, path } => {
             let mut seconds = Vec::new();
@@ -350,7 +350,7 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
         }
         FsCmd::Head { bytes, path } => {
             let fi = c.status(path, true).await?;
-            c.read_into(&fi, 0, *bytes, opts, &mut StdoutSink(std::io::stdout())).await.or_else(quiet_pipe)?;
+            c.read_into(&fi, 0, *bytes, opts, &mut StdoutSink::new()?).await.or_else(quiet_pipe)?;
         }
         FsCmd::Get { path, local, overwrite } => {
             let fi = c.status(path, true).await?;
@@ -514,17 +514,30 @@ async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
 
 /// Standard output for `fs cat` and `fs head`: each piece is written straight to fd 1 from
 /// the reading thread (`block_in_place`), as `cat` does. Through `tokio::io::stdout` every
-/// piece went to a blocking-pool thread and back, which halved the speed into a pipe.
-struct StdoutSink(std::io::Stdout);
+/// piece went to a blocking-pool thread and back, which halved the speed into a pipe; and
+/// std's `Stdout` is line-buffered, which copies each piece's tail and writes it again, so
+/// the sink writes to its own handle on fd 1. A pipe is grown to 1 MiB (from Linux's
+/// 64 KiB) when the system allows, so a 256 KiB piece wakes the reader once, not four times.
+struct StdoutSink(std::fs::File);
+
+impl StdoutSink {
+    fn new() -> Result<StdoutSink, Error> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let fd = std::io::stdout().as_fd().try_clone_to_owned().map_err(|e| Error::io("standard output", e))?;
+        // SAFETY: fcntl on a descriptor this process owns; F_SETPIPE_SZ only sizes a pipe's
+        // buffer, and fails (ignored) on anything that is not a pipe or over the limit.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+        Ok(StdoutSink(std::fs::File::from(fd)))
+    }
+}
 
 impl locus_client::ReadSink for StdoutSink {
     async fn put(&mut self, buf: &[u8]) -> std::io::Result<()> {
         use std::io::Write;
-        tokio::task::block_in_place(|| self.0.lock().write_all(buf))
+        tokio::task::block_in_place(|| self.0.write_all(buf))
     }
     async fn finish(&mut self) -> std::io::Result<()> {
-        use std::io::Write;
-        tokio::task::block_in_place(|| self.0.lock().flush())
+        Ok(())
     }
 }
 
