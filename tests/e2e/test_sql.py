@@ -75,8 +75,8 @@ def test_json_lines_and_parquet(logs, tmp_path):
     out = sql(c, "SELECT k, sum(v) AS s FROM 'locus:///sql/t.json' GROUP BY k ORDER BY k")
     assert [json.loads(x) for x in out.splitlines()] == [
         {"k": k, "s": sum(x["v"] for x in lines if x["k"] == k)} for k in range(3)]
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa  # installed by scripts/test (scripts/install-spark): never skipped
+    import pyarrow.parquet as pq
     pq.write_table(pa.table({"a": list(range(1000)), "b": [str(i) for i in range(1000)]}), tmp_path / "t.parquet")
     c.ok("fs", "put", str(tmp_path / "t.parquet"), "/sql/t.parquet")
     out = sql(c, "SELECT max(a) AS m, count(DISTINCT b) AS d FROM 'locus:///sql/t.parquet'")
