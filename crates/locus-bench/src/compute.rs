@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use locus_common::{Error, Result};
-use locus_compute::merge::realign;
+use locus_compute::merge::scan_and_merge;
 use locus_compute::{BlockScanner, Request, Results, pb};
 use locus_ufs::Ufs;
 use serde::Serialize;
@@ -171,26 +171,14 @@ impl HostCompute {
                         break;
                     }
                 }
-                Ok::<_, Error>(((o, b), sc.finish()))
+                Ok::<_, Error>(sc.finish())
             }
         };
-        let mut parts: Vec<Vec<Option<pb::ComputePartial>>> =
-            objects.iter().map(|ob| vec![None; ob.length.div_ceil(block).max(1) as usize]).collect();
-        let mut s = futures::stream::iter(ranges.iter().map(|&(o, b)| scan(o, b, false))).buffer_unordered(parallelism);
-        while let Some(r) = s.next().await {
-            let ((o, b), p) = r?;
-            parts[o][b] = Some(p);
-        }
-        drop(s);
-        let mut blocks_rerun = 0;
-        for (o, ob) in objects.iter().enumerate() {
-            let mut ps: Vec<pb::ComputePartial> = parts[o].iter_mut().map(|p| p.take().unwrap_or_default()).collect();
-            blocks_rerun +=
-                realign(&mut ps, resolved.quoting, |b, in_quotes| async move { Ok(scan(o, b, in_quotes).await?.1) })
-                    .await?;
-            let starts: Vec<u64> = (0..ps.len() as u64).map(|b| b * block).collect();
-            merger.add_file(&ps, &starts).map_err(|e| e.context(&ob.key))?;
-        }
+        let files: Vec<(&str, Vec<u64>)> = objects
+            .iter()
+            .map(|ob| (ob.key.as_str(), (0..ob.length.div_ceil(block).max(1)).map(|b| b * block).collect()))
+            .collect();
+        let blocks_rerun = scan_and_merge(&mut merger, &files, resolved.quoting, parallelism, scan).await?;
         Ok(HostOutcome {
             results: Some(merger.finish()),
             bytes_read: bytes_read.load(Relaxed),

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-use futures::StreamExt;
 use locus_common::{Error, ErrorKind, Result};
-use locus_compute::merge::realign;
+use locus_compute::merge::scan_and_merge;
 use locus_compute::{Request, Results};
 use locus_proto::{exchange, pb};
 use prost::Message;
@@ -133,35 +132,20 @@ impl Client {
         };
         let returned = Arc::new(AtomicU64::new(0));
         // Every block of every file, computed concurrently; merged file by file, in order.
-        let tasks: Vec<(usize, usize)> =
-            files.iter().enumerate().flat_map(|(f, fi)| (0..fi.blocks.len()).map(move |b| (f, b))).collect();
-        let run = |(f, b): (usize, usize), in_quotes: bool| {
-            let (files, returned, progress) = (&files, returned.clone(), &progress);
-            async move {
-                let p = self.compute_block(&files[f], b, spec, in_quotes, &returned).await?;
-                progress(files[f].blocks[b].length);
-                Ok::<_, Error>(((f, b), p))
-            }
-        };
-        let mut parts: Vec<Vec<Option<pb::ComputePartial>>> =
-            files.iter().map(|f| vec![None; f.blocks.len()]).collect();
-        let mut results = futures::stream::iter(tasks.iter().map(|&t| run(t, false))).buffer_unordered(parallelism);
-        while let Some(r) = results.next().await {
-            let ((f, b), p) = r?;
-            parts[f][b] = Some(p);
-        }
-        drop(results);
-        let mut blocks_rerun = 0;
-        for (f, fi) in files.iter().enumerate() {
-            let mut ps: Vec<pb::ComputePartial> = parts[f].iter_mut().map(|p| p.take().unwrap_or_default()).collect();
-            let returned = &returned;
-            blocks_rerun += realign(&mut ps, plan.resolved.quoting, |b, in_quotes| {
-                self.compute_block(fi, b, spec, in_quotes, returned)
+        let names: Vec<(&str, Vec<u64>)> =
+            files.iter().map(|fi| (fi.path.as_str(), fi.blocks.iter().map(|b| b.offset).collect())).collect();
+        let blocks_rerun =
+            scan_and_merge(&mut merger, &names, plan.resolved.quoting, parallelism, |f, b, in_quotes| {
+                let (fi, returned, progress) = (&files[f], &returned, &progress);
+                async move {
+                    let p = self.compute_block(fi, b, spec, in_quotes, returned).await?;
+                    if !in_quotes {
+                        progress(fi.blocks[b].length); // the first scan of a block, not a rescan
+                    }
+                    Ok(p)
+                }
             })
             .await?;
-            let starts: Vec<u64> = fi.blocks.iter().map(|b| b.offset).collect();
-            merger.add_file(&ps, &starts).map_err(|e| e.context(&fi.path))?;
-        }
         Ok(ComputeOutcome {
             results: merger.finish(),
             bytes_returned: returned.load(Relaxed),

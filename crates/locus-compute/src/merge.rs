@@ -50,6 +50,45 @@ where
     Ok(n)
 }
 
+/// Every block of every file through `scan(file, block, in_quotes)`, `parallelism` at a
+/// time, each first as if it did not start inside quotes; then, file by file in order,
+/// the blocks [`realign`] finds misaligned scanned again (with `in_quotes` true), and the
+/// partials added to `merger`. `files`: each file's name (for errors) and its blocks'
+/// start offsets. Returns how many blocks were scanned again. The one driver of the
+/// client's `compute` and of the Rust host pull (`locus bench compute-host`).
+pub async fn scan_and_merge<F, Fut>(
+    merger: &mut Merger,
+    files: &[(&str, Vec<u64>)],
+    quoting: bool,
+    parallelism: usize,
+    scan: F,
+) -> Result<u64>
+where
+    F: Fn(usize, usize, bool) -> Fut,
+    Fut: std::future::Future<Output = Result<pb::ComputePartial>>,
+{
+    use futures::StreamExt;
+    let mut parts: Vec<Vec<Option<pb::ComputePartial>>> = files.iter().map(|(_, s)| vec![None; s.len()]).collect();
+    let tasks = files.iter().enumerate().flat_map(|(f, (_, s))| (0..s.len()).map(move |b| (f, b)));
+    let scan = &scan;
+    let mut results = futures::stream::iter(
+        tasks.map(|(f, b)| async move { Ok::<_, locus_common::Error>(((f, b), scan(f, b, false).await?)) }),
+    )
+    .buffer_unordered(parallelism.max(1));
+    while let Some(r) = results.next().await {
+        let ((f, b), p) = r?;
+        parts[f][b] = Some(p);
+    }
+    drop(results);
+    let mut rerun = 0;
+    for (f, (name, starts)) in files.iter().enumerate() {
+        let mut ps: Vec<pb::ComputePartial> = parts[f].iter_mut().map(|p| p.take().unwrap_or_default()).collect();
+        rerun += realign(&mut ps, quoting, |b, in_quotes| scan(f, b, in_quotes)).await?;
+        merger.add_file(&ps, starts).map_err(|e| e.context(name))?;
+    }
+    Ok(rerun)
+}
+
 /// Merges partial results, file by file, and finishes them.
 pub struct Merger {
     r: Resolved,
