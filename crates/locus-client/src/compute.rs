@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
+use futures::Stream;
 use locus_common::{Error, ErrorKind, Result};
 use locus_compute::merge::scan_and_merge;
 use locus_compute::{Request, Results};
-use locus_proto::{exchange, pb};
+use locus_proto::{exchange, pb, read_response, send_request};
 use prost::Message;
 
 use crate::Client;
@@ -37,7 +38,39 @@ pub struct ComputeOutcome {
     pub blocks_rerun: u64,
 }
 
+/// A piece of a SQL plan fragment's answer ([`Client::run_fragment`]).
+#[derive(Debug)]
+pub enum FragmentPiece {
+    /// The next bytes of the result's Arrow IPC stream.
+    Ipc(Vec<u8>),
+    /// The end: bytes of Locus files the fragment's scans read on the worker.
+    Done { scanned: u64 },
+}
+
 impl Client {
+    /// Run partition `partition` of the SQL plan fragment `plan` (DataFusion's physical
+    /// plan protobuf) on the worker at `addr`: its answer, piece by piece, ending with
+    /// [`FragmentPiece::Done`]. Dropping the stream hangs up, which stops the worker.
+    pub async fn run_fragment(
+        &self,
+        addr: &str,
+        plan: Vec<u8>,
+        partition: u32,
+    ) -> Result<impl Stream<Item = Result<FragmentPiece>> + Send + 'static> {
+        let mut c = self.conn(addr).await?;
+        let req = pb::SqlFragmentRequest { plan, partition };
+        send_request(&mut c, pb::data_request::Req::Fragment(req)).await?;
+        Ok(futures::stream::try_unfold(Some(c), |c| async move {
+            let Some(mut c) = c else { return Ok(None) };
+            let r = read_response(&mut c).await?;
+            Ok(Some(if r.done {
+                (FragmentPiece::Done { scanned: r.scanned }, None)
+            } else {
+                (FragmentPiece::Ipc(r.ipc), Some(c))
+            }))
+        }))
+    }
+
     /// The files that `paths` name: a file, every file under a directory, or the files a
     /// glob (`*`, `?`, `[...]` in the last components) matches; `locus://` is allowed in
     /// front. In path order, without repeats.

@@ -26,7 +26,7 @@ mod read;
 mod workers;
 mod write;
 
-pub use compute::{ComputeJob, ComputeOutcome};
+pub use compute::{ComputeJob, ComputeOutcome, FragmentPiece};
 /// TLS of a client's connections (re-exported for the front ends).
 pub use locus_proto::tls::Tls;
 pub use read::{ReadOptions, ReadSink};

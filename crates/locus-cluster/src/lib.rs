@@ -17,7 +17,7 @@ use locus_common::config::{ClientConfig, Config, SecurityConfig, TierAlias, Tier
 use locus_common::security::{Secret, load_or_create_secret};
 use locus_common::{Error, Result};
 use locus_master::{Master, MasterAddrs, MasterBuilder};
-use locus_worker::{Worker, WorkerBuilder};
+use locus_worker::{FragmentFactory, Worker, WorkerBuilder};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -34,6 +34,8 @@ pub struct LocalCluster {
     master: Option<RunningMaster>,
     workers: Vec<Option<Worker>>,
     gateway: Option<RunningGateway>,
+    /// How workers run SQL fragments (none: they refuse them; callers run them).
+    fragments: Option<FragmentFactory>,
 }
 
 struct RunningGateway {
@@ -137,11 +139,17 @@ impl LocalCluster {
     /// and `workers` workers under `data_dir`. `root_ufs` is mounted at `/` when the
     /// namespace is new; `None` means `file://<data_dir>/ufs`; `Some("")` leaves `/`
     /// unmounted.
-    pub async fn start(
+    pub async fn start(cfg: Config, data_dir: &Path, workers: usize, root_ufs: Option<String>) -> Result<LocalCluster> {
+        Self::start_with(cfg, data_dir, workers, root_ufs, None).await
+    }
+
+    /// [`LocalCluster::start`], with workers that run SQL fragments through `fragments`.
+    pub async fn start_with(
         mut cfg: Config,
         data_dir: &Path,
         workers: usize,
         root_ufs: Option<String>,
+        fragments: Option<FragmentFactory>,
     ) -> Result<LocalCluster> {
         let data_dir = absolute(data_dir);
         std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(format!("create {}", data_dir.display()), e))?;
@@ -163,8 +171,17 @@ impl LocalCluster {
         })
         .await
         .map_err(|e| Error::internal(format!("load the cluster secret: {e}")))??;
-        let mut c =
-            LocalCluster { cfg, secret, tls, data_dir, root_ufs, master: None, workers: Vec::new(), gateway: None };
+        let mut c = LocalCluster {
+            cfg,
+            secret,
+            tls,
+            data_dir,
+            root_ufs,
+            master: None,
+            workers: Vec::new(),
+            gateway: None,
+            fragments,
+        };
         c.start_master().await?;
         for _ in 0..workers {
             c.workers.push(None);
@@ -252,6 +269,7 @@ impl LocalCluster {
         record_tier_dirs(&self.data_dir, &self.worker_config(i).tiers)?;
         let w = WorkerBuilder::new(self.worker_config(i), self.master_address(), self.secret.clone())
             .tls(self.tls.clone())
+            .fragments(self.fragments.clone())
             .start()
             .await?;
         self.workers[i] = Some(w);

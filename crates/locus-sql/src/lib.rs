@@ -10,11 +10,16 @@
 //!   output formats; [`input`]: the object made readable (ScanRange window, GZIP/BZIP2,
 //!   JSON documents and paths).
 //!
-//! Today the scans run in the caller's process. Must not be a dependency of any crate
-//! that does not run SQL: DataFusion's build is long.
+//! - [`remote`]: the plan's per-partition fragments (scans, filters, partial
+//!   aggregates) run on the workers that hold the blocks; the rest runs in the caller.
+//!
+//! Must not be a dependency of any crate that does not run SQL (DataFusion's build is
+//! long): the worker runs fragments through its `FragmentRunner` hook, which the binary
+//! fills with [`remote::Fragments`].
 
 pub mod input;
 pub mod query;
+pub mod remote;
 pub mod select;
 pub mod store;
 

@@ -42,6 +42,12 @@ impl Format {
 /// The one mapping from a DataFusion error to a Locus error: what the user wrote wrong
 /// (SQL syntax, a missing column or table, a bad cast of their data) is InvalidArgument.
 pub fn df_err(e: DataFusionError) -> Error {
+    // A Locus error (a worker's, or the client's) stays itself.
+    if let DataFusionError::External(x) = e.find_root() {
+        if let Some(le) = x.downcast_ref::<Error>() {
+            return Error::new(le.kind(), le.message()).set_retryable(le.is_retryable());
+        }
+    }
     let kind = match e.find_root() {
         DataFusionError::SQL(..) | DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => {
             ErrorKind::InvalidArgument
@@ -75,6 +81,9 @@ pub fn session_counted(client: Arc<Client>, in_order: bool) -> Result<(SessionCo
     if in_order {
         cfg = cfg.with_target_partitions(1);
     }
+    // A scan's rows stay in its partition up to the partial aggregate, so that runs on
+    // the worker that scans ([`crate::remote`]); partitions come from the blocks instead.
+    cfg.options_mut().optimizer.enable_round_robin_repartition = false;
     let ctx = SessionContext::new_with_config(cfg);
     let url = url::Url::parse("locus://").map_err(|e| Error::internal(format!("locus url: {e}")))?;
     let store = LocusStore::new(client);
@@ -131,11 +140,42 @@ fn listing_url(s: &str) -> Option<ListingTableUrl> {
     ListingTableUrl::try_new(base, Some(glob)).ok()
 }
 
-/// Run one SQL statement to its result batches.
+/// Run one SQL statement to its result batches, its scans on the workers.
 pub async fn run_sql(client: Arc<Client>, sql: &str) -> Result<Vec<RecordBatch>> {
-    let ctx = session(client)?;
+    Ok(run_sql_counted(client, sql).await?.0)
+}
+
+/// [`run_sql`], and the bytes of Locus files its scans read (on workers or here).
+pub async fn run_sql_counted(client: Arc<Client>, sql: &str) -> Result<(Vec<RecordBatch>, u64)> {
+    let (ctx, read) = session_counted(client.clone(), false)?;
+    let stream = execute(&ctx, client, sql, read.clone()).await?;
+    let batches = futures::TryStreamExt::try_collect(stream).await.map_err(df_err)?;
+    Ok((batches, read.load(std::sync::atomic::Ordering::Relaxed)))
+}
+
+/// Plan `sql` in `ctx`, send its fragments to the workers ([`crate::remote`]) and start
+/// it. `read` counts the bytes the workers' scans read (the session's own scans count
+/// themselves).
+pub async fn execute(
+    ctx: &SessionContext,
+    client: Arc<Client>,
+    sql: &str,
+    read: Arc<AtomicU64>,
+) -> Result<datafusion::execution::SendableRecordBatchStream> {
+    let plan = plan(ctx, client, sql, read).await?;
+    datafusion::physical_plan::execute_stream(plan, ctx.task_ctx()).map_err(df_err)
+}
+
+/// The physical plan of `sql`, its fragments sent to workers ([`execute`]).
+pub async fn plan(
+    ctx: &SessionContext,
+    client: Arc<Client>,
+    sql: &str,
+    read: Arc<AtomicU64>,
+) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
     let df = ctx.sql(sql).await.map_err(df_err)?;
-    df.collect().await.map_err(df_err)
+    let plan = df.create_physical_plan().await.map_err(df_err)?;
+    crate::remote::distribute(plan, client, read).await
 }
 
 /// Write `batches` in `format`.

@@ -1,6 +1,8 @@
 //! Near-data compute: one block's partial result ([`locus_compute::BlockScanner`]),
 //! computed from the cached block or, on a miss, behind the fill that caches it (the
 //! cold run is the read, not the read and a second pass). Only the partial goes back.
+//! SQL plan fragments ([`crate::FragmentRunner`]): their result batches go back as they
+//! come, and a caller that hangs up stops them.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -105,6 +107,58 @@ impl Inner {
         self.counters.compute_returned.fetch_add(resp.encoded_len() as u64, Relaxed);
         write_frame(sock, &resp).await
     }
+}
+
+impl Inner {
+    pub(crate) async fn handle_fragment(
+        self: &Arc<Self>,
+        sock: &mut DataStream,
+        req: pb::SqlFragmentRequest,
+    ) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let runner = self.fragments.clone().ok_or_else(|| {
+            Error::new(
+                locus_common::ErrorKind::FailedPrecondition,
+                "this worker runs no SQL (built without the `sql` feature)",
+            )
+        })?;
+        let (mut stream, scanned) = runner.run(&req.plan, req.partition)?;
+        let mut returned = 0u64;
+        loop {
+            let next = tokio::select! {
+                n = stream.next() => n,
+                _ = hung_up(sock) => {
+                    drop(stream);
+                    self.counters.compute_scanned.fetch_add(scanned.load(Relaxed), Relaxed);
+                    return Err(Error::unavailable("the caller hung up; SQL fragment abandoned"));
+                }
+            };
+            match next {
+                Some(Ok(ipc)) => {
+                    returned += ipc.len() as u64;
+                    write_frame(sock, &pb::DataResponse { ipc, ..Default::default() }).await?;
+                    sock.flush().await.map_err(|e| Error::io("send SQL results", e))?;
+                }
+                Some(Err(e)) => {
+                    self.counters.compute_scanned.fetch_add(scanned.load(Relaxed), Relaxed);
+                    return Err(e);
+                }
+                None => break,
+            }
+        }
+        let scanned = scanned.load(Relaxed);
+        self.counters.compute_scanned.fetch_add(scanned, Relaxed);
+        self.counters.compute_returned.fetch_add(returned, Relaxed);
+        write_frame(sock, &pb::DataResponse { done: true, scanned, ..Default::default() }).await
+    }
+}
+
+/// Resolves when the caller hangs up while it waits for a fragment's results: it sends
+/// nothing meanwhile, so anything readable is its end of stream (over TLS, the close
+/// message that comes first).
+async fn hung_up(sock: &DataStream) {
+    let mut b = [0u8; 1];
+    let _ = sock.tcp().peek(&mut b).await;
 }
 
 /// Whether the caller hung up (a compute it abandoned stops here, between pieces): the

@@ -2,7 +2,9 @@
 //! (Unix socket), fills its cache from the UFS on a miss (concurrent misses on one block
 //! cost one UFS read), writes files through to the UFS, and keeps the master informed
 //! with registration, heartbeats and block commits. It runs the near-data operators on
-//! the blocks it holds (`locus-compute`) and sends back only their partial results.
+//! the blocks it holds (`locus-compute`) and sends back only their partial results, and
+//! SQL plan fragments through a [`FragmentRunner`] the binary gives it (the SQL engine
+//! lives in `locus-sql`, which this crate must not depend on).
 //!
 //! Depends on `locus-common`, `locus-proto`, `locus-ufs`, `locus-blockstore` and
 //! `locus-compute`; it must
@@ -82,7 +84,25 @@ struct Inner {
     /// changes, or it would answer (acknowledge a write, say) before the master knows its
     /// blocks; and the master takes reports and commits in the order they were made.
     committing: tokio::sync::Mutex<()>,
+    /// Runs SQL plan fragments, when the binary has SQL.
+    fragments: Option<Arc<dyn FragmentRunner>>,
 }
+
+/// Runs SQL plan fragments sent to this worker (`pb::SqlFragmentRequest`): `locus-sql`
+/// implements it, so the worker stays free of the SQL engine.
+pub trait FragmentRunner: Send + Sync + 'static {
+    /// Start partition `partition` of the encoded plan `plan`: its result as pieces of an
+    /// Arrow IPC stream, and the count of bytes its scans read (final once the stream
+    /// ends). Dropping the stream stops the work.
+    fn run(&self, plan: &[u8], partition: u32) -> Result<(FragmentStream, Arc<AtomicU64>)>;
+}
+
+/// A fragment's result: pieces of an Arrow IPC stream.
+pub type FragmentStream = futures::stream::BoxStream<'static, Result<Vec<u8>>>;
+
+/// Makes a worker's [`FragmentRunner`] from the master's address, the cluster secret
+/// (its reads of Locus files present it) and TLS.
+pub type FragmentFactory = Arc<dyn Fn(&str, &Secret, &Tls) -> Result<Arc<dyn FragmentRunner>> + Send + Sync>;
 
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
@@ -90,13 +110,21 @@ pub struct WorkerBuilder {
     master_address: String,
     secret: Secret,
     tls: Tls,
+    fragments: Option<FragmentFactory>,
 }
 
 impl WorkerBuilder {
     /// A worker of the master at `master_address`, presenting the cluster `secret` to it
     /// and to other workers, and accepting callers that present it or its client token.
     pub fn new(cfg: WorkerConfig, master_address: impl Into<String>, secret: Secret) -> Self {
-        WorkerBuilder { cfg, master_address: master_address.into(), secret, tls: Tls::none() }
+        WorkerBuilder { cfg, master_address: master_address.into(), secret, tls: Tls::none(), fragments: None }
+    }
+
+    /// Run SQL plan fragments with the runner `f` makes. Default none: such a request is
+    /// refused (FailedPrecondition), and the caller runs the fragment itself.
+    pub fn fragments(mut self, f: Option<FragmentFactory>) -> Self {
+        self.fragments = f;
+        self
     }
 
     /// TLS of the data port (see `locus_proto::tls`) and of this worker's connections to
@@ -148,7 +176,12 @@ impl WorkerBuilder {
             .connect_timeout(Duration::from_secs(3))
             .timeout(Duration::from_secs(30));
         let channel = self.tls.master_channel(&self.master_address, endpoint);
+        let fragments = match &self.fragments {
+            Some(f) => Some(f(&self.master_address, &self.secret, &self.tls)?),
+            None => None,
+        };
         let inner = Arc::new(Inner {
+            fragments,
             data_address: local.to_string(),
             cfg,
             store,

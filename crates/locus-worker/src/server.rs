@@ -56,6 +56,7 @@ async fn serve_conn(inner: Arc<Inner>, s: &mut DataStream) {
             Some(pb::data_request::Req::Persist(p)) => inner.handle_persist(s, p).await,
             Some(pb::data_request::Req::Replicate(r)) => inner.handle_replicate(s, r).await,
             Some(pb::data_request::Req::Compute(c)) => inner.handle_compute(s, c).await,
+            Some(pb::data_request::Req::Fragment(f)) => inner.handle_fragment(s, f).await,
             Some(pb::data_request::Req::Hello(_)) => write_frame(s, &inner.hello()).await,
             Some(pb::data_request::Req::Lease(_)) => {
                 Err(Error::invalid("leases are granted over the Unix socket only"))

@@ -90,7 +90,8 @@ pub fn run(g: &Global, cmd: &LocalCmd) -> Result<()> {
     locus_common::init_logging(cfg.log_json);
     runtime()?.block_on(async move {
         let gateway_cfg = cfg.gateway.clone();
-        let mut c = LocalCluster::start(cfg, data_dir, *workers, ufs.clone()).await?;
+        let fragments = super::fragments(&cfg);
+        let mut c = LocalCluster::start_with(cfg, data_dir, *workers, ufs.clone(), fragments).await?;
         if !*no_gateway {
             c.start_gateway().await?;
         }

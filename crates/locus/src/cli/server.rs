@@ -87,6 +87,7 @@ pub fn worker(g: &Global, a: &WorkerArgs) -> Result<()> {
     runtime()?.block_on(async move {
         let w = locus_worker::WorkerBuilder::new(cfg.worker.clone(), cfg.master_address.clone(), secret)
             .tls(tls)
+            .fragments(super::fragments(&cfg))
             .start()
             .await?;
         println!("worker data {}  uds {:?}  master {}", w.data_address(), w.uds_path(), cfg.master_address);
