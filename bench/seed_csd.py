@@ -395,6 +395,38 @@ class Stage:
         return parse_json_line(r.stdout)
 
 
+def locus_sql(stage, a, raw: dict, ds: dict, path: str, w: int, ops: list[str], reps: int, k: float, m: float):
+    """`locus sql` over the dataset's files, warm: each operator's SQL (`sql_parts`, as
+    DuckDB and Spark run it), its scans and partial aggregates on the workers."""
+    url = f"'locus://{path}/*.csv'"
+    run = lambda q: timed_stats([a.locus_bin, "sql", "--format", "json", "--stats", q.replace(" FROM t", f" FROM {url}")],
+                                stage.locus_env)
+    run("SELECT count(*) FROM t")  # the cache is warm: this reads any block the operators left out
+    for op in ops:
+        secs, link, scanned, res = [], [], 0, {}
+        for _ in range(reps):
+            t = time.monotonic()
+            res, ret, scanned = {}, 0, 0
+            for q in sql_parts(op, k, m):
+                row, st = run(q)
+                res.update(sql_flat(row))
+                ret, scanned = ret + st["bytes_returned"], scanned + st["bytes_scanned"]
+            secs.append(time.monotonic() - t)
+            link.append(ret)
+        raw["runs"].append({"dataset": ds["name"], "path": "locus-sql", "workers": w, "op": op, "seconds": secs,
+                            "link_bytes": link, "scanned": scanned, "passes": scans(op), "results": res})
+    log(f"  locus sql {w}w {ds['name']}: all {raw['runs'][-1]['seconds']}")
+
+
+def timed_stats(cmd: list[str], env: dict) -> tuple[dict, dict]:
+    """A `locus sql --format json --stats` run: its one result row and its stats line."""
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:5])} ... failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    lines = [l for l in r.stdout.splitlines() if l.strip()]
+    return (json.loads(lines[0]) if lines else {}), json.loads(r.stderr.strip().splitlines()[-1])
+
+
 def op_args(op: str, k: float, m: float) -> list[str]:
     """The flags of `locus fs compute OP` (and compute-host) for one row: columns for the
     numeric operators, the sensor column for digits and entropy."""
@@ -459,6 +491,10 @@ def run(a) -> dict:
     ops = a.ops.split(",") if a.ops else ROWS
     paths = a.paths.split(",") if a.paths else list(report.PATHS)
     workers = [int(w) for w in a.workers.split(",")]
+    if "locus-sql" in paths and subprocess.run([a.locus_bin, "sql", "--help"], capture_output=True).returncode == 0 \
+            and "without SQL" in subprocess.run([a.locus_bin, "sql", "SELECT 1"], capture_output=True, text=True).stderr:
+        log("locus-sql left out: this locus was built without SQL (bench/run --quick builds so)")
+        paths.remove("locus-sql")
     k, m = 3.0, 7.0
     raw = {"profile": a.profile, "quick": a.quick, "reps": reps, "block_size": parse_size(a.block_size), "workers": workers, "k": k, "m": m, "ops": ops,
            "paths": paths, "datasets": [], "runs": [], "plain_read": [], "checks": [],
@@ -567,6 +603,8 @@ def run(a) -> dict:
                     for p, byop in acc.items():
                         for op, e in byop.items():
                             raw["runs"].append({"dataset": ds["name"], "path": p, "workers": w, "op": op, **e})
+                    if "locus-sql" in paths:
+                        locus_sql(stage, a, raw, ds, path, w, ops, reps, k, m)
                     log(f"  locus {w}w {ds['name']}: all cold {acc['locus-cold'][ops[-1]]['seconds']}, "
                         f"warm {acc['locus-warm'][ops[-1]]['seconds']}")
             finally:

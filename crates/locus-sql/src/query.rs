@@ -145,24 +145,46 @@ pub async fn run_sql(client: Arc<Client>, sql: &str) -> Result<Vec<RecordBatch>>
     Ok(run_sql_counted(client, sql).await?.0)
 }
 
-/// [`run_sql`], and the bytes of Locus files its scans read (on workers or here).
-pub async fn run_sql_counted(client: Arc<Client>, sql: &str) -> Result<(Vec<RecordBatch>, u64)> {
+/// What a query moved: the bytes of Locus files its scans read (on workers or here), and
+/// the bytes of results workers sent back.
+#[derive(Clone, Debug, Default)]
+pub struct Traffic {
+    pub scanned: Arc<AtomicU64>,
+    pub returned: Arc<AtomicU64>,
+}
+
+impl Traffic {
+    /// Counting into `scanned` (a session's own count, [`session_counted`]).
+    pub fn scanning(scanned: Arc<AtomicU64>) -> Traffic {
+        Traffic { scanned, returned: Arc::default() }
+    }
+
+    /// (scanned, returned) so far.
+    pub fn get(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.scanned.load(Relaxed), self.returned.load(Relaxed))
+    }
+}
+
+/// [`run_sql`], and what it moved.
+pub async fn run_sql_counted(client: Arc<Client>, sql: &str) -> Result<(Vec<RecordBatch>, Traffic)> {
     let (ctx, read) = session_counted(client.clone(), false)?;
-    let stream = execute(&ctx, client, sql, read.clone()).await?;
+    let traffic = Traffic::scanning(read);
+    let stream = execute(&ctx, client, sql, &traffic).await?;
     let batches = futures::TryStreamExt::try_collect(stream).await.map_err(df_err)?;
-    Ok((batches, read.load(std::sync::atomic::Ordering::Relaxed)))
+    Ok((batches, traffic))
 }
 
 /// Plan `sql` in `ctx`, send its fragments to the workers ([`crate::remote`]) and start
-/// it. `read` counts the bytes the workers' scans read (the session's own scans count
-/// themselves).
+/// it. `traffic` counts what the workers' fragments read and send back (the session's
+/// own scans count themselves in its store's count).
 pub async fn execute(
     ctx: &SessionContext,
     client: Arc<Client>,
     sql: &str,
-    read: Arc<AtomicU64>,
+    traffic: &Traffic,
 ) -> Result<datafusion::execution::SendableRecordBatchStream> {
-    let plan = plan(ctx, client, sql, read).await?;
+    let plan = plan(ctx, client, sql, traffic).await?;
     datafusion::physical_plan::execute_stream(plan, ctx.task_ctx()).map_err(df_err)
 }
 
@@ -171,11 +193,11 @@ pub async fn plan(
     ctx: &SessionContext,
     client: Arc<Client>,
     sql: &str,
-    read: Arc<AtomicU64>,
+    traffic: &Traffic,
 ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
     let df = ctx.sql(sql).await.map_err(df_err)?;
     let plan = df.create_physical_plan().await.map_err(df_err)?;
-    crate::remote::distribute(plan, client, read).await
+    crate::remote::distribute(plan, client, traffic.clone()).await
 }
 
 /// Write `batches` in `format`.

@@ -52,31 +52,31 @@ use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use object_store::ObjectStore;
 
-use crate::query::df_err;
+use crate::query::{Traffic, df_err};
 use crate::store::LocusStore;
 
 /// The scheme of Locus files in plans.
 const LOCUS_SCHEME: &str = "locus";
 
 /// `plan` with each fragment that can run on workers replaced by a [`RemoteExec`].
-/// `scanned` adds up the bytes the workers' scans read.
+/// `traffic` adds up the bytes the workers' scans read and the bytes they send back.
 pub async fn distribute(
     plan: Arc<dyn ExecutionPlan>,
     client: Arc<Client>,
-    scanned: Arc<AtomicU64>,
+    traffic: Traffic,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let workers = client.workers(false).await?;
     if workers.is_empty() {
         return Ok(plan);
     }
-    let cx = Cx { client, scanned, workers, files: Default::default() };
+    let cx = Cx { client, traffic, workers, files: Default::default() };
     place(plan, false, &cx).await
 }
 
 /// What placing fragments needs: the live workers, and the files' blocks (looked up once).
 struct Cx {
     client: Arc<Client>,
-    scanned: Arc<AtomicU64>,
+    traffic: Traffic,
     workers: Vec<pb::WorkerAddress>,
     files: tokio::sync::Mutex<HashMap<String, Arc<pb::FileInfo>>>,
 }
@@ -239,7 +239,7 @@ async fn remote(chain: Chain, under_exchange: bool, cx: &Cx) -> Result<Option<Ar
         parts.push(Part { plan: Arc::new(plan), workers });
     }
     let props = local.properties().clone();
-    Ok(Some(Arc::new(RemoteExec { local, parts, client: cx.client.clone(), scanned: cx.scanned.clone(), props })))
+    Ok(Some(Arc::new(RemoteExec { local, parts, client: cx.client.clone(), traffic: cx.traffic.clone(), props })))
 }
 
 /// The data addresses of the live workers, best first for the bytes of `g`: by bytes
@@ -299,7 +299,7 @@ pub struct RemoteExec {
     local: Arc<dyn ExecutionPlan>,
     parts: Vec<Part>,
     client: Arc<Client>,
-    scanned: Arc<AtomicU64>,
+    traffic: Traffic,
     props: Arc<PlanProperties>,
 }
 
@@ -347,11 +347,11 @@ impl ExecutionPlan for RemoteExec {
             .cloned()
             .ok_or_else(|| DataFusionError::Internal(format!("RemoteExec has no partition {partition}")))?;
         let schema = self.schema();
-        let (client, scanned, local) = (self.client.clone(), self.scanned.clone(), self.local.clone());
+        let (client, traffic, local) = (self.client.clone(), self.traffic.clone(), self.local.clone());
         let s = schema.clone();
         let stream = futures::stream::once(async move {
             match open(&client, &part).await {
-                Ok(Some(pieces)) => Ok(decode(pieces, scanned)),
+                Ok(Some(pieces)) => Ok(decode(pieces, traffic)),
                 Ok(None) => local.execute(partition, context).map(|s| s.boxed()),
                 Err(e) => Err(DataFusionError::External(Box::new(e))),
             }
@@ -387,12 +387,12 @@ async fn open(client: &Client, part: &Part) -> Result<Option<Pieces>> {
 /// The batches of a fragment's Arrow IPC stream.
 fn decode(
     pieces: Pieces,
-    scanned: Arc<AtomicU64>,
+    traffic: Traffic,
 ) -> futures::stream::BoxStream<'static, DfResult<datafusion::arrow::record_batch::RecordBatch>> {
     futures::stream::try_unfold(
         (pieces, StreamDecoder::new(), Buffer::from(Vec::<u8>::new())),
         move |(mut pieces, mut dec, mut buf)| {
-            let scanned = scanned.clone();
+            let traffic = traffic.clone();
             async move {
                 loop {
                     while !buf.is_empty() {
@@ -401,9 +401,12 @@ fn decode(
                         }
                     }
                     match pieces.next().await {
-                        Some(Ok(FragmentPiece::Ipc(b))) => buf = Buffer::from(b),
+                        Some(Ok(FragmentPiece::Ipc(b))) => {
+                            traffic.returned.fetch_add(b.len() as u64, Relaxed);
+                            buf = Buffer::from(b)
+                        }
                         Some(Ok(FragmentPiece::Done { scanned: n })) => {
-                            scanned.fetch_add(n, Relaxed);
+                            traffic.scanned.fetch_add(n, Relaxed);
                             dec.finish()?;
                             return Ok(None);
                         }

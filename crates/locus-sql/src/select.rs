@@ -217,7 +217,8 @@ pub async fn select(
     };
     let sql = translate(&req.expression, columns.as_ref().map(|(n, named)| (n.as_slice(), *named)))?;
     tracing::debug!(%sql, "S3 Select translated");
-    let stream = crate::query::execute(&ctx, client.clone(), &sql, read.clone()).await.map_err(classify)?;
+    let traffic = crate::query::Traffic::scanning(read.clone());
+    let stream = crate::query::execute(&ctx, client.clone(), &sql, &traffic).await.map_err(classify)?;
     let stats = Arc::new(SelectStats { read, in_memory: input.in_memory, returned: AtomicU64::new(0) });
     let (st, out) = (stats.clone(), req.output.clone());
     let bytes = stream.map(move |b| {

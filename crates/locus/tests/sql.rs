@@ -133,15 +133,18 @@ async fn aggregates_run_on_the_workers_cold_and_warm_and_match_the_numbers() {
     let want = expected(&vals);
     // The plan: per block, the scan, filter and partial aggregate on a worker.
     let (ctx, read) = locus_sql::query::session_counted(cl.clone(), false).unwrap();
-    let plan = locus_sql::query::plan(&ctx, cl.clone(), QUERY, read).await.unwrap();
+    let traffic = locus_sql::query::Traffic::scanning(read);
+    let plan = locus_sql::query::plan(&ctx, cl.clone(), QUERY, &traffic).await.unwrap();
     let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
     let blocks = cl.status("/logs/a.csv", true).await.unwrap().blocks.len();
     assert!(shown.contains(&format!("RemoteExec: partitions={blocks} on workers")), "{shown}");
     assert!(shown.contains("AggregateExec: mode=Partial"), "{shown}");
     let before = totals(&cl).await;
     for round in ["cold", "warm"] {
-        let (batches, scanned) = locus_sql::query::run_sql_counted(cl.clone(), QUERY).await.unwrap();
+        let (batches, traffic) = locus_sql::query::run_sql_counted(cl.clone(), QUERY).await.unwrap();
         assert_same(&rows(&batches), &want);
+        let (scanned, returned) = traffic.get();
+        assert!(returned > 0 && returned * 100 < scanned, "{round}: {returned} returned");
         // Every byte scanned once; besides, the planner reads the file's head for its
         // schema, and a range reads on to its last record's end.
         let len = data.len() as u64;
@@ -167,9 +170,10 @@ async fn workers_without_sql_leave_the_query_to_the_caller() {
     let cl = Arc::new(c.client(ClientConfig::default()).unwrap());
     let (data, vals) = sensor_log(40_000);
     put_as(&cl, "/logs/a.csv", &data, WriteType::MustCache).await.unwrap();
-    let (batches, scanned) = locus_sql::query::run_sql_counted(cl.clone(), QUERY).await.unwrap();
+    let (batches, traffic) = locus_sql::query::run_sql_counted(cl.clone(), QUERY).await.unwrap();
     assert_same(&rows(&batches), &expected(&vals));
-    assert!(scanned >= data.len() as u64);
+    assert_eq!(traffic.get().1, 0, "no worker sent results");
+    assert!(traffic.get().0 >= data.len() as u64);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(totals(&cl).await.compute_scanned, 0);
     c.shutdown().await;

@@ -15,6 +15,10 @@ pub struct SqlArgs {
     /// Output: table, csv or json (one object per line).
     #[arg(long, default_value = "table")]
     pub format: String,
+    /// After the results, one JSON line on stderr: seconds, bytes of Locus files scanned
+    /// (on workers or here), bytes of results workers sent back.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 #[cfg(feature = "sql")]
@@ -28,9 +32,19 @@ pub fn run(g: &Global, a: &SqlArgs) -> Result<()> {
     let cfg = g.load_config(std::iter::empty())?;
     super::runtime()?.block_on(async move {
         let c = Arc::new(super::client(&cfg)?);
-        let batches = locus_sql::run_sql(c, &a.query).await?;
+        let t = std::time::Instant::now();
+        let (batches, traffic) = locus_sql::query::run_sql_counted(c, &a.query).await?;
         let mut out = std::io::stdout().lock();
         locus_sql::query::write(&batches, format, &mut out)?;
+        if a.stats {
+            let (scanned, returned) = traffic.get();
+            let s = serde_json::json!({
+                "seconds": t.elapsed().as_secs_f64(),
+                "bytes_scanned": scanned,
+                "bytes_returned": returned,
+            });
+            eprintln!("{s}");
+        }
         Ok(())
     })
 }
