@@ -90,3 +90,37 @@ def test_bad_sql_is_one_line_exit_2(logs):
     assert_one_line_error(c.run("sql", "SELECT 1", "--format", "xml"), 2)
     r = c.run("sql", "SELECT * FROM 'locus:///sql/missing.csv'")
     assert r.returncode != 0 and len(r.stderr.decode().strip().splitlines()) == 1
+
+
+def test_scans_run_on_the_workers_and_return_partials(logs):
+    """The scans and partial aggregates run on the worker (`locus report` counts them
+    there); what comes back to the caller is a sliver of what was scanned."""
+    c, rows = logs
+    size = sum(c.stat(f"/sql/logs/part-{i}.csv")["length"] for i in range(3))
+    before = c.report()["compute"]
+    r = c.run("sql", "SELECT sensor, sum(c0) AS s, max(c1) AS hi FROM 'locus:///sql/logs/*.csv' "
+                     "WHERE c1 > 10 GROUP BY sensor ORDER BY sensor", "--format", "csv", "--stats",
+              timeout=300, check=True)
+    got = list(csv.DictReader(io.StringIO(r.stdout.decode())))
+    want = {}
+    for x in rows:
+        if int(x["c1"]) > 10:
+            s, hi = want.get(x["sensor"], (0.0, -1))
+            want[x["sensor"]] = (s + float(x["c0"]), max(hi, int(x["c1"])))
+    assert [g["sensor"] for g in got] == sorted(want)
+    for g in got:
+        assert float(g["s"]) == pytest.approx(want[g["sensor"]][0], rel=1e-9)
+        assert int(g["hi"]) == want[g["sensor"]][1]
+    stats = json.loads(r.stderr.decode().strip().splitlines()[-1])
+    assert stats["bytes_scanned"] >= size, stats
+    assert 0 < stats["bytes_returned"] < stats["bytes_scanned"] // 100, stats
+    # The workers' own counters (reported with their heartbeats) have the scan.
+    import time
+    deadline = time.monotonic() + 10
+    while True:
+        after = c.report()["compute"]
+        if after["bytes_scanned"] - before["bytes_scanned"] >= size or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert after["bytes_scanned"] - before["bytes_scanned"] >= size, (before, after)
+    assert after["bytes_returned"] > before["bytes_returned"]
