@@ -107,3 +107,45 @@ def test_bad_input_gets_one_line_and_an_exit_code(cluster):
     assert "--delimiter" in line, line
     # The worker is still there.
     assert compute(cluster, "count", "/bad.csv")["rows"] == 2
+
+
+@pytest.mark.parametrize("method", ["zscore", "minmax"])
+def test_normalize_out_writes_the_normalized_file(cluster_factory, method):
+    """`normalize --out`: the file again, through the write pipeline, with the chosen
+    columns normalized as numpy normalizes them; other fields (quoted ones too) kept."""
+    c = cluster_factory(args=["--block-size", "1MiB"], workers=2)
+    data = sensor_csv(30_000, 5).replace(b",s7,", b',"s,7",')  # a quoted field with a comma
+    c.ok("fs", "put", "-", "/n/in.csv", input=data)
+    r = c.run("fs", "compute", "normalize", "/n/in.csv", "--columns", "c0,c3", "--out", "/n/out.csv",
+              "--method", method, "--json", timeout=300, check=True)
+    assert "wrote /n/out.csv: 30000 record(s)" in r.stderr.decode()
+    got = c.ok("fs", "cat", "/n/out.csv").decode().splitlines()
+    src = data.decode().splitlines()
+    assert got[0] == src[0] and len(got) == len(src)
+    import csv as pycsv
+    rows_in = list(pycsv.reader(src[1:]))
+    rows_out = list(pycsv.reader(got[1:]))
+    for j in (2, 5):  # c0, c3
+        x = np.array([float(r[j]) for r in rows_in])
+        want = (x - x.mean()) / x.std() if method == "zscore" else (x - x.min()) / (x.max() - x.min())
+        y = np.array([float(r[j]) for r in rows_out])
+        assert np.max(np.abs(y - want)) <= 1e-9, j
+    for a, b in zip(rows_in, rows_out):
+        assert [a[i] for i in (0, 1, 3, 4, 6, 7, 8, 9)] == [b[i] for i in (0, 1, 3, 4, 6, 7, 8, 9)]
+    assert any(r[1] == "s,7" for r in rows_out)
+
+
+def test_normalize_out_of_bad_data_leaves_no_file(cluster):
+    cluster.ok("fs", "put", "-", "/nb.csv", input=b"a,b\n1,2\n3,4\n")
+    cluster.ok("fs", "put", "-", "/nbad.csv", input=b"a,b\n1,2\n3,x\n")
+    line = assert_one_line_error(
+        cluster.run("fs", "compute", "normalize", "/nbad.csv", "--columns", "b", "--out", "/nbad.out"), 2)
+    assert "not a number" in line, line
+    assert_one_line_error(cluster.run("fs", "stat", "/nbad.out"), 3)
+    line = assert_one_line_error(
+        cluster.run("fs", "compute", "stats", "/nb.csv", "--columns", "b", "--out", "/x.out"), 2)
+    assert "normalize" in line, line
+    line = assert_one_line_error(
+        cluster.run("fs", "compute", "normalize", "/nb.csv", "--columns", "b", "--out", "/x.out",
+                    "--method", "median"), 2)
+    assert "--method" in line, line

@@ -8,13 +8,15 @@
 //!   that cross the block's edges are left to the caller as raw bytes (`head`, `tail`).
 //! - [`merge`]: the caller's side: joins the edge records, merges the partials (sums with
 //!   Neumaier compensation, variances with Chan's formula) and finishes the results.
+//! - [`normalize`]: the normalized file itself (`--out`), record by record.
 //! - [`spec`]: operator names, column selection by header name, `c0..c7` ranges or `_N`
 //!   positions, and the CSV format.
 //!
 //! Pure computation: it must not depend on the client, the worker, the master, any I/O
-//! or the SQL engine (DataFusion lives in `locus-sql`).
+//! beyond the `Read`/`Write` it is handed, or the SQL engine (DataFusion lives in `locus-sql`).
 
 pub mod merge;
+pub mod normalize;
 pub mod num;
 pub mod scan;
 pub mod spec;

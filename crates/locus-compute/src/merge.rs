@@ -255,6 +255,11 @@ impl Merger {
                     // column has neither (null).
                     "zscore_sum": (std > 0.0).then(|| (sum - n * mean) / std),
                     "minmax_sum": (range > 0.0 && range.is_finite()).then(|| (sum - n * c.min) / range),
+                    // What they are made of (`--out` writes the normalized values).
+                    "mean": mean,
+                    "std_pop": std,
+                    "min": (n > 0.0).then_some(c.min),
+                    "max": (n > 0.0).then_some(c.max),
                 })
             }));
         }

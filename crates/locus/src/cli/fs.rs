@@ -224,7 +224,7 @@ pub fn run(g: &Global, fs: &FsArgs) -> Result<()> {
         ("client.locality", fs.remote.then(|| json!(Locality::Remote))),
     ])?;
     runtime()?.block_on(async move {
-        let c = super::client(&cfg)?;
+        let c = std::sync::Arc::new(super::client(&cfg)?);
         run_fs(&c, &fs.cmd).await
     })
 }
@@ -252,7 +252,7 @@ fn stat_json(fi: &pb::FileInfo, workers: &HashMap<u64, String>) -> serde_json::V
     })
 }
 
-async fn run_fs(c: &Client, cmd: &FsCmd) -> Result<()> {
+async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
     let opts = ReadOptions::default();
     match cmd {
         FsCmd::Ls { recursive, json: as_json, path } => {
