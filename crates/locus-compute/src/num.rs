@@ -98,8 +98,34 @@ impl Moments {
 /// `x mod m` as Python and numpy define it: the result has the sign of `m`.
 #[inline]
 pub fn py_mod(x: f64, m: f64) -> f64 {
-    let r = x % m;
+    let r = fmod(x, m);
     if r != 0.0 && ((r < 0.0) != (m < 0.0)) { r + m } else { r }
+}
+
+/// `x % m` (C's `fmod`, exact), the quick way when it can: with `q` the quotient `x / m`
+/// truncated, `x - q * m` in one rounding (a fused multiply-add) is `x % m` exactly
+/// whenever it lands where `x % m` must (the sign of `x`, below `|m|`): the exact value
+/// then *is* `x % m`, a double, so its rounding changes nothing. Otherwise (`q` off by
+/// one, infinities, NaN, a zero `m`) the remainder is computed the slow way.
+#[inline]
+pub fn fmod(x: f64, m: f64) -> f64 {
+    let t = x / m;
+    // Truncated by a conversion (`trunc` is a call without SSE4.1); NaN and quotients
+    // beyond 2^62 take the slow way.
+    if !(t.abs() < 4.6e18) {
+        return x % m;
+    }
+    let q = t as i64 as f64;
+    let r = (-q).mul_add(m, x);
+    let am = m.abs();
+    let ok = if x >= 0.0 { r >= 0.0 && r < am } else { r <= 0.0 && r > -am };
+    if !ok {
+        x % m
+    } else if r == 0.0 {
+        0.0f64.copysign(x)
+    } else {
+        r
+    }
 }
 
 /// The determinant of a square matrix (row-major), by LU decomposition with partial
@@ -161,6 +187,27 @@ mod tests {
         assert_eq!(py_mod(7.0, -3.0), -2.0);
         assert_eq!(py_mod(-7.0, -3.0), -1.0);
         assert_eq!(py_mod(6.0, 3.0), 0.0);
+    }
+
+    #[test]
+    fn quick_fmod_is_fmod() {
+        let mut xs = vec![0.0, -0.0, 7.0, -7.0, 1e300, -1e300, 1e-300, 5e-324, f64::MAX, f64::MIN_POSITIVE];
+        xs.extend([f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 2f64.powi(53) + 2.0, 0.1, 0.7, 2.1, 6.999999999999999]);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let x = f64::from_bits(state);
+            xs.push(x);
+            xs.push((state % 2_000_000) as f64 / 10_000.0 * 3.0 - 100.0);
+        }
+        for m in [7.0, -7.0, 0.1, 3.0, 1e-300, 1e300, 0.0, f64::INFINITY, f64::NAN, 2.5] {
+            for &x in &xs {
+                let (a, b) = (fmod(x, m), x % m);
+                assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{x:e} % {m:e}: {a:e} != {b:e}");
+            }
+        }
     }
 
     #[test]
