@@ -938,7 +938,11 @@ async fn a_corrupted_block_is_detected_repaired_and_never_served() {
     assert_eq!(corrupt(dir.path(), &[0, 1], b0), 1);
     let before = totals(&cl).await;
     assert_eq!(sha(&read_all(&cl, "/p.bin").await), sha(&data), "the bad copy is never served");
-    let after = wait_for(&cl, "the corruption to be counted", |t| t.corrupt_blocks > before.corrupt_blocks).await;
+    // The corruption and the refill's UFS bytes may reach the master in two heartbeats.
+    let after = wait_for(&cl, "the corruption and the refill to be counted", |t| {
+        t.corrupt_blocks > before.corrupt_blocks && t.ufs >= before.ufs + BLOCK
+    })
+    .await;
     assert!(after.ufs >= before.ufs + BLOCK, "repaired from the UFS");
 
     // A file only in worker memory, on both workers: the other copy serves, and the
