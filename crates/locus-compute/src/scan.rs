@@ -1,5 +1,10 @@
 //! One block's bytes to its partial result.
 //!
+//! One file of about 1000 lines (a sixth of it tests) because it is one loop: the record
+//! splitter (a fast path for records without quotes, `csv_core` otherwise), the
+//! per-record fields and the batch kernels share the scanner's state and run together
+//! per piece; apart, each would expose that state to the others.
+//!
 //! A block of a text file rarely starts or ends at a record boundary. Its records are
 //! those that *start* in it, as in Hadoop's line-aligned splits; but instead of reading
 //! past its end into the next block (a read from another worker, or a fill of a block
@@ -13,11 +18,6 @@
 //! quotes depends on every byte before it, so the scanner is told (`in_quotes`); the
 //! caller first assumes not, and runs again the rare block whose start the quote counts
 //! of the blocks before it (`quotes`) prove to be inside a quoted field.
-//!
-//! One file of about 1000 lines (a sixth of it tests) because it is one loop: the record
-//! splitter (a fast path for records without quotes, `csv_core` otherwise), the
-//! per-record fields and the batch kernels share the scanner's state and run together
-//! per piece; apart, each would expose that state to the others.
 
 use std::collections::HashMap;
 

@@ -14,8 +14,8 @@
 //!   aggregates) run on the workers that hold the blocks; the rest runs in the caller.
 //!
 //! Must not be a dependency of any crate that does not run SQL (DataFusion's build is
-//! long): the worker runs fragments through its `FragmentRunner` hook, which the binary
-//! fills with [`remote::Fragments`].
+//! long): the worker runs fragments through its `FragmentRunner` hook, which
+//! [`remote::Fragments`] implements and the binary hands it ([`remote::factory`]).
 
 pub mod input;
 pub mod query;

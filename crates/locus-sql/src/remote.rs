@@ -65,31 +65,42 @@ pub async fn distribute(
     client: Arc<Client>,
     traffic: Traffic,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let workers = client.workers(false).await?;
-    if workers.is_empty() {
-        return Ok(plan);
-    }
-    let cx = Cx { client, traffic, workers, files: Default::default() };
+    let cx = Cx { client, traffic, workers: Default::default(), files: Default::default() };
     place(plan, false, &cx).await
 }
 
-/// What placing fragments needs: the live workers, and the files' blocks (looked up once).
+/// What placing fragments needs: the live workers and the files' blocks, each looked up
+/// once, when a fragment first needs them (a plan without Locus scans asks nothing).
 struct Cx {
     client: Arc<Client>,
     traffic: Traffic,
-    workers: Vec<pb::WorkerAddress>,
+    workers: tokio::sync::OnceCell<Vec<pb::WorkerAddress>>,
     files: tokio::sync::Mutex<HashMap<String, Arc<pb::FileInfo>>>,
 }
 
 impl Cx {
-    async fn file(&self, path: &str) -> Result<Arc<pb::FileInfo>> {
+    async fn workers(&self) -> Result<&[pb::WorkerAddress]> {
+        Ok(self.workers.get_or_try_init(|| self.client.workers(false)).await?)
+    }
+
+    /// The Locus file `f` reads, with its blocks.
+    async fn file(&self, f: &PartitionedFile) -> Result<Arc<pb::FileInfo>> {
+        let path = format!("/{}", f.object_meta.location.as_ref());
         let mut m = self.files.lock().await;
-        if let Some(f) = m.get(path) {
+        if let Some(f) = m.get(&path) {
             return Ok(f.clone());
         }
-        let f = Arc::new(self.client.status(path, true).await?);
-        m.insert(path.to_string(), f.clone());
-        Ok(f)
+        let fi = Arc::new(self.client.status(&path, true).await?);
+        m.insert(path, fi.clone());
+        Ok(fi)
+    }
+}
+
+/// The bytes of its file that `f` covers.
+fn extent(f: &PartitionedFile) -> (u64, u64) {
+    match &f.range {
+        Some(r) => (r.start as u64, r.end as u64),
+        None => (0, f.object_meta.size),
     }
 }
 
@@ -179,15 +190,15 @@ impl Chain {
 }
 
 async fn remote(chain: Chain, under_exchange: bool, cx: &Cx) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    if cx.workers().await?.is_empty() {
+        return Ok(None);
+    }
     let mut groups: Vec<FileGroup> = chain.scan.file_groups.clone();
     if under_exchange && chain.splittable() {
         // Each file's ranges (DataFusion's own split) joined, then cut at its blocks.
         let mut files: Vec<(PartitionedFile, Vec<(u64, u64)>)> = Vec::new();
         for f in groups.iter().flat_map(|g| g.iter()) {
-            let r = match &f.range {
-                Some(r) => (r.start as u64, r.end as u64),
-                None => (0, f.object_meta.size),
-            };
+            let r = extent(f);
             match files.iter_mut().find(|(g, _)| g.object_meta.location == f.object_meta.location) {
                 Some((_, rs)) => rs.push(r),
                 None => files.push((f.clone(), vec![r])),
@@ -203,7 +214,7 @@ async fn remote(chain: Chain, under_exchange: bool, cx: &Cx) -> Result<Option<Ar
                     _ => joined.push((s, e)),
                 }
             }
-            let fi = cx.file(&format!("/{}", f.object_meta.location.as_ref())).await?;
+            let fi = cx.file(&f).await?;
             for (start, end) in joined {
                 for b in &fi.blocks {
                     let (s, e) = (b.offset.max(start), (b.offset + b.length).min(end));
@@ -245,14 +256,12 @@ async fn remote(chain: Chain, under_exchange: bool, cx: &Cx) -> Result<Option<Ar
 /// The data addresses of the live workers, best first for the bytes of `g`: by bytes
 /// held; for bytes no worker holds, the worker the first such block's id hashes to.
 async fn rank_workers(g: &FileGroup, cx: &Cx) -> Result<Vec<String>> {
+    let workers = cx.workers().await?;
     let mut held: HashMap<u64, u64> = HashMap::new();
     let mut uncached: Option<u64> = None;
     for f in g.iter() {
-        let fi = cx.file(&format!("/{}", f.object_meta.location.as_ref())).await?;
-        let (start, end) = match &f.range {
-            Some(r) => (r.start as u64, r.end as u64),
-            None => (0, f.object_meta.size),
-        };
+        let fi = cx.file(f).await?;
+        let (start, end) = extent(f);
         for b in &fi.blocks {
             let n = (b.offset + b.length).min(end).saturating_sub(b.offset.max(start));
             if n == 0 {
@@ -262,7 +271,7 @@ async fn rank_workers(g: &FileGroup, cx: &Cx) -> Result<Vec<String>> {
                 .locations
                 .iter()
                 .map(|l| l.worker_id)
-                .filter(|id| cx.workers.iter().any(|w| w.worker_id == *id))
+                .filter(|id| workers.iter().any(|w| w.worker_id == *id))
                 .collect();
             if live.is_empty() {
                 uncached.get_or_insert(b.block_id);
@@ -275,15 +284,15 @@ async fn rank_workers(g: &FileGroup, cx: &Cx) -> Result<Vec<String>> {
     let hashed = |id: u64| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         id.hash(&mut h);
-        (h.finish() % cx.workers.len() as u64) as usize
+        (h.finish() % workers.len() as u64) as usize
     };
-    let (n, first) = (cx.workers.len(), uncached.map(hashed).unwrap_or(0));
+    let (n, first) = (workers.len(), uncached.map(hashed).unwrap_or(0));
     let mut order: Vec<usize> = (0..n).collect();
     // Most bytes held first; among equals, from the hashed worker on.
     order.sort_by_key(|&i| {
-        (std::cmp::Reverse(held.get(&cx.workers[i].worker_id).copied().unwrap_or(0)), (i + n - first) % n)
+        (std::cmp::Reverse(held.get(&workers[i].worker_id).copied().unwrap_or(0)), (i + n - first) % n)
     });
-    Ok(order.into_iter().map(|i| cx.workers[i].data_address.clone()).collect())
+    Ok(order.into_iter().map(|i| workers[i].data_address.clone()).collect())
 }
 
 /// One partition of a [`RemoteExec`]: its fragment, encoded, and where to run it.
@@ -500,6 +509,21 @@ fn tokio_stream_of<T: Send + 'static>(
 
 fn arrow_err(e: datafusion::arrow::error::ArrowError) -> Error {
     df_err(DataFusionError::ArrowError(Box::new(e), None))
+}
+
+impl locus_worker::FragmentRunner for Fragments {
+    fn run(&self, plan: &[u8], partition: u32) -> Result<(locus_worker::FragmentStream, Arc<AtomicU64>)> {
+        Fragments::run(self, plan, partition)
+    }
+}
+
+/// How a worker makes its [`Fragments`]: with a client (`cfg`) of its own that presents
+/// the cluster secret.
+pub fn factory(cfg: locus_common::config::ClientConfig) -> locus_worker::FragmentFactory {
+    Arc::new(move |master: &str, secret: &locus_common::security::Secret, tls: &locus_client::Tls| {
+        let c = Client::with_tls(master, cfg.clone(), secret.clone(), tls.clone())?;
+        Ok(Arc::new(Fragments::new(Arc::new(c))?) as Arc<dyn locus_worker::FragmentRunner>)
+    })
 }
 
 impl Drop for Fragments {

@@ -124,30 +124,28 @@ impl Inner {
         })?;
         let (mut stream, scanned) = runner.run(&req.plan, req.partition)?;
         let mut returned = 0u64;
-        loop {
-            let next = tokio::select! {
-                n = stream.next() => n,
-                _ = hung_up(sock) => {
-                    drop(stream);
-                    self.counters.compute_scanned.fetch_add(scanned.load(Relaxed), Relaxed);
-                    return Err(Error::unavailable("the caller hung up; SQL fragment abandoned"));
+        let sent = async {
+            loop {
+                let next = tokio::select! {
+                    n = stream.next() => n,
+                    _ = hung_up(sock) => return Err(Error::unavailable("the caller hung up; SQL fragment abandoned")),
+                };
+                match next {
+                    Some(Ok(ipc)) => {
+                        returned += ipc.len() as u64;
+                        write_frame(sock, &pb::DataResponse { ipc, ..Default::default() }).await?;
+                        sock.flush().await.map_err(|e| Error::io("send SQL results", e))?;
+                    }
+                    Some(Err(e)) => return Err(e),
+                    None => return Ok(()),
                 }
-            };
-            match next {
-                Some(Ok(ipc)) => {
-                    returned += ipc.len() as u64;
-                    write_frame(sock, &pb::DataResponse { ipc, ..Default::default() }).await?;
-                    sock.flush().await.map_err(|e| Error::io("send SQL results", e))?;
-                }
-                Some(Err(e)) => {
-                    self.counters.compute_scanned.fetch_add(scanned.load(Relaxed), Relaxed);
-                    return Err(e);
-                }
-                None => break,
             }
         }
+        .await;
+        drop(stream); // stops the scan, if it is not done
         let scanned = scanned.load(Relaxed);
         self.counters.compute_scanned.fetch_add(scanned, Relaxed);
+        sent?;
         self.counters.compute_returned.fetch_add(returned, Relaxed);
         write_frame(sock, &pb::DataResponse { done: true, scanned, ..Default::default() }).await
     }

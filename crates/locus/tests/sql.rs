@@ -6,7 +6,6 @@
 #![cfg(feature = "sql")]
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, AsArray};
@@ -21,27 +20,11 @@ use locus_proto::pb;
 mod common;
 use common::{config, put_as, wait_persisted};
 
-/// Workers that run SQL fragments, as the `locus` binary's do.
-fn fragments() -> locus_worker::FragmentFactory {
-    struct Sql(locus_sql::remote::Fragments);
-    impl locus_worker::FragmentRunner for Sql {
-        fn run(
-            &self,
-            plan: &[u8],
-            partition: u32,
-        ) -> locus_common::Result<(locus_worker::FragmentStream, Arc<AtomicU64>)> {
-            self.0.run(plan, partition)
-        }
-    }
-    Arc::new(|master: &str, secret: &locus_common::security::Secret, tls: &locus_client::Tls| {
-        let c = Client::with_tls(master, ClientConfig::default(), secret.clone(), tls.clone())?;
-        Ok(Arc::new(Sql(locus_sql::remote::Fragments::new(Arc::new(c))?)) as Arc<dyn locus_worker::FragmentRunner>)
-    })
-}
-
 async fn start(dir: &std::path::Path, workers: usize, sql: bool) -> LocalCluster {
     let cfg = config(dir, 64 << 20, false);
-    LocalCluster::start_with(cfg, &dir.join("data"), workers, None, sql.then(fragments)).await.unwrap()
+    // Workers that run SQL fragments, as the `locus` binary's do.
+    let fragments = sql.then(|| locus_sql::remote::factory(ClientConfig::default()));
+    LocalCluster::start_with(cfg, &dir.join("data"), workers, None, fragments).await.unwrap()
 }
 
 /// A sensor log of `rows` rows (ts, sensor, c0, c1) and its numbers.
@@ -57,6 +40,13 @@ fn sensor_log(rows: usize) -> (Vec<u8>, Vec<(usize, f64, f64)>) {
         v.push((i % 7, c0, c1));
     }
     (s.into_bytes(), v)
+}
+
+/// `data` at `path`, persisted and then freed: only in the UFS.
+async fn put_cold(cl: &Client, path: &str, data: &[u8]) {
+    put_as(cl, path, data, WriteType::CacheThrough).await.unwrap();
+    wait_persisted(cl, path).await;
+    cl.free(path, false).await.unwrap();
 }
 
 const QUERY: &str = "SELECT sensor, count(*) AS n, sum(c0) AS s, min(c1) AS lo, max(c1) AS hi \
@@ -127,9 +117,7 @@ async fn aggregates_run_on_the_workers_cold_and_warm_and_match_the_numbers() {
     let c = start(dir.path(), 2, true).await;
     let cl = Arc::new(c.client(ClientConfig::default()).unwrap());
     let (data, vals) = sensor_log(150_000); // about 5 blocks of 1 MiB
-    put_as(&cl, "/logs/a.csv", &data, WriteType::CacheThrough).await.unwrap();
-    wait_persisted(&cl, "/logs/a.csv").await;
-    cl.free("/logs/a.csv", false).await.unwrap();
+    put_cold(&cl, "/logs/a.csv", &data).await;
     let want = expected(&vals);
     // The plan: per block, the scan, filter and partial aggregate on a worker.
     let (ctx, read) = locus_sql::query::session_counted(cl.clone(), false).unwrap();
@@ -227,9 +215,7 @@ async fn a_caller_that_hangs_up_stops_the_workers_scan() {
     let c = start(dir.path(), 1, true).await;
     let cl = Arc::new(c.client(ClientConfig::default()).unwrap());
     let (data, _) = sensor_log(600_000); // about 20 MiB: seconds of scanning in a debug build
-    put_as(&cl, "/logs/a.csv", &data, WriteType::CacheThrough).await.unwrap();
-    wait_persisted(&cl, "/logs/a.csv").await;
-    cl.free("/logs/a.csv", false).await.unwrap();
+    put_cold(&cl, "/logs/a.csv", &data).await;
     // The whole-file aggregate as one fragment, sent by hand; the caller reads the
     // schema piece and hangs up.
     let (ctx, _) = locus_sql::query::session_counted(cl.clone(), true).unwrap();

@@ -96,25 +96,7 @@ pub fn client(cfg: &Config) -> Result<locus_client::Client> {
 pub fn fragments(cfg: &Config) -> Option<locus_worker::FragmentFactory> {
     #[cfg(feature = "sql")]
     {
-        struct Sql(locus_sql::remote::Fragments);
-        impl locus_worker::FragmentRunner for Sql {
-            fn run(
-                &self,
-                plan: &[u8],
-                partition: u32,
-            ) -> locus_common::Result<(locus_worker::FragmentStream, std::sync::Arc<std::sync::atomic::AtomicU64>)>
-            {
-                self.0.run(plan, partition)
-            }
-        }
-        let client_cfg = cfg.client.clone();
-        Some(std::sync::Arc::new(
-            move |master: &str, secret: &locus_common::security::Secret, tls: &locus_client::Tls| {
-                let c = locus_client::Client::with_tls(master, client_cfg.clone(), secret.clone(), tls.clone())?;
-                let f = locus_sql::remote::Fragments::new(std::sync::Arc::new(c))?;
-                Ok(std::sync::Arc::new(Sql(f)) as std::sync::Arc<dyn locus_worker::FragmentRunner>)
-            },
-        ))
+        Some(locus_sql::remote::factory(cfg.client.clone()))
     }
     #[cfg(not(feature = "sql"))]
     {
