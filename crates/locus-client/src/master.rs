@@ -1,5 +1,5 @@
 //! The master's RPCs: metadata, the namespace and its mounts, pins, replication, the
-//! report, and creating empty files (no worker involved).
+//! report, metadata search, and creating empty files (no worker involved).
 
 use locus_common::Result;
 use locus_common::config::WriteType;
@@ -125,6 +125,19 @@ impl Client {
     pub async fn set_object_meta(&self, path: &str, meta: pb::ObjectMeta, tags_only: bool) -> Result<pb::FileInfo> {
         let r = pb::SetObjectMetaRequest { path: path.into(), meta: Some(meta), tags_only };
         self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.set_object_meta(r).await }).await
+    }
+
+    /// One page of a metadata search (Zenko's `?search=` syntax; see `SearchRequest`).
+    pub async fn search(&self, req: pb::SearchRequest) -> Result<pb::SearchResponse> {
+        self.rpc(Retry::Idempotent, req, |mut m, r| async move { m.search(r).await }).await
+    }
+
+    /// Index objects from an inventory: upserts by path, so a retried or repeated batch
+    /// changes nothing more. Returns (indexed, skipped as already in the namespace).
+    pub async fn import_catalog(&self, entries: Vec<pb::CatalogImport>) -> Result<(u64, u64)> {
+        let r = pb::ImportCatalogRequest { entries };
+        let r = self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.import_catalog(r).await }).await?;
+        Ok((r.count, r.skipped))
     }
 
     pub async fn report(&self) -> Result<pb::Report> {

@@ -10,7 +10,8 @@
 //! `ops` (mkdir, delete, rename), `files` (writes, persist, pins, blocks), `mounts`,
 //! `workers` (registry and heartbeats), `metrics` (metrics and the report), `namespace`
 //! (the commit path and shared record edits), `store` (redb and its group committer),
-//! `persist` (the persist queue), `replication`, and the `service` and `web` front ends.
+//! `persist` (the persist queue), `replication`, `search` (the metadata catalog and
+//! its search), and the `service` and `web` front ends.
 //! Durable changes run on the store's committer thread, never on the async runtime.
 
 mod files;
@@ -24,6 +25,7 @@ mod persist_failures;
 mod persist_tracker;
 mod replication;
 mod resolve;
+mod search;
 mod service;
 pub mod store;
 mod web;

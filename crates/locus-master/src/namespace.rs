@@ -12,6 +12,7 @@ use locus_common::Result;
 use locus_proto::pb;
 use redb::{ReadableTable, WriteTransaction};
 
+use crate::search::catalog;
 use crate::store::*;
 use crate::*;
 
@@ -181,6 +182,18 @@ impl Master {
             return Ok(());
         };
         w.open_table(CHILDREN).map_err(db_err)?.remove((parent, name)).map_err(db_err)?;
+        let path = if parent == ROOT_ID {
+            Some(format!("/{name}"))
+        } else {
+            let inodes = w.open_table(INODES).map_err(db_err)?;
+            match get_inode(&inodes, parent)? {
+                Some(p) => catalog::path_of(&inodes, &p)?.map(|pp| format!("{pp}/{name}")),
+                None => None,
+            }
+        };
+        if let Some(path) = path {
+            catalog::remove_subtree(w, &path)?;
+        }
         let mut stack = vec![id];
         while let Some(id) = stack.pop() {
             let rec = get_inode(&w.open_table(INODES).map_err(db_err)?, id)?;

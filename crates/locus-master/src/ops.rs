@@ -245,6 +245,7 @@ impl Master {
         };
         let (sparent_path, sname) = lpath::split_parent(&src).unwrap();
         let (sparent_path, sname, dname) = (sparent_path.to_string(), sname.to_string(), dname.to_string());
+        let (src_path, dst_path) = (src.clone(), dst.clone());
         self.ufs_change(sm.info.id, &[&srel, &drel], Some(&dst), ufs, move |_, w, _, _| {
             {
                 let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
@@ -252,6 +253,7 @@ impl Master {
                 ch.remove((sparent, sname.as_str())).map_err(db_err)?;
                 ch.insert((dparent.id, dname.as_str()), rec.id).map_err(db_err)?;
             }
+            crate::search::catalog::rename(w, &src_path, &dst_path)?;
             let mut r = rec.clone();
             r.parent = dparent.id;
             r.name = dname.clone();

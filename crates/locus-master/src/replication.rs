@@ -164,16 +164,7 @@ impl Master {
 
     /// The path of an entry, walking parents up to the root.
     fn path_of(&self, w: &redb::WriteTransaction, rec: &pb::InodeRecord) -> Result<Option<String>> {
-        let inodes = w.open_table(INODES).map_err(db_err)?;
-        let mut names = vec![rec.name.clone()];
-        let mut parent = rec.parent;
-        while parent != ROOT_ID {
-            let Some(p) = get_inode(&inodes, parent)? else { return Ok(None) };
-            names.push(p.name.clone());
-            parent = p.parent;
-        }
-        names.reverse();
-        Ok(Some(format!("/{}", names.join("/"))))
+        crate::search::catalog::path_of(&w.open_table(INODES).map_err(db_err)?, rec)
     }
 
     /// One round: plan, then copy blocks (a few at a time).

@@ -152,4 +152,10 @@ impl pb::master_server::Master for Master {
             .await
             .map(|count| pb::CountResponse { count, ..Default::default() }))
     }
+    async fn search(&self, r: Request<pb::SearchRequest>) -> R<pb::SearchResponse> {
+        ok(Master::search(self, r.into_inner()).await)
+    }
+    async fn import_catalog(&self, r: Request<pb::ImportCatalogRequest>) -> R<pb::CountResponse> {
+        ok(Master::import_catalog(self, r.into_inner()).await)
+    }
 }

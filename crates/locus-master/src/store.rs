@@ -15,6 +15,7 @@
 //! | `persist_queue` | seq | `PersistOp` (protobuf): UFS changes still to make, in order |
 //! | `pending_writes` | file version | creation time (ms) of a write not completed yet |
 //! | `replicated` | file version | () for files with replication bounds (`setReplication`) |
+//! | `catalog`, `catalog_index` | path; (attribute value, path) | the search catalog (`search::catalog`) |
 //!
 //! A file version is in `versions` from `CreateFile` on (mapped to inode 0 until the
 //! write completes), so that workers may report its blocks while it is written.
@@ -182,6 +183,7 @@ impl Stored for pb::MountInfo {
 }
 
 impl Stored for pb::WorkerAddress {}
+impl Stored for pb::CatalogEntry {}
 
 /// Decode a stored protobuf record.
 pub fn decode<M: Stored>(b: &[u8]) -> Result<M> {
@@ -324,7 +326,8 @@ pub fn load_inode(w: &WriteTransaction, id: u64) -> Result<Option<pb::InodeRecor
 pub fn put_inode(w: &WriteTransaction, r: &pb::InodeRecord) -> Result<()> {
     let mut t = w.open_table(INODES).map_err(db_err)?;
     t.insert(r.id, r.encode_to_vec().as_slice()).map_err(db_err)?;
-    Ok(())
+    drop(t);
+    crate::search::catalog::on_put(w, r)
 }
 
 pub fn get_child(t: &impl ReadableTable<(u64, &'static str), u64>, parent: u64, name: &str) -> Result<Option<u64>> {

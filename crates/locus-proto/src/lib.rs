@@ -38,6 +38,26 @@ pub fn ufs_user_metadata(meta: &pb::ObjectMeta) -> std::collections::HashMap<Str
     m
 }
 
+/// MD5 of no bytes: the ETag of an empty object.
+pub const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
+/// An object's S3 ETag (without quotes): the one stored with it, else the UFS's (the
+/// fingerprint `<size>:<etag>`), else one made from the fingerprint (a local file's
+/// `<size>:m<mtime>`), so that it changes whenever the object does.
+pub fn etag_of(meta: Option<&pb::ObjectMeta>, is_dir: bool, length: u64, fingerprint: &str) -> String {
+    use md5::Digest;
+    if let Some(m) = meta.filter(|m| !m.etag.is_empty()) {
+        return m.etag.clone();
+    }
+    if is_dir || length == 0 {
+        return EMPTY_MD5.into();
+    }
+    match fingerprint.split_once(':') {
+        Some((_, e)) if !e.is_empty() && !e.starts_with('m') => e.to_string(),
+        _ => md5::Md5::digest(fingerprint.as_bytes()).iter().map(|x| format!("{x:02x}")).collect(),
+    }
+}
+
 /// Metadata key carrying the exact Locus error kind on a gRPC status.
 const KIND_KEY: &str = "x-locus-kind";
 

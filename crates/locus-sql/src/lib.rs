@@ -10,6 +10,8 @@
 //!   output formats; [`input`]: the object made readable (ScanRange window, GZIP/BZIP2,
 //!   JSON documents and paths).
 //!
+//! - [`catalog`]: the metadata catalog as the table `objects` (`locus fs search --sql`),
+//!   and S3 Inventory Parquet files read for `locus fs index import`.
 //! - [`remote`]: the plan's per-partition fragments (scans, filters, partial
 //!   aggregates) run on the workers that hold the blocks; the rest runs in the caller.
 //!
@@ -17,6 +19,7 @@
 //! long): the worker runs fragments through its `FragmentRunner` hook, which
 //! [`remote::Fragments`] implements and the binary hands it ([`remote::factory`]).
 
+pub mod catalog;
 pub mod input;
 pub mod query;
 pub mod remote;

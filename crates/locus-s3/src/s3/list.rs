@@ -24,6 +24,7 @@ use locus_proto::pb;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Result, s3_error};
 
+use super::search::{search_page, search_param};
 use super::{LocusS3, R, etag, etag_of, ok, owner, timestamp};
 use crate::{UPLOADS_DIR, s3_error};
 
@@ -312,7 +313,10 @@ pub(super) async fn list_objects_v2(gw: &LocusS3, req: S3Request<ListObjectsV2In
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
     let owner = i.fetch_owner.unwrap_or(false).then(|| owner(&gw.cfg));
     let enc = Encoding::of(i.encoding_type.as_ref())?;
-    let page = list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
+    let page = match search_param(&req.uri) {
+        Some(q) => search_page(gw, &i.bucket, &q, &prefix, delimiter.as_deref(), &after, max).await?,
+        None => list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?,
+    };
     let next = page.last.as_deref().map(encode_token);
     let (objects, prefixes) = split_entries(page.entries, owner, enc);
     ok(ListObjectsV2Output {
@@ -340,9 +344,14 @@ pub(super) async fn list_objects(gw: &LocusS3, req: S3Request<ListObjectsInput>)
     let prefix = i.prefix.clone().unwrap_or_default();
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
     let enc = Encoding::of(i.encoding_type.as_ref())?;
-    let page = list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &marker, max).await?;
-    // S3 sends NextMarker only with a delimiter (without one, the last key is the marker).
-    let next_marker = page.last.filter(|_| delimiter.is_some()).map(|k| enc.apply(&k));
+    let search = search_param(&req.uri);
+    let page = match &search {
+        Some(q) => search_page(gw, &i.bucket, q, &prefix, delimiter.as_deref(), &marker, max).await?,
+        None => list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &marker, max).await?,
+    };
+    // S3 sends NextMarker only with a delimiter (without one, the last key is the marker);
+    // a search page may stop short of its last match (a scan's budget), so it always does.
+    let next_marker = page.last.filter(|_| delimiter.is_some() || search.is_some()).map(|k| enc.apply(&k));
     let (objects, prefixes) = split_entries(page.entries, Some(owner(&gw.cfg)), enc);
     ok(ListObjectsOutput {
         name: Some(i.bucket),

@@ -17,6 +17,7 @@ mod get;
 mod list;
 mod multipart;
 mod put;
+mod search;
 #[cfg(feature = "select")]
 mod select;
 mod tagging;
@@ -39,7 +40,7 @@ use s3s::{S3, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use crate::{UPLOADS_DIR, WRITE_TYPE_HEADER, s3_error};
 
 /// MD5 of nothing: the ETag of empty objects and directory markers.
-const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+use locus_proto::EMPTY_MD5;
 
 pub(crate) struct LocusS3 {
     client: Arc<Client>,
@@ -77,16 +78,7 @@ fn etag(s: &str) -> ETag {
 /// UFS's ETag (S3), else an MD5 of its fingerprint (size and mtime), which changes
 /// whenever the file does.
 fn etag_of(fi: &pb::FileInfo) -> String {
-    if let Some(m) = fi.meta.as_ref().filter(|m| !m.etag.is_empty()) {
-        return m.etag.clone();
-    }
-    if fi.is_dir || fi.length == 0 {
-        return EMPTY_MD5.into();
-    }
-    match fi.fingerprint.split_once(':') {
-        Some((_, e)) if !e.is_empty() && !e.starts_with('m') => e.to_string(),
-        _ => hex(&Md5::digest(fi.fingerprint.as_bytes())),
-    }
+    locus_proto::etag_of(fi.meta.as_ref(), fi.is_dir, fi.length, &fi.fingerprint)
 }
 
 fn empty_body() -> StreamingBlob {

@@ -16,6 +16,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::admin::{MountArgs, mount, unmount};
 use super::compute::ComputeArgs;
+use super::search::{IndexArgs, SearchArgs};
 use super::{Global, human, runtime};
 
 #[derive(Args)]
@@ -204,6 +205,11 @@ pub enum FsCmd {
     /// Run operators (count, stats, modsum, stddev, normalize, gram, digits, entropy) over
     /// CSV files on the workers that hold their blocks; only partial results come back.
     Compute(ComputeArgs),
+    /// Find objects by their metadata across every mount: a clause in Zenko's syntax
+    /// (what `GET /bucket?search=` takes), or SQL over the catalog with --sql.
+    Search(SearchArgs),
+    /// The search catalog: import inventories.
+    Index(IndexArgs),
     /// Mount a UFS (s3://bucket/prefix or file:///dir) at a path; with no arguments, list mounts.
     Mount(MountArgs),
     /// Remove a mount (the UFS is untouched).
@@ -325,6 +331,8 @@ async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
             }
         }
         FsCmd::Compute(a) => super::compute::run(c, a).await?,
+        FsCmd::Search(a) => super::search::search(c, a).await?,
+        FsCmd::Index(a) => super::search::index(c, a).await?,
         FsCmd::Cat { path } => {
             let fi = c.status(path, true).await?;
             c.read_into(&fi, 0, fi.length, opts, &mut StdoutSink::new()?).await.or_else(quiet_pipe)?;

@@ -6,7 +6,9 @@ pub mod admin;
 pub mod bench;
 pub mod compute;
 pub mod fs;
+pub mod inventory;
 pub mod local;
+pub mod search;
 pub mod server;
 pub mod sql;
 

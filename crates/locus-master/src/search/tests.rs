@@ -1,0 +1,251 @@
+//! Searches checked against a brute-force evaluation: random catalogs, random clauses
+//! (every attribute and operator, nested AND/OR), every driver, paged with random page
+//! sizes, prefixes and delimiters; and index upkeep across re-imports.
+
+use std::collections::HashMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use super::catalog::{self, CATALOG, CATALOG_INDEX};
+use super::query::Expr;
+use super::*;
+use crate::store::Store;
+
+const TYPES: [&str; 5] = ["image/png", "text/csv", "application/gzip", "application/json", ""];
+const OWNERS: usize = 40;
+
+fn gen_entries(rng: &mut StdRng, n: usize) -> Vec<(String, pb::CatalogEntry)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let bucket = ["b", "c", "b.x"][rng.random_range(0..3)];
+        let top = ["logs", "images", "data", "a", "a.b", "a-b"][rng.random_range(0..6)];
+        let depth = rng.random_range(0..3);
+        let mut key = top.to_string();
+        for _ in 0..depth {
+            key.push_str(&format!("/{}", ["2026-01-0", "x", "y.z", "Q"][rng.random_range(0..4)]));
+            key.push_str(&rng.random_range(0..4).to_string());
+        }
+        key.push_str(&format!("/f{i:05}.{}", ["gz", "png", "csv"][rng.random_range(0..3)]));
+        let mut user = HashMap::new();
+        for _ in 0..rng.random_range(0..4) {
+            let name = ["owner", "team", "n", "Color"][rng.random_range(0..4)];
+            let v = match name {
+                "owner" => format!("user-{}", rng.random_range(0..OWNERS)),
+                "n" => rng.random_range(0..200).to_string(),
+                _ => ["red", "blue", "ice-cream", "b"][rng.random_range(0..4)].to_string(),
+            };
+            user.insert(name.to_ascii_lowercase(), v);
+        }
+        let mut tags = HashMap::new();
+        for _ in 0..rng.random_range(0..3) {
+            let name = ["project", "env"][rng.random_range(0..2)];
+            tags.insert(name.to_string(), format!("{}{}", &name[..1], rng.random_range(0..5)));
+        }
+        let e = pb::CatalogEntry {
+            size: [0, 1, 999, 1000, 1001, 5_000_000][rng.random_range(0..6)] + rng.random_range(0..3),
+            mtime_ms: 1_767_225_600_000 + rng.random_range(0..10) * 86_400_000 + rng.random_range(0..1000),
+            content_type: TYPES[rng.random_range(0..TYPES.len())].into(),
+            etag: format!("{:08x}", rng.random_range(0..50u32)),
+            user,
+            tags,
+            inode: 0,
+        };
+        out.push((format!("/{bucket}/{key}"), e));
+    }
+    out
+}
+
+fn gen_cond(rng: &mut StdRng) -> String {
+    let op = ["=", "!=", "<>", "<", ">", "<=", ">="][rng.random_range(0..7)];
+    match rng.random_range(0..12) {
+        0 => format!("key {op} \"{}\"", ["logs/x1/f00010.gz", "images", "data/", "a.b", "m"][rng.random_range(0..5)]),
+        1 => format!(
+            "key LIKE \"{}\"",
+            ["^logs/2026-01-0[12]", "^a", "/^A-/i", "\\.png$", "^data/x.*csv$", "f000"][rng.random_range(0..6)]
+        ),
+        2 => format!("content-length {op} {}", [0, 999, 1000, 1001, 5_000_000, -3][rng.random_range(0..6)]),
+        3 => format!(
+            "last-modified {op} {}",
+            ["2026-01-03", "2026-01-05T00:00:00Z", "2026-01-01T00:00:00.500Z"][rng.random_range(0..3)]
+        ),
+        4 => format!("content-type {op} {}", ["image/png", "text/csv", "\"\""][rng.random_range(0..3)]),
+        5 => format!("content-type LIKE \"{}\"", ["^image/", "json$", "^application/"][rng.random_range(0..3)]),
+        6 => format!("etag {op} {:08x}", rng.random_range(0..50u32)),
+        7 => format!("x-amz-meta-owner {op} user-{}", rng.random_range(0..OWNERS)),
+        8 => format!("x-amz-meta-n {op} {}", rng.random_range(0..200)),
+        9 => format!("X-Amz-Meta-Color {op} {}", ["red", "blue", "ice-cream"][rng.random_range(0..3)]),
+        10 => format!("tags.project {op} p{}", rng.random_range(0..5)),
+        _ => format!("tags.env LIKE \"{}\"", ["^e[0-2]", "e4", ".*"][rng.random_range(0..3)]),
+    }
+}
+
+fn gen_clause(rng: &mut StdRng, depth: u32) -> String {
+    if depth == 0 || rng.random_range(0..3) == 0 {
+        return gen_cond(rng);
+    }
+    let n = rng.random_range(2..4);
+    let kw = if rng.random_bool(0.5) { " AND " } else { " OR " };
+    let parts: Vec<String> = (0..n).map(|_| format!("({})", gen_clause(rng, depth - 1))).collect();
+    parts.join(kw)
+}
+
+struct Obj<'a>(&'a str, &'a pb::CatalogEntry, LocusAttrs);
+
+impl Object for Obj<'_> {
+    fn key(&self) -> &str {
+        self.0
+    }
+    fn size(&self) -> u64 {
+        self.1.size
+    }
+    fn mtime_ms(&self) -> i64 {
+        self.1.mtime_ms
+    }
+    fn content_type(&self) -> &str {
+        &self.1.content_type
+    }
+    fn etag(&self) -> &str {
+        &self.1.etag
+    }
+    fn meta(&self, n: &str) -> Option<&str> {
+        self.1.user.get(n).map(String::as_str)
+    }
+    fn tag(&self, n: &str) -> Option<&str> {
+        self.1.tags.get(n).map(String::as_str)
+    }
+    fn locus(&self) -> Option<&LocusAttrs> {
+        Some(&self.2)
+    }
+}
+
+/// The brute-force answer: (objects, common prefixes) in key order.
+fn brute(all: &[(String, pb::CatalogEntry)], dir: &str, prefix: &str, delim: &str, expr: &Expr) -> Vec<String> {
+    let base = if dir == "/" { "/".to_string() } else { format!("{dir}/") };
+    let mut keys: Vec<String> = Vec::new();
+    let mut sorted: Vec<&(String, pb::CatalogEntry)> = all.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    for (p, e) in sorted {
+        let Some(key) = p.strip_prefix(&base) else { continue };
+        if !key.starts_with(prefix) {
+            continue;
+        }
+        let locus = LocusAttrs { tier: "NONE".into(), mount: "/".into(), ..Default::default() };
+        if !expr.matches(&Obj(key, e, locus)) {
+            continue;
+        }
+        let k = match key[prefix.len()..].find(delim).filter(|_| !delim.is_empty()) {
+            Some(i) => key[..prefix.len() + i + delim.len()].to_string(),
+            None => key.to_string(),
+        };
+        if keys.last() != Some(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+fn search_all(r: &ReadTransaction, dir: &str, prefix: &str, delim: &str, clause: &str, page: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after = String::new();
+    loop {
+        let req = pb::SearchRequest {
+            path: dir.into(),
+            r#where: clause.into(),
+            prefix: prefix.into(),
+            after: after.clone(),
+            limit: page,
+            delimiter: delim.into(),
+            count_only: false,
+        };
+        let p = Search::new(&req, vec!["/".into()]).unwrap().run(r).unwrap();
+        let mut keys: Vec<String> = p.hits.iter().map(|h| h.0.clone()).chain(p.prefixes.iter().cloned()).collect();
+        keys.sort();
+        assert!(keys.len() <= page as usize);
+        out.extend(keys);
+        if !p.truncated {
+            return out;
+        }
+        assert!(p.next_after > after, "{clause}: a page must move on");
+        after = p.next_after;
+    }
+}
+
+async fn store_with(entries: &[(String, pb::CatalogEntry)]) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), 8 << 20).unwrap();
+    for chunk in entries.chunks(700) {
+        let batch = chunk.to_vec();
+        store.mutate(move |w| catalog::import(w, &batch)).await.unwrap();
+    }
+    (dir, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn searches_match_a_brute_force_evaluation() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let all = gen_entries(&mut rng, 2500);
+    let (_d, store) = store_with(&all).await;
+    let r = store.read().unwrap();
+    let mut nonempty = 0;
+    for i in 0..400 {
+        let clause = gen_clause(&mut rng, 2);
+        let expr = Expr::parse(&clause).unwrap_or_else(|e| panic!("{clause}: {e}"));
+        let dir = ["/b", "/", "/c", "/b.x"][rng.random_range(0..4)];
+        let prefix = if rng.random_bool(0.3) { ["logs/", "a", "images/x"][rng.random_range(0..3)] } else { "" };
+        let delim = if rng.random_bool(0.25) { "/" } else { "" };
+        let page = [1, 7, 100, 1000][rng.random_range(0..4)];
+        let want = brute(&all, dir, prefix, delim, &expr);
+        let got = search_all(&r, dir, prefix, delim, &clause, page);
+        assert_eq!(got, want, "#{i}: {clause} in {dir} prefix {prefix:?} delimiter {delim:?} page {page}");
+        nonempty += usize::from(!want.is_empty());
+        if delim.is_empty() {
+            let req = pb::SearchRequest {
+                path: dir.into(),
+                r#where: clause.clone(),
+                prefix: prefix.into(),
+                count_only: true,
+                ..Default::default()
+            };
+            let n = Search::new(&req, vec!["/".into()]).unwrap().run(&r).unwrap().count;
+            assert_eq!(n as usize, want.len(), "count of {clause}");
+        }
+    }
+    // The clauses are not all trivially empty.
+    assert!(nonempty > 150, "{nonempty} of 400 searches matched something");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reimports_keep_the_index_exact() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut all = gen_entries(&mut rng, 600);
+    let (_d, store) = store_with(&all).await;
+    // Import the same again (idempotent), then changed entries for a third of the paths.
+    store_with_more(&store, &all).await;
+    let changed = gen_entries(&mut rng, 600);
+    let mut update = Vec::new();
+    for (i, e) in changed.into_iter().enumerate().filter(|(i, _)| i % 3 == 0) {
+        all[i].1 = e.1.clone();
+        update.push((all[i].0.clone(), e.1));
+    }
+    store_with_more(&store, &update).await;
+    let r = store.read().unwrap();
+    // The index holds exactly the keys of the current entries.
+    let idx = r.open_table(CATALOG_INDEX).unwrap();
+    let mut have: Vec<(Vec<u8>, String)> =
+        idx.iter().unwrap().map(|e| e.map(|(k, _)| (k.value().0.to_vec(), k.value().1.to_string())).unwrap()).collect();
+    let mut want: Vec<(Vec<u8>, String)> =
+        all.iter().flat_map(|(p, e)| catalog::index_keys(e).into_iter().map(move |k| (k, p.clone()))).collect();
+    have.sort();
+    want.sort();
+    want.dedup();
+    assert_eq!(have, want);
+    assert_eq!(ReadableTableMetadata::len(&r.open_table(CATALOG).unwrap()).unwrap() as usize, all.len());
+}
+
+async fn store_with_more(store: &Store, entries: &[(String, pb::CatalogEntry)]) {
+    let batch = entries.to_vec();
+    store.mutate(move |w| catalog::import(w, &batch)).await.unwrap();
+}

@@ -1,0 +1,380 @@
+//! Inventory manifests into the catalog (`locus fs index import`): S3 Inventory's
+//! manifest.json and its CSV (gzip or not, keys URL-encoded, no header) or Parquet
+//! files, or such files given directly (a CSV may then have a header row), or JSON lines
+//! that may also carry `metadata` and `tags` maps. Files are parsed on a blocking thread
+//! and sent in batches, two requests in flight, with a progress bar over their bytes.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use locus_client::Client;
+use locus_common::Error;
+use locus_proto::pb;
+
+/// One inventory file and how to read it.
+#[derive(Debug, Clone)]
+enum Source {
+    /// CSV with these columns (`None`: take them from a header row, else the default).
+    Csv {
+        path: PathBuf,
+        columns: Option<Vec<String>>,
+        gz: bool,
+    },
+    Parquet(PathBuf),
+    Jsonl {
+        path: PathBuf,
+        gz: bool,
+    },
+}
+
+impl Source {
+    fn path(&self) -> &Path {
+        match self {
+            Source::Csv { path, .. } | Source::Jsonl { path, .. } | Source::Parquet(path) => path,
+        }
+    }
+}
+
+/// S3 Inventory's columns when neither a manifest nor a header names them.
+const DEFAULT_COLUMNS: &str = "Bucket, Key, Size, LastModifiedDate, ETag, StorageClass";
+
+fn norm_col(s: &str) -> String {
+    s.trim().chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase()
+}
+
+fn columns_of(schema: &str) -> Vec<String> {
+    schema.split(',').map(norm_col).collect()
+}
+
+fn is_gz(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "gz")
+}
+
+/// The extension before an optional `.gz`.
+fn kind_of(p: &Path) -> String {
+    let name = p.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    let name = name.strip_suffix(".gz").unwrap_or(&name);
+    name.rsplit_once('.').map(|(_, e)| e.to_string()).unwrap_or_default()
+}
+
+/// The files a command-line argument stands for.
+fn sources(arg: &Path) -> Result<Vec<Source>> {
+    let kind = kind_of(arg);
+    let gz = is_gz(arg);
+    Ok(match kind.as_str() {
+        "json" if arg.file_name().is_some_and(|n| n.to_string_lossy().starts_with("manifest")) => manifest(arg)?,
+        "csv" | "tsv" | "txt" => vec![Source::Csv { path: arg.into(), columns: None, gz }],
+        "parquet" => vec![Source::Parquet(arg.into())],
+        "json" | "jsonl" | "ndjson" => vec![Source::Jsonl { path: arg.into(), gz }],
+        _ => {
+            return Err(Error::invalid(format!(
+                "{}: not a manifest.json or an inventory file (.csv, .csv.gz, .parquet, .json, .jsonl)",
+                arg.display()
+            ))
+            .into());
+        }
+    })
+}
+
+/// The data files of an S3 Inventory manifest.json. Their keys are in the destination
+/// bucket; here each is looked for below the manifest's ancestors (the layout S3 writes:
+/// `PREFIX/BUCKET/CONFIG/data/...` beside `PREFIX/BUCKET/CONFIG/DATE/manifest.json`),
+/// then beside the manifest.
+fn manifest(p: &Path) -> Result<Vec<Source>> {
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    let m: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::invalid(format!("{}: not JSON: {e}", p.display())))?;
+    let format = m["fileFormat"].as_str().unwrap_or("CSV").to_ascii_uppercase();
+    let files = m["files"]
+        .as_array()
+        .ok_or_else(|| Error::invalid(format!("{}: a manifest needs a `files` list", p.display())))?;
+    let dir = p.parent().unwrap_or(Path::new("."));
+    let mut out = Vec::new();
+    for f in files {
+        let key = f["key"].as_str().ok_or_else(|| Error::invalid(format!("{}: a file without a key", p.display())))?;
+        let found = dir
+            .ancestors()
+            .map(|a| a.join(key))
+            .chain([
+                dir.join(Path::new(key).file_name().unwrap_or_default()),
+                dir.join("data").join(Path::new(key).file_name().unwrap_or_default()),
+            ])
+            .find(|c| c.is_file())
+            .ok_or_else(|| Error::not_found(format!("{}: data file {key} not found near the manifest", p.display())))?;
+        out.push(match format.as_str() {
+            "CSV" => Source::Csv {
+                gz: is_gz(&found),
+                path: found,
+                columns: Some(columns_of(m["fileSchema"].as_str().unwrap_or(DEFAULT_COLUMNS))),
+            },
+            "PARQUET" => Source::Parquet(found),
+            other => {
+                return Err(Error::invalid(format!(
+                    "{}: file format {other} is not supported (CSV, Parquet)",
+                    p.display()
+                ))
+                .into());
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// A reader that counts the bytes it reads (the progress bar's).
+struct Counting<R> {
+    inner: R,
+    n: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.n.fetch_add(k as u64, Ordering::Relaxed);
+        Ok(k)
+    }
+}
+
+fn open(path: &Path, gz: bool, n: &Arc<AtomicU64>) -> Result<Box<dyn BufRead + Send>> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let r = Counting { inner: f, n: n.clone() };
+    Ok(if gz { Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(r))) } else { Box::new(BufReader::new(r)) })
+}
+
+/// Where an object goes: `under/key`, or `/bucket/key`.
+fn path_for(under: Option<&str>, bucket: &str, key: &str) -> Option<String> {
+    if key.is_empty() || key.ends_with('/') {
+        return None; // a folder marker, not an object
+    }
+    Some(match under {
+        Some(u) => format!("{}/{key}", u.trim_end_matches('/')),
+        None if !bucket.is_empty() => format!("/{bucket}/{key}"),
+        None => return None,
+    })
+}
+
+fn bad(src: &Path, line: u64, msg: impl std::fmt::Display) -> anyhow::Error {
+    Error::invalid(format!("{}:{line}: {msg}", src.display())).into()
+}
+
+fn parse_time(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(ms) = s.parse::<i64>() {
+        return Some(ms);
+    }
+    humantime::parse_rfc3339_weak(s.trim_end_matches('Z'))
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+}
+
+/// Read one source, calling `emit` per object.
+fn read_source(
+    src: &Source,
+    under: Option<&str>,
+    n: &Arc<AtomicU64>,
+    emit: &mut dyn FnMut(pb::CatalogImport) -> Result<()>,
+) -> Result<()> {
+    match src {
+        Source::Csv { path, columns, gz } => {
+            let r = open(path, *gz, n)?;
+            let mut rd = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(r);
+            let mut cols = columns.clone();
+            let mut rec = csv::StringRecord::new();
+            let mut line = 0u64;
+            let mut url_keys = columns.is_some();
+            while rd.read_record(&mut rec).map_err(|e| bad(path, line + 1, e))? {
+                line += 1;
+                if cols.is_none() {
+                    let first: Vec<String> = rec.iter().map(norm_col).collect();
+                    if first.iter().any(|c| c == "key") {
+                        cols = Some(first);
+                        continue; // a header row: keys as they are
+                    }
+                    cols = Some(columns_of(DEFAULT_COLUMNS));
+                    url_keys = true;
+                }
+                let cols = cols.as_ref().unwrap();
+                let get = |name: &str| cols.iter().position(|c| c == name).and_then(|i| rec.get(i)).unwrap_or("");
+                let key = get("key");
+                let key = if url_keys {
+                    form_urlencoded::parse(format!("k={}", key.replace('&', "%26").replace('=', "%3D")).as_bytes())
+                        .next()
+                        .map(|(_, v)| v.into_owned())
+                        .unwrap_or_default()
+                } else {
+                    key.to_string()
+                };
+                let Some(p) = path_for(under, get("bucket"), &key) else { continue };
+                let size = get("size");
+                let entry = pb::CatalogEntry {
+                    size: if size.is_empty() {
+                        0
+                    } else {
+                        size.parse().map_err(|_| bad(path, line, format!("size {size:?} is not a number")))?
+                    },
+                    mtime_ms: match get("lastmodifieddate") {
+                        "" => 0,
+                        t => parse_time(t)
+                            .ok_or_else(|| bad(path, line, format!("last modified {t:?} is not a time")))?,
+                    },
+                    etag: get("etag").trim_matches('"').to_string(),
+                    content_type: get("contenttype").to_string(),
+                    ..Default::default()
+                };
+                emit(pb::CatalogImport { path: p, entry: Some(entry) })?;
+            }
+        }
+        Source::Jsonl { path, gz } => {
+            let r = open(path, *gz, n)?;
+            for (i, l) in r.lines().enumerate() {
+                let line = i as u64 + 1;
+                let l = l.map_err(|e| bad(path, line, e))?;
+                if l.trim().is_empty() {
+                    continue;
+                }
+                let v: serde_json::Value =
+                    serde_json::from_str(&l).map_err(|e| bad(path, line, format!("not JSON: {e}")))?;
+                let s = |names: &[&str]| {
+                    names.iter().find_map(|n| v.get(*n)).map(|x| match x {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                };
+                let key = s(&["key", "Key"]).ok_or_else(|| bad(path, line, "no key"))?;
+                let bucket = s(&["bucket", "Bucket"]).unwrap_or_default();
+                let Some(p) = path_for(under, &bucket, &key) else { continue };
+                let map = |names: &[&str]| -> std::collections::HashMap<String, String> {
+                    names
+                        .iter()
+                        .find_map(|n| v.get(*n).and_then(|m| m.as_object()))
+                        .map(|o| {
+                            o.iter()
+                                .map(|(k, x)| {
+                                    (k.clone(), x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let size = s(&["size", "Size", "content_length"]).unwrap_or_default();
+                let entry = pb::CatalogEntry {
+                    size: if size.is_empty() {
+                        0
+                    } else {
+                        size.parse().map_err(|_| bad(path, line, format!("size {size:?} is not a number")))?
+                    },
+                    mtime_ms: match s(&["last_modified", "last_modified_date", "LastModifiedDate", "LastModified"]) {
+                        None => 0,
+                        Some(t) => parse_time(&t)
+                            .ok_or_else(|| bad(path, line, format!("last modified {t:?} is not a time")))?,
+                    },
+                    etag: s(&["etag", "e_tag", "ETag"]).unwrap_or_default().trim_matches('"').to_string(),
+                    content_type: s(&["content_type", "ContentType", "content-type"]).unwrap_or_default(),
+                    user: map(&["metadata", "user_metadata", "Metadata"])
+                        .into_iter()
+                        .map(|(k, v)| (k.strip_prefix("x-amz-meta-").unwrap_or(&k).to_ascii_lowercase(), v))
+                        .collect(),
+                    tags: map(&["tags", "Tags"]),
+                    inode: 0,
+                };
+                emit(pb::CatalogImport { path: p, entry: Some(entry) })?;
+            }
+        }
+        Source::Parquet(path) => read_parquet(path, under, n, emit)?,
+    }
+    Ok(())
+}
+
+#[cfg(feature = "sql")]
+fn read_parquet(
+    path: &Path,
+    under: Option<&str>,
+    n: &Arc<AtomicU64>,
+    emit: &mut dyn FnMut(pb::CatalogImport) -> Result<()>,
+) -> Result<()> {
+    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    locus_sql::catalog::read_parquet(path, &mut |bucket, key, entry| {
+        if let Some(p) = path_for(under, bucket, key) {
+            emit(pb::CatalogImport { path: p, entry: Some(entry) }).map_err(|e| Error::internal(format!("{e:#}")))?;
+        }
+        Ok(())
+    })?;
+    n.fetch_add(len, Ordering::Relaxed);
+    Ok(())
+}
+
+#[cfg(not(feature = "sql"))]
+fn read_parquet(
+    path: &Path,
+    _: Option<&str>,
+    _: &Arc<AtomicU64>,
+    _: &mut dyn FnMut(pb::CatalogImport) -> Result<()>,
+) -> Result<()> {
+    Err(Error::new(
+        locus_common::ErrorKind::FailedPrecondition,
+        format!("{}: Parquet inventories need the `sql` build", path.display()),
+    )
+    .into())
+}
+
+/// Import every manifest; returns (indexed, skipped).
+pub async fn import(c: &Arc<Client>, manifests: &[PathBuf], under: Option<&str>, batch: usize) -> Result<(u64, u64)> {
+    if let Some(u) = under {
+        locus_common::path::normalize(u)?;
+    }
+    let mut srcs = Vec::new();
+    for m in manifests {
+        srcs.extend(sources(m)?);
+    }
+    let total: u64 = srcs.iter().map(|s| std::fs::metadata(s.path()).map(|m| m.len()).unwrap_or(0)).sum();
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+        )
+        .unwrap(),
+    );
+    let read = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<pb::CatalogImport>>(4);
+    let under = under.map(str::to_string);
+    let counter = read.clone();
+    let reader = tokio::task::spawn_blocking(move || -> Result<()> {
+        let mut buf = Vec::with_capacity(batch);
+        for s in &srcs {
+            read_source(s, under.as_deref(), &counter, &mut |e| {
+                buf.push(e);
+                if buf.len() >= batch {
+                    let full = std::mem::replace(&mut buf, Vec::with_capacity(batch));
+                    tx.blocking_send(full).map_err(|_| Error::internal("import stopped"))?;
+                }
+                Ok(())
+            })?;
+        }
+        if !buf.is_empty() {
+            let _ = tx.blocking_send(buf);
+        }
+        Ok(())
+    });
+    let (mut done, mut skipped) = (0u64, 0u64);
+    let mut sends = tokio_stream::wrappers::ReceiverStream::new(rx)
+        .map(|b| {
+            let c = c.clone();
+            async move { c.import_catalog(b).await }
+        })
+        .buffered(2);
+    while let Some(r) = sends.next().await {
+        let (n, s) = r?;
+        done += n;
+        skipped += s;
+        bar.set_position(read.load(Ordering::Relaxed));
+        bar.set_message(format!("{done} objects"));
+    }
+    reader.await.map_err(|e| Error::internal(format!("inventory reader: {e}")))??;
+    bar.finish_and_clear();
+    Ok((done, skipped))
+}
