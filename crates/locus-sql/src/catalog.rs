@@ -243,14 +243,52 @@ pub async fn run(client: Arc<Client>, sql: &str) -> Result<Vec<RecordBatch>> {
     df.collect().await.map_err(df_err)
 }
 
+/// A string-to-string map column of one batch, its keys and values cast to text once.
+struct MapCol {
+    map: datafusion::arrow::array::MapArray,
+    keys: ArrayRef,
+    values: ArrayRef,
+}
+
+impl MapCol {
+    fn of(a: Option<&ArrayRef>) -> std::result::Result<Option<MapCol>, String> {
+        use datafusion::arrow::array::AsArray;
+        let Some(m) = a.and_then(|a| a.as_map_opt()) else { return Ok(None) };
+        let c = |x: &ArrayRef| datafusion::arrow::compute::cast(x, &DataType::Utf8).map_err(|e| e.to_string());
+        Ok(Some(MapCol { map: m.clone(), keys: c(m.keys())?, values: c(m.values())? }))
+    }
+
+    /// Row `i` (user metadata names in lower case, without `x-amz-meta-`).
+    fn row(&self, i: usize, meta: bool) -> std::collections::HashMap<String, String> {
+        use datafusion::arrow::array::{Array, AsArray};
+        let mut out = std::collections::HashMap::new();
+        if self.map.is_null(i) {
+            return out;
+        }
+        let (k, v) = (self.keys.as_string::<i32>(), self.values.as_string::<i32>());
+        let (a, b) = (self.map.value_offsets()[i] as usize, self.map.value_offsets()[i + 1] as usize);
+        for j in a..b {
+            if k.is_null(j) || v.is_null(j) {
+                continue;
+            }
+            let name = k.value(j);
+            let name =
+                if meta { name.strip_prefix("x-amz-meta-").unwrap_or(name).to_ascii_lowercase() } else { name.to_string() };
+            out.insert(name, v.value(j).to_string());
+        }
+        out
+    }
+}
+
 fn text_at(a: Option<&datafusion::arrow::array::StringArray>, i: usize) -> &str {
     use datafusion::arrow::array::Array;
     a.filter(|a| !a.is_null(i)).map(|a| a.value(i)).unwrap_or("")
 }
 
 /// Read an S3 Inventory Parquet file (columns `bucket`, `key`, `size`,
-/// `last_modified_date`, `e_tag`; names compared without case or underscores), calling
-/// `f(bucket, key, entry)` per row.
+/// `last_modified_date`, `e_tag`, and optionally `content_type` and the maps `metadata`
+/// and `tags`; names compared without case or underscores), calling `f(bucket, key, entry)`
+/// per row.
 pub fn read_parquet(path: &Path, f: &mut dyn FnMut(&str, &str, pb::CatalogEntry) -> Result<()>) -> Result<()> {
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::compute::cast;
@@ -296,6 +334,8 @@ pub fn read_parquet(path: &Path, f: &mut dyn FnMut(&str, &str, pb::CatalogEntry)
             ct.as_ref().map(|a| a.as_string::<i32>()),
         );
         let size = size.as_ref().map(|a| a.as_primitive::<datafusion::arrow::datatypes::UInt64Type>());
+        let meta = MapCol::of(col(&["metadata", "usermetadata"]).as_ref()).map_err(|e| bad(&e))?;
+        let tags = MapCol::of(col(&["tags"]).as_ref()).map_err(|e| bad(&e))?;
         let modified = modified.as_ref().map(|a| a.as_primitive::<datafusion::arrow::datatypes::Int64Type>());
         for i in 0..b.num_rows() {
             if key.is_null(i) {
@@ -307,7 +347,9 @@ pub fn read_parquet(path: &Path, f: &mut dyn FnMut(&str, &str, pb::CatalogEntry)
                 mtime_ms: modified.filter(|a| !a.is_null(i)).map(|a| a.value(i)).unwrap_or(0),
                 etag: s(etag).trim_matches('"').to_string(),
                 content_type: s(ct).to_string(),
-                ..Default::default()
+                user: meta.as_ref().map(|m| m.row(i, true)).unwrap_or_default(),
+                tags: tags.as_ref().map(|m| m.row(i, false)).unwrap_or_default(),
+                inode: 0,
             };
             f(s(bucket), key.value(i), entry)?;
         }
