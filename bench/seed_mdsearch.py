@@ -290,6 +290,7 @@ def free_port() -> int:
 class Locus:
     def __init__(self, a, work: Path):
         self.a = a
+        work.mkdir(parents=True, exist_ok=True)
         self.data = work / "locus"
         rpc, web, gw = free_port(), free_port(), free_port()
         self.env = dict(os.environ, LOCUS_MASTER=f"127.0.0.1:{rpc}",
@@ -540,7 +541,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="locus-mdsearch-", dir=a.work_dir or None))
     t0 = time.monotonic()
-    raw = {"code": code_version(), "machine": machine_facts(), "reps": a.reps, "spark_reps": a.spark_reps,
+    raw = {"code": code_version(), "machine": machine_facts("none"), "reps": a.reps, "spark_reps": a.spark_reps,
            "scales": []}
     try:
         for n in scales:

@@ -272,8 +272,11 @@ impl MapCol {
                 continue;
             }
             let name = k.value(j);
-            let name =
-                if meta { name.strip_prefix("x-amz-meta-").unwrap_or(name).to_ascii_lowercase() } else { name.to_string() };
+            let name = if meta {
+                name.strip_prefix("x-amz-meta-").unwrap_or(name).to_ascii_lowercase()
+            } else {
+                name.to_string()
+            };
             out.insert(name, v.value(j).to_string());
         }
         out

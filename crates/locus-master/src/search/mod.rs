@@ -93,8 +93,9 @@ enum Driver {
     Keys(Bound<String>, Bound<String>),
     /// One indexed value: its paths, in key order.
     Value(Vec<u8>),
-    /// A range of indexed values: paths in value order (collected, then sorted).
-    Range(Bound<Vec<u8>>, Bound<Vec<u8>>),
+    /// A range of indexed values of one attribute (the index-key prefix naming it): paths
+    /// in value order (collected, then sorted).
+    Range(Vec<u8>, Bound<Vec<u8>>, Bound<Vec<u8>>),
     /// The union of several drivers.
     Union(Vec<Driver>),
 }
@@ -189,7 +190,7 @@ impl Search {
                 let (a, name) = text_attr(attr)?;
                 let lo = text_key(a, name, p);
                 let hi = text_key(a, name, &successor(p)?);
-                Some(Driver::Range(Bound::Included(lo), Bound::Excluded(hi)))
+                Some(Driver::Range(text_key(a, name, ""), Bound::Included(lo), Bound::Excluded(hi)))
             }
             Expr::Like { .. } => None,
             Expr::Cmp { attr: Attr::Key, op, value: Value::Text(s, _) } => {
@@ -209,27 +210,30 @@ impl Search {
                 let k = |v: u64| num_key(IndexAttr::Size, v);
                 let end = Bound::Included(k(u64::MAX));
                 let begin = Bound::Included(k(0));
+                let range = |lo, hi| Driver::Range(vec![IndexAttr::Size as u8], lo, hi);
                 Some(match op {
                     Op::Eq if fl == ce && *n >= 0.0 => Driver::Value(k(fl)),
                     Op::Eq => return Some(Driver::Union(Vec::new())),
-                    Op::Gt => Driver::Range(Bound::Excluded(k(fl)), end).nonneg(*n, begin),
-                    Op::Ge => Driver::Range(Bound::Included(k(ce)), end),
+                    Op::Gt if *n < 0.0 => range(begin, end),
+                    Op::Gt => range(Bound::Excluded(k(fl)), end),
+                    Op::Ge => range(Bound::Included(k(ce)), end),
                     Op::Lt if *n <= 0.0 => Driver::Union(Vec::new()),
-                    Op::Lt => Driver::Range(begin, Bound::Excluded(k(ce))),
+                    Op::Lt => range(begin, Bound::Excluded(k(ce))),
                     Op::Le if *n < 0.0 => Driver::Union(Vec::new()),
-                    Op::Le => Driver::Range(begin, Bound::Included(k(fl))),
+                    Op::Le => range(begin, Bound::Included(k(fl))),
                     Op::Ne => return None,
                 })
             }
             Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(t) } => {
                 let begin = Bound::Included(time_key(i64::MIN));
                 let end = Bound::Included(time_key(i64::MAX));
+                let range = |lo, hi| Driver::Range(vec![IndexAttr::Modified as u8], lo, hi);
                 Some(match op {
                     Op::Eq => Driver::Value(time_key(*t)),
-                    Op::Gt => Driver::Range(Bound::Excluded(time_key(*t)), end),
-                    Op::Ge => Driver::Range(Bound::Included(time_key(*t)), end),
-                    Op::Lt => Driver::Range(begin, Bound::Excluded(time_key(*t))),
-                    Op::Le => Driver::Range(begin, Bound::Included(time_key(*t))),
+                    Op::Gt => range(Bound::Excluded(time_key(*t)), end),
+                    Op::Ge => range(Bound::Included(time_key(*t)), end),
+                    Op::Lt => range(begin, Bound::Excluded(time_key(*t))),
+                    Op::Le => range(begin, Bound::Included(time_key(*t))),
                     Op::Ne => return None,
                 })
             }
@@ -246,12 +250,37 @@ impl Search {
     fn plan(&self, r: &ReadTransaction, e: &Expr) -> Result<Option<(Driver, usize)>> {
         match e {
             Expr::And(v) => {
-                let mut best: Option<(Driver, usize)> = None;
+                // Ranges of one attribute meet in one range (`a >= x AND a < y`).
+                let mut ranges: Vec<Driver> = Vec::new();
+                let mut others = Vec::new();
                 for c in v {
-                    if let Some((d, n)) = self.plan(r, c)?
-                        && best.as_ref().is_none_or(|(_, b)| n < *b)
-                    {
+                    match self.driver_of(c) {
+                        Some(Driver::Range(attr, lo, hi)) => {
+                            match ranges.iter_mut().find(|d| matches!(d, Driver::Range(a, ..) if *a == attr)) {
+                                Some(Driver::Range(_, l, h)) => {
+                                    *l = tighter(std::mem::replace(l, Bound::Unbounded), lo, false);
+                                    *h = tighter(std::mem::replace(h, Bound::Unbounded), hi, true);
+                                }
+                                _ => ranges.push(Driver::Range(attr, lo, hi)),
+                            }
+                        }
+                        _ => others.push(c),
+                    }
+                }
+                let mut best: Option<(Driver, usize)> = None;
+                let mut consider = |d: Driver, n: usize| {
+                    let rank = |d: &Driver, n: usize| (n, matches!(d, Driver::Range(..)));
+                    if best.as_ref().is_none_or(|(bd, bn)| rank(&d, n) < rank(bd, *bn)) {
                         best = Some((d, n));
+                    }
+                };
+                for d in ranges {
+                    let n = self.estimate(r, &d)?;
+                    consider(d, n);
+                }
+                for c in others {
+                    if let Some((d, n)) = self.plan(r, c)? {
+                        consider(d, n);
                     }
                 }
                 Ok(best)
@@ -270,18 +299,49 @@ impl Search {
                 None => Ok(None),
                 Some(d) => {
                     let n = self.estimate(r, &d)?;
-                    // A value range too large to sort is no driver.
-                    if matches!(d, Driver::Range(..)) && n > COLLECT_CAP {
-                        return Ok(None);
-                    }
                     Ok(Some((d, n)))
                 }
             },
         }
     }
 
-    /// Candidates of `d` in scope, counted up to [`ESTIMATE_CAP`] (ranges up to
-    /// [`COLLECT_CAP`], past which they are not used).
+    /// Whether a driver's value ranges hold more paths than a search collects and sorts
+    /// (then the scope is scanned instead).
+    fn too_big(&self, r: &ReadTransaction, d: &Driver) -> Result<bool> {
+        Ok(match d {
+            Driver::Range(_, lo, hi) => self.count_range(r, lo, hi, COLLECT_CAP)? > COLLECT_CAP,
+            Driver::Union(v) => {
+                for d in v {
+                    if self.too_big(r, d)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+            _ => false,
+        })
+    }
+
+    /// Paths in scope within a value range, counted up to `cap` + 1.
+    fn count_range(&self, r: &ReadTransaction, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, cap: usize) -> Result<usize> {
+        if values_cross(lo, hi) {
+            return Ok(0);
+        }
+        let t = r.open_table(CATALOG_INDEX).map_err(db_err)?;
+        let mut n = 0;
+        for e in t.range::<(&[u8], &str)>(value_bounds(lo, hi)).map_err(db_err)? {
+            let (k, _) = e.map_err(db_err)?;
+            if k.value().1.starts_with(&self.lo) {
+                n += 1;
+                if n > cap {
+                    break;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Candidates of `d` in scope, counted up to [`ESTIMATE_CAP`].
     fn estimate(&self, r: &ReadTransaction, d: &Driver) -> Result<usize> {
         Ok(match d {
             Driver::Keys(lo, hi) => {
@@ -305,20 +365,7 @@ impl Search {
                     }
                 }
             }
-            Driver::Range(lo, hi) => {
-                let t = r.open_table(CATALOG_INDEX).map_err(db_err)?;
-                let mut n = 0;
-                for e in t.range::<(&[u8], &str)>(value_bounds(lo, hi)).map_err(db_err)? {
-                    let (k, _) = e.map_err(db_err)?;
-                    if k.value().1.starts_with(&self.lo) {
-                        n += 1;
-                        if n > COLLECT_CAP {
-                            break;
-                        }
-                    }
-                }
-                n
-            }
+            Driver::Range(_, lo, hi) => self.count_range(r, lo, hi, ESTIMATE_CAP)?.min(ESTIMATE_CAP),
             Driver::Union(v) => {
                 let mut n = 0;
                 for d in v {
@@ -385,7 +432,8 @@ impl Search {
                         .filter(move |c| c.as_ref().map_or(true, |c| self.in_scope(&c.path))),
                 )
             }
-            Driver::Range(lo, hi) => {
+            Driver::Range(_, lo, hi) if values_cross(lo, hi) => Box::new(std::iter::empty()),
+            Driver::Range(_, lo, hi) => {
                 let t = r.open_table(CATALOG_INDEX).map_err(db_err)?;
                 let mut paths = Vec::new();
                 for e in t.range::<(&[u8], &str)>(value_bounds(lo, hi)).map_err(db_err)? {
@@ -412,8 +460,8 @@ impl Search {
     /// Run the search as of snapshot `r`.
     pub(crate) fn run(&self, r: &ReadTransaction) -> Result<Page> {
         let driver = match self.plan(r, &self.expr)? {
-            Some((d, _)) => d,
-            None => self.scope(),
+            Some((d, _)) if !self.too_big(r, &d)? => d,
+            _ => self.scope(),
         };
         let cat = r.open_table(CATALOG).map_err(db_err)?;
         let needs_locus = self.expr.needs_locus();
@@ -546,12 +594,25 @@ fn text_attr(a: &Attr) -> Option<(IndexAttr, Option<&str>)> {
     })
 }
 
-impl Driver {
-    /// `content-length > n` for a negative `n` is every size.
-    fn nonneg(self, n: f64, begin: Bound<Vec<u8>>) -> Driver {
-        match self {
-            Driver::Range(_, hi) if n < 0.0 => Driver::Range(begin, hi),
-            d => d,
+/// Whether a value range holds nothing (its bounds cross; redb refuses such a range).
+fn values_cross(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    use Bound::*;
+    match (lo, hi) {
+        (Included(a), Included(b)) => a > b,
+        (Included(a) | Excluded(a), Included(b) | Excluded(b)) => a >= b,
+        _ => false,
+    }
+}
+
+/// The tighter of two lower bounds (`upper`: of two upper bounds).
+fn tighter(a: Bound<Vec<u8>>, b: Bound<Vec<u8>>, upper: bool) -> Bound<Vec<u8>> {
+    use Bound::*;
+    match (&a, &b) {
+        (Unbounded, _) => b,
+        (_, Unbounded) => a,
+        (Included(x) | Excluded(x), Included(y) | Excluded(y)) => {
+            let pick_a = if x == y { matches!(a, Excluded(_)) } else { (x > y) != upper };
+            if pick_a { a } else { b }
         }
     }
 }

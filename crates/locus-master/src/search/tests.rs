@@ -60,13 +60,23 @@ fn gen_entries(rng: &mut StdRng, n: usize) -> Vec<(String, pb::CatalogEntry)> {
 
 fn gen_cond(rng: &mut StdRng) -> String {
     let op = ["=", "!=", "<>", "<", ">", "<=", ">="][rng.random_range(0..7)];
-    match rng.random_range(0..12) {
+    match rng.random_range(0..15) {
         0 => format!("key {op} \"{}\"", ["logs/x1/f00010.gz", "images", "data/", "a.b", "m"][rng.random_range(0..5)]),
         1 => format!(
             "key LIKE \"{}\"",
             ["^logs/2026-01-0[12]", "^a", "/^A-/i", "\\.png$", "^data/x.*csv$", "f000"][rng.random_range(0..6)]
         ),
         2 => format!("content-length {op} {}", [0, 999, 1000, 1001, 5_000_000, -3][rng.random_range(0..6)]),
+        13 => format!(
+            "content-length > {} AND content-length <= {}",
+            [0, 999, 5_000_001][rng.random_range(0..3)],
+            [1000, 1001, 10][rng.random_range(0..3)]
+        ),
+        14 => format!(
+            "last-modified >= 2026-01-0{} AND last-modified < 2026-01-0{}",
+            rng.random_range(1..9),
+            rng.random_range(1..9)
+        ),
         3 => format!(
             "last-modified {op} {}",
             ["2026-01-03", "2026-01-05T00:00:00Z", "2026-01-01T00:00:00.500Z"][rng.random_range(0..3)]

@@ -27,6 +27,9 @@ pub(super) async fn search_page(
     after: &str,
     max_keys: usize,
 ) -> S3Result<Page> {
+    if clause.trim().is_empty() {
+        return Err(s3s::s3_error!(InvalidArgument, "the search is empty: give a clause such as search=key%3Dname"));
+    }
     if max_keys == 0 {
         return Ok(Page { entries: Vec::new(), truncated: false, last: None });
     }

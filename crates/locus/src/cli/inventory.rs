@@ -145,16 +145,16 @@ fn open(path: &Path, gz: bool, n: &Arc<AtomicU64>) -> Result<Box<dyn BufRead + S
     Ok(if gz { Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(r))) } else { Box::new(BufReader::new(r)) })
 }
 
-/// Where an object goes: `under/key`, or `/bucket/key`.
-fn path_for(under: Option<&str>, bucket: &str, key: &str) -> Option<String> {
+/// Where an object goes: `under/key`, or `/bucket/key`; `None` for a folder marker.
+fn path_for(under: Option<&str>, bucket: &str, key: &str) -> std::result::Result<Option<String>, &'static str> {
     if key.is_empty() || key.ends_with('/') {
-        return None; // a folder marker, not an object
+        return Ok(None); // a folder marker, not an object
     }
-    Some(match under {
+    Ok(Some(match under {
         Some(u) => format!("{}/{key}", u.trim_end_matches('/')),
         None if !bucket.is_empty() => format!("/{bucket}/{key}"),
-        None => return None,
-    })
+        None => return Err("no bucket for this object: give --under PATH"),
+    }))
 }
 
 fn bad(src: &Path, line: u64, msg: impl std::fmt::Display) -> anyhow::Error {
@@ -209,7 +209,7 @@ fn read_source(
                 } else {
                     key.to_string()
                 };
-                let Some(p) = path_for(under, get("bucket"), &key) else { continue };
+                let Some(p) = path_for(under, get("bucket"), &key).map_err(|e| bad(path, line, e))? else { continue };
                 let size = get("size");
                 let entry = pb::CatalogEntry {
                     size: if size.is_empty() {
@@ -247,7 +247,7 @@ fn read_source(
                 };
                 let key = s(&["key", "Key"]).ok_or_else(|| bad(path, line, "no key"))?;
                 let bucket = s(&["bucket", "Bucket"]).unwrap_or_default();
-                let Some(p) = path_for(under, &bucket, &key) else { continue };
+                let Some(p) = path_for(under, &bucket, &key).map_err(|e| bad(path, line, e))? else { continue };
                 let map = |names: &[&str]| -> std::collections::HashMap<String, String> {
                     names
                         .iter()
@@ -299,7 +299,7 @@ fn read_parquet(
 ) -> Result<()> {
     let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     locus_sql::catalog::read_parquet(path, &mut |bucket, key, entry| {
-        if let Some(p) = path_for(under, bucket, key) {
+        if let Some(p) = path_for(under, bucket, key).map_err(|e| Error::invalid(format!("{}: {e}", path.display())))? {
             emit(pb::CatalogImport { path: p, entry: Some(entry) }).map_err(|e| Error::internal(format!("{e:#}")))?;
         }
         Ok(())
