@@ -182,12 +182,10 @@ impl Master {
             return Ok(());
         };
         w.open_table(CHILDREN).map_err(db_err)?.remove((parent, name)).map_err(db_err)?;
-        let path = if parent == ROOT_ID {
-            Some(format!("/{name}"))
-        } else {
+        let path = {
             let inodes = w.open_table(INODES).map_err(db_err)?;
-            match get_inode(&inodes, parent)? {
-                Some(p) => catalog::path_of(&inodes, &p)?.map(|pp| format!("{pp}/{name}")),
+            match get_inode(&inodes, id)? {
+                Some(rec) => catalog::path_of(&inodes, &rec)?,
                 None => None,
             }
         };

@@ -344,16 +344,7 @@ impl Search {
     /// Candidates of `d` in scope, counted up to [`ESTIMATE_CAP`].
     fn estimate(&self, r: &ReadTransaction, d: &Driver) -> Result<usize> {
         Ok(match d {
-            Driver::Keys(lo, hi) => {
-                let t = r.open_table(CATALOG).map_err(db_err)?;
-                let (lo, hi) = self.clamp(lo, hi);
-                let range = (as_str_bound(&lo), as_str_bound(&hi));
-                if bounds_empty(&range) {
-                    0
-                } else {
-                    t.range::<&str>(range).map_err(db_err)?.take(ESTIMATE_CAP).count()
-                }
-            }
+            Driver::Keys(lo, hi) => self.key_range(r, lo, hi)?.map_or(0, |it| it.take(ESTIMATE_CAP).count()),
             Driver::Value(v) => {
                 let t = r.open_table(CATALOG_INDEX).map_err(db_err)?;
                 let lo = self.lo.as_str();
@@ -374,6 +365,21 @@ impl Search {
                 n
             }
         })
+    }
+
+    /// The catalog over a key range narrowed to the scope; `None` when that is empty.
+    fn key_range(
+        &self,
+        r: &ReadTransaction,
+        lo: &Bound<String>,
+        hi: &Bound<String>,
+    ) -> Result<Option<redb::Range<'static, &'static str, &'static [u8]>>> {
+        let (lo, hi) = self.clamp(lo, hi);
+        let range = (as_str_bound(&lo), as_str_bound(&hi));
+        if bounds_empty(&range) {
+            return Ok(None);
+        }
+        Ok(Some(r.open_table(CATALOG).map_err(db_err)?.range::<&str>(range).map_err(db_err)?))
     }
 
     /// A key range narrowed to the scope.
@@ -398,13 +404,9 @@ impl Search {
     ) -> Result<Box<dyn Iterator<Item = Result<Cand>> + 'r>> {
         Ok(match d {
             Driver::Keys(lo, hi) => {
-                let t = r.open_table(CATALOG).map_err(db_err)?;
-                let (lo, hi) = self.clamp(lo, hi);
-                let range = (as_str_bound(&lo), as_str_bound(&hi));
-                if bounds_empty(&range) {
+                let Some(it) = self.key_range(r, lo, hi)? else {
                     return Ok(Box::new(std::iter::empty()));
-                }
-                let it = t.range::<&str>(range).map_err(db_err)?;
+                };
                 Box::new(it.map(|e| {
                     let (k, v) = e.map_err(db_err)?;
                     Ok(Cand { path: k.value().to_string(), entry: Some(decode(v.value())?) })
@@ -464,6 +466,7 @@ impl Search {
             _ => self.scope(),
         };
         let cat = r.open_table(CATALOG).map_err(db_err)?;
+        let ns = NsTables::open(r)?;
         let needs_locus = self.expr.needs_locus();
         let began = Instant::now();
         let mut page = Page {
@@ -497,7 +500,7 @@ impl Search {
                 return Ok(page);
             }
             last_key = key.to_string();
-            let locus = if needs_locus { Some(locus_attrs(r, &c.path, &entry, &self.mounts)?) } else { None };
+            let locus = if needs_locus { Some(locus_attrs(&ns, &c.path, &entry, &self.mounts)?) } else { None };
             let cand = Candidate { key, e: &entry, locus };
             if !self.expr.matches(&cand) {
                 continue;
@@ -529,7 +532,7 @@ impl Search {
             }
             let locus = match cand.locus {
                 Some(l) => l,
-                None => locus_attrs(r, &c.path, &entry, &self.mounts)?,
+                None => locus_attrs(&ns, &c.path, &entry, &self.mounts)?,
             };
             page.next_after = key.to_string();
             page.hits.push((key.to_string(), entry, locus));
@@ -679,17 +682,32 @@ fn value_bounds<'a>(
     (lo, hi)
 }
 
-/// Locus's own attributes of a catalog entry, as of `r` (`mounts`: longest first).
-fn locus_attrs(r: &ReadTransaction, path: &str, e: &pb::CatalogEntry, mounts: &[String]) -> Result<LocusAttrs> {
+/// The namespace tables Locus's own attributes are read from, opened once per search.
+struct NsTables {
+    inodes: redb::ReadOnlyTable<u64, &'static [u8]>,
+    locations: redb::ReadOnlyTable<(u64, u64), &'static str>,
+}
+
+impl NsTables {
+    fn open(r: &ReadTransaction) -> Result<NsTables> {
+        Ok(NsTables {
+            inodes: r.open_table(INODES).map_err(db_err)?,
+            locations: r.open_table(LOCATIONS).map_err(db_err)?,
+        })
+    }
+}
+
+/// Locus's own attributes of a catalog entry (`mounts`: longest first).
+fn locus_attrs(ns: &NsTables, path: &str, e: &pb::CatalogEntry, mounts: &[String]) -> Result<LocusAttrs> {
     let mount = mounts.iter().find(|m| lpath::strip_prefix(path, m).is_some()).cloned().unwrap_or_else(|| "/".into());
     let mut a = LocusAttrs { tier: "NONE".into(), mount, ..Default::default() };
-    let rec = if e.inode == 0 { None } else { get_inode(&r.open_table(INODES).map_err(db_err)?, e.inode)? };
+    let rec = if e.inode == 0 { None } else { get_inode(&ns.inodes, e.inode)? };
     let Some(rec) = rec else {
         return Ok(a);
     };
     a.persist_state = rec.persist_state();
     a.pinned = rec.pinned;
-    let loc = r.open_table(LOCATIONS).map_err(db_err)?;
+    let loc = &ns.locations;
     let (mut cached, mut best) = (0u64, None::<TierAlias>);
     for i in 0..Master::block_count(rec.length, rec.block_size) {
         let b = locus_common::block_id(rec.version, i);

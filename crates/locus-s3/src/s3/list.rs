@@ -313,10 +313,8 @@ pub(super) async fn list_objects_v2(gw: &LocusS3, req: S3Request<ListObjectsV2In
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
     let owner = i.fetch_owner.unwrap_or(false).then(|| owner(&gw.cfg));
     let enc = Encoding::of(i.encoding_type.as_ref())?;
-    let page = match search_param(&req.uri) {
-        Some(q) => search_page(gw, &i.bucket, &q, &prefix, delimiter.as_deref(), &after, max).await?,
-        None => list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?,
-    };
+    let search = search_param(&req.uri);
+    let page = list_page(gw, &i.bucket, search.as_deref(), &prefix, delimiter.as_deref(), &after, max).await?;
     let next = page.last.as_deref().map(encode_token);
     let (objects, prefixes) = split_entries(page.entries, owner, enc);
     ok(ListObjectsV2Output {
@@ -345,10 +343,7 @@ pub(super) async fn list_objects(gw: &LocusS3, req: S3Request<ListObjectsInput>)
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
     let enc = Encoding::of(i.encoding_type.as_ref())?;
     let search = search_param(&req.uri);
-    let page = match &search {
-        Some(q) => search_page(gw, &i.bucket, q, &prefix, delimiter.as_deref(), &marker, max).await?,
-        None => list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &marker, max).await?,
-    };
+    let page = list_page(gw, &i.bucket, search.as_deref(), &prefix, delimiter.as_deref(), &marker, max).await?;
     // S3 sends NextMarker only with a delimiter (without one, the last key is the marker);
     // a search page may stop short of its last match (a scan's budget), so it always does.
     let next_marker = page.last.filter(|_| delimiter.is_some() || search.is_some()).map(|k| enc.apply(&k));
@@ -410,15 +405,21 @@ impl Encoding {
     }
 }
 
-/// One page of a bucket listing as ListObjects (V1, V2) and ListObjectVersions answer it.
+/// One page of a bucket listing as ListObjects (V1, V2) and ListObjectVersions answer it:
+/// the keys that match `search` (a `?search=` clause) when one is given, else all.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn list_page(
     gw: &LocusS3,
     bucket: &str,
+    search: Option<&str>,
     prefix: &str,
     delimiter: Option<&str>,
     after: &str,
     max_keys: usize,
 ) -> S3Result<Page> {
+    if let Some(q) = search {
+        return search_page(gw, bucket, q, prefix, delimiter, after, max_keys).await;
+    }
     let lr = ListRequest { bucket, prefix, delimiter, after, max_keys, skip_hidden: true };
     let (entries, truncated) = list(&gw.client, &lr).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
     let last = truncated.then(|| entries.last().map(|e| e.key().to_string())).flatten();

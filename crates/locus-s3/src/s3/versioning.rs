@@ -54,7 +54,7 @@ pub(super) async fn list_object_versions(
     let prefix = i.prefix.clone().unwrap_or_default();
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
     let enc = Encoding::of(i.encoding_type.as_ref())?;
-    let page = list_page(gw, &i.bucket, &prefix, delimiter.as_deref(), &key_marker, max).await?;
+    let page = list_page(gw, &i.bucket, None, &prefix, delimiter.as_deref(), &key_marker, max).await?;
     let o = owner(&gw.cfg);
     let mut versions = Vec::new();
     let mut prefixes = Vec::new();

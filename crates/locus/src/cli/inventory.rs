@@ -172,6 +172,22 @@ fn parse_time(s: &str) -> Option<i64> {
         .map(|d| d.as_millis() as i64)
 }
 
+/// An inventory's size field (empty: 0).
+fn size_of(src: &Path, line: u64, size: &str) -> Result<u64> {
+    if size.is_empty() {
+        return Ok(0);
+    }
+    size.parse().map_err(|_| bad(src, line, format!("size {size:?} is not a number")))
+}
+
+/// An inventory's last-modified field (empty: 0).
+fn mtime_of(src: &Path, line: u64, t: &str) -> Result<i64> {
+    if t.is_empty() {
+        return Ok(0);
+    }
+    parse_time(t).ok_or_else(|| bad(src, line, format!("last modified {t:?} is not a time")))
+}
+
 /// Read one source, calling `emit` per object.
 fn read_source(
     src: &Source,
@@ -212,16 +228,8 @@ fn read_source(
                 let Some(p) = path_for(under, get("bucket"), &key).map_err(|e| bad(path, line, e))? else { continue };
                 let size = get("size");
                 let entry = pb::CatalogEntry {
-                    size: if size.is_empty() {
-                        0
-                    } else {
-                        size.parse().map_err(|_| bad(path, line, format!("size {size:?} is not a number")))?
-                    },
-                    mtime_ms: match get("lastmodifieddate") {
-                        "" => 0,
-                        t => parse_time(t)
-                            .ok_or_else(|| bad(path, line, format!("last modified {t:?} is not a time")))?,
-                    },
+                    size: size_of(path, line, size)?,
+                    mtime_ms: mtime_of(path, line, get("lastmodifieddate"))?,
                     etag: get("etag").trim_matches('"').to_string(),
                     content_type: get("contenttype").to_string(),
                     ..Default::default()
@@ -263,16 +271,13 @@ fn read_source(
                 };
                 let size = s(&["size", "Size", "content_length"]).unwrap_or_default();
                 let entry = pb::CatalogEntry {
-                    size: if size.is_empty() {
-                        0
-                    } else {
-                        size.parse().map_err(|_| bad(path, line, format!("size {size:?} is not a number")))?
-                    },
-                    mtime_ms: match s(&["last_modified", "last_modified_date", "LastModifiedDate", "LastModified"]) {
-                        None => 0,
-                        Some(t) => parse_time(&t)
-                            .ok_or_else(|| bad(path, line, format!("last modified {t:?} is not a time")))?,
-                    },
+                    size: size_of(path, line, &size)?,
+                    mtime_ms: mtime_of(
+                        path,
+                        line,
+                        &s(&["last_modified", "last_modified_date", "LastModifiedDate", "LastModified"])
+                            .unwrap_or_default(),
+                    )?,
                     etag: s(&["etag", "e_tag", "ETag"]).unwrap_or_default().trim_matches('"').to_string(),
                     content_type: s(&["content_type", "ContentType", "content-type"]).unwrap_or_default(),
                     user: map(&["metadata", "user_metadata", "Metadata"])
