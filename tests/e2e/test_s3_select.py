@@ -1,7 +1,7 @@
 """S3 Select (SelectObjectContent) through the gateway with boto3 and awscli (issue 24):
 the S3 Select dialect over CSV (header USE, IGNORE, NONE; delimiters; quoted record
-delimiters), JSON lines and documents (with paths), GZIP and BZIP2, ScanRange, CSV and
-JSON output, the event stream's Records, Stats and End, LIMIT stopping the scan, and
+delimiters), JSON lines and documents (with paths), Parquet, GZIP and BZIP2, ScanRange
+(records, and Parquet's row groups, that start inside it), CSV and JSON output, the event stream's Records, Stats and End, LIMIT stopping the scan, and
 errors as S3 Select's codes."""
 
 from __future__ import annotations
@@ -154,6 +154,45 @@ def test_scan_range_takes_the_records_that_start_inside(gateway):
     # Ranges that tile the object select every record exactly once.
     tiles = [ids(a, min(a + 99, len(body) - 1)) for a in range(0, len(body), 100)]
     assert sum(tiles, []) == list(range(100))
+
+
+def test_parquet_scan_range_takes_the_row_groups_that_start_inside(gateway):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n, group = 1000, 100
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"id": list(range(n)), "name": [f"n{i}" for i in range(n)]}), buf, row_group_size=group)
+    body = buf.getvalue()
+    gateway.s3.put_object(Bucket="local", Key="groups.parquet", Body=body)
+    md = pq.ParquetFile(io.BytesIO(body)).metadata
+    starts = []  # where each row group's first page begins, as S3 (and the Parquet spec) place it
+    for g in range(md.num_row_groups):
+        c = md.row_group(g).column(0)
+        starts.append(c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset)
+    assert len(starts) == n // group
+
+    def ids(sr=None):
+        kw = {"ScanRange": sr} if sr is not None else {}
+        r = gateway.s3.select_object_content(
+            Bucket="local", Key="groups.parquet", Expression="SELECT s.id FROM S3Object s", ExpressionType="SQL",
+            InputSerialization={"Parquet": {}}, OutputSerialization={"CSV": {}}, **kw)
+        out = b"".join(ev["Records"]["Payload"] for ev in r["Payload"] if "Records" in ev)
+        return sorted(int(x) for x in out.split())
+
+    def expect(lo, hi):  # the rows of the groups whose first byte is in lo..=hi
+        return [i for g, s in enumerate(starts) if lo <= s <= hi for i in range(g * group, (g + 1) * group)]
+
+    assert ids() == list(range(n))
+    for lo, hi in [(starts[2], starts[4] - 1), (starts[2] + 1, starts[4]), (0, 3), (starts[9] + 1, len(body) - 1)]:
+        assert ids({"Start": lo, "End": hi}) == expect(lo, hi), (lo, hi)
+    assert ids({"Start": starts[7]}) == list(range(700, n))
+    # Ranges that tile the object select every row exactly once.
+    step = len(body) // 7
+    tiles = [ids({"Start": a, "End": min(a + step - 1, len(body) - 1)}) for a in range(0, len(body), step)]
+    assert sorted(sum(tiles, [])) == list(range(n))
 
 
 def test_gzip_bzip2_and_json_document(gateway):

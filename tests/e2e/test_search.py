@@ -492,3 +492,13 @@ def test_sql_over_the_catalog(corpus):
                "AND persist_state = 'PERSISTED'", "--format", "json").decode()
     big = [o["size"] for k, o in objs.items() if k.startswith("images/") and o["size"] > 1000]
     assert json.loads(out) == {"n": len(big), "m": max(big)}
+    # User metadata and tags are maps: grouped by one of their keys.
+    out = c.ok("fs", "search", "--sql",
+               f"SELECT metadata['owner'] AS owner, count(*) AS n FROM objects WHERE key LIKE '{bucket}/%' "
+               "AND tags['env'] IS NOT NULL GROUP BY 1 ORDER BY 1", "--format", "json").decode()
+    want = {}
+    for o in objs.values():
+        if "env" in o["tags"]:
+            owner = o["meta"].get("owner")
+            want[owner] = want.get(owner, 0) + 1
+    assert {json.loads(x).get("owner"): json.loads(x)["n"] for x in out.splitlines()} == want

@@ -1,7 +1,8 @@
 //! The object a select reads, made ready for DataFusion's scans:
 //! - the whole object, by its `locus://` URL (streamed through the client);
 //! - a `ScanRange`: a window of whole records, those that start inside the range
-//!   ([`WindowStore`], streamed);
+//!   ([`WindowStore`], streamed); on Parquet, the row groups that start inside it
+//!   ([`RowGroupsIn`]);
 //! - a GZIP or BZIP2 object, or JSON read as `DOCUMENT` or through a path
 //!   (`S3Object[*].a.b[*]`): decompressed and flattened to one record per line, in
 //!   memory (at most [`MAX_IN_MEMORY`] bytes).
@@ -11,6 +12,14 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use locus_client::Client;
 use locus_proto::pb;
@@ -62,6 +71,21 @@ pub(crate) struct Prepared {
     pub in_memory: Option<(u64, u64)>,
     /// The data, when it was made in memory (its CSV header is read from here).
     pub memory: Option<Bytes>,
+    /// Parquet under a `ScanRange`: the row groups whose first page starts in this byte
+    /// range (end exclusive) are read, as S3 does ([`RowGroupsIn`]).
+    pub row_groups: Option<(u64, u64)>,
+}
+
+impl Prepared {
+    fn whole(fi: &pb::FileInfo) -> Prepared {
+        Prepared {
+            url: format!("locus://{}", fi.path),
+            at_start: true,
+            in_memory: None,
+            memory: None,
+            row_groups: None,
+        }
+    }
 }
 
 fn err(code: SelectErrorCode, msg: impl Into<String>) -> SelectError {
@@ -81,7 +105,6 @@ pub(crate) async fn prepare(
         return Err(err(SelectErrorCode::Syntax, "a path after S3Object[*] needs JSON input"));
     }
     let flatten = matches!(req.input, Input::JsonDocument) || (json && !path.is_empty());
-    let whole = format!("locus://{}", fi.path);
     if req.compression != Compression::None || flatten {
         if req.scan_range.is_some() {
             return Err(err(
@@ -120,11 +143,17 @@ pub(crate) async fn prepare(
             at_start: true,
             in_memory: Some((fi.length, data.len() as u64)),
             memory: Some(data),
+            row_groups: None,
         });
     }
     let Some(range) = req.scan_range else {
-        return Ok(Prepared { url: whole, at_start: true, in_memory: None, memory: None });
+        return Ok(Prepared::whole(fi));
     };
+    if matches!(req.input, Input::Parquet) {
+        let (start, last) = bounds(fi.length, range)?;
+        let end = last.saturating_add(1).min(fi.length);
+        return Ok(Prepared { row_groups: Some((start, end.max(start))), ..Prepared::whole(fi) });
+    }
     let delimiter = match &req.input {
         Input::Csv(c) if !c.allow_quoted_record_delimiter => c.record_delimiter,
         Input::JsonLines => b'\n',
@@ -137,19 +166,34 @@ pub(crate) async fn prepare(
     };
     let (start, end) = window(client, fi, range, delimiter).await?;
     if (start, end) == (0, fi.length) {
-        return Ok(Prepared { url: whole, at_start: true, in_memory: None, memory: None });
+        return Ok(Prepared::whole(fi));
     }
     let store = WindowStore::new(client.clone(), fi.clone(), start, end, read.clone());
     let url = url::Url::parse("locus-window://select/").map_err(|e| locus_common::Error::internal(e.to_string()))?;
     ctx.register_object_store(&url, Arc::new(store));
-    Ok(Prepared { url: "locus-window://select/data".into(), at_start: start == 0, in_memory: None, memory: None })
+    Ok(Prepared {
+        url: "locus-window://select/data".into(),
+        at_start: start == 0,
+        in_memory: None,
+        memory: None,
+        row_groups: None,
+    })
 }
 
 /// The bytes of the records that start inside `range`: from the first record start at
 /// or after `start` to the end of the record holding byte `end`.
 async fn window(client: &Client, fi: &pb::FileInfo, range: ScanRange, delimiter: u8) -> SelectResult<(u64, u64)> {
     let len = fi.length;
-    let (start, last) = match (range.start, range.end) {
+    let (start, last) = bounds(len, range)?;
+    let from = record_start(client, fi, start, delimiter).await?;
+    let to = if last >= len.saturating_sub(1) { len } else { record_start(client, fi, last + 1, delimiter).await? };
+    Ok((from, to.max(from)))
+}
+
+/// The first and last byte (inclusive; `u64::MAX`: to the end) a `ScanRange` names in
+/// an object of `len` bytes.
+fn bounds(len: u64, range: ScanRange) -> SelectResult<(u64, u64)> {
+    Ok(match (range.start, range.end) {
         (Some(s), Some(e)) if s > e => {
             return Err(err(SelectErrorCode::BadRequest, format!("ScanRange Start {s} is after its End {e}")));
         }
@@ -157,10 +201,58 @@ async fn window(client: &Client, fi: &pb::FileInfo, range: ScanRange, delimiter:
         (Some(s), None) => (s, u64::MAX),
         (None, Some(n)) => (len.saturating_sub(n), u64::MAX),
         (None, None) => (0, u64::MAX),
-    };
-    let from = record_start(client, fi, start, delimiter).await?;
-    let to = if last >= len.saturating_sub(1) { len } else { record_start(client, fi, last + 1, delimiter).await? };
-    Ok((from, to.max(from)))
+    })
+}
+
+/// A Parquet table read only in the row groups whose first page starts in `start..end`:
+/// its scan's files get that byte range, and DataFusion's Parquet reader keeps exactly
+/// those row groups (the range survives its splitting and the trip to a worker).
+#[derive(Debug)]
+pub(crate) struct RowGroupsIn {
+    pub table: Arc<dyn TableProvider>,
+    pub start: u64,
+    pub end: u64,
+}
+
+#[async_trait::async_trait]
+impl TableProvider for RowGroupsIn {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.table.table_type()
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        self.table.supports_filters_pushdown(filters)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let plan = self.table.scan(state, projection, filters, limit).await?;
+        let (start, end) = (self.start as i64, self.end as i64);
+        plan.transform_up(|p| {
+            let Some(scan) =
+                p.downcast_ref::<DataSourceExec>().and_then(|d| d.data_source().downcast_ref::<FileScanConfig>())
+            else {
+                return Ok(Transformed::no(p));
+            };
+            let groups = scan
+                .file_groups
+                .iter()
+                .map(|g| FileGroup::new(g.iter().map(|f| f.clone().with_range(start, end)).collect()))
+                .collect();
+            let scan = FileScanConfigBuilder::from(scan.clone()).with_file_groups(groups).build();
+            Ok(Transformed::yes(DataSourceExec::from_data_source(scan) as Arc<dyn ExecutionPlan>))
+        })
+        .map(|t| t.data)
+    }
 }
 
 /// The first record start at or after `pos`: 0, or just past a delimiter at `pos - 1`

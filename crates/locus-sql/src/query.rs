@@ -195,9 +195,11 @@ pub async fn plan(
     sql: &str,
     traffic: &Traffic,
 ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-    let df = ctx.sql(sql).await.map_err(df_err)?;
-    let plan = df.create_physical_plan().await.map_err(df_err)?;
-    crate::remote::distribute(plan, client, traffic.clone()).await
+    let (state, logical) = ctx.sql(sql).await.map_err(df_err)?.into_parts();
+    let logical = state.optimize(&logical).map_err(df_err)?;
+    let logical = crate::remote::fold_scalar_joins(logical, &state, client.clone(), traffic.clone()).await?;
+    let plan = state.create_physical_plan(&logical).await.map_err(df_err)?;
+    crate::remote::distribute(plan, client, traffic.clone(), ctx.task_ctx()).await
 }
 
 /// Write `batches` in `format`.

@@ -5,7 +5,16 @@
 //! This is DataFusion's own plan cut at its exchanges, not a distributed engine: joins
 //! across partitions stay where DataFusion put them.
 //!
-//! - Caller: [`distribute`] puts a [`RemoteExec`] in place of each such fragment. Under an
+//! - Caller, before physical planning: [`fold_scalar_joins`] runs each join's one-row side
+//!   (a scalar aggregate: normalize's statistics, an uncorrelated scalar subquery) and
+//!   puts its values in as constants, so the join is gone and the other side's scan and
+//!   aggregates cut into fragments as any other's.
+//! - Caller: [`distribute`] first runs the small build side of each join that collects its
+//!   left input and answers each right row on its own (a cross join with a one-row
+//!   aggregate, an inner hash join with a small table): its rows go into the plan as
+//!   constants, broadcast with the fragment, so the scan on the other side and what sits
+//!   above it up to the next exchange still run on the workers. Then it puts a
+//!   [`RemoteExec`] in place of each fragment. Under an
 //!   exchange, a splittable scan (uncompressed CSV without newlines in values, JSON lines,
 //!   Parquet) is cut into one partition per block, so each runs where its block lives;
 //!   else the scan keeps DataFusion's partitions, each sent to the worker holding most of
@@ -26,19 +35,26 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamDecoder;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Column, JoinType, ScalarValue};
 use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::analyze::AnalyzeExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
@@ -60,13 +76,161 @@ const LOCUS_SCHEME: &str = "locus";
 
 /// `plan` with each fragment that can run on workers replaced by a [`RemoteExec`].
 /// `traffic` adds up the bytes the workers' scans read and the bytes they send back.
+/// `task` runs the small sides of joins that are broadcast.
 pub async fn distribute(
     plan: Arc<dyn ExecutionPlan>,
     client: Arc<Client>,
     traffic: Traffic,
+    task: Arc<TaskContext>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let cx = Cx { client, traffic, workers: Default::default(), files: Default::default() };
+    let cx = Cx { client, traffic, task, workers: Default::default(), files: Default::default() };
+    let plan = broadcast(plan, &cx).await?;
     place(plan, false, &cx).await
+}
+
+/// `plan` (optimized) with each join that has a one-row side replaced by the other side
+/// and that row's values as constant columns: the side runs now, through [`distribute`].
+/// Only inner joins, and outer joins whose one-row side always matches (no condition),
+/// where "one row" is certain: an aggregate without `GROUP BY` (under aliases and
+/// projections). An `EXPLAIN` runs nothing.
+pub async fn fold_scalar_joins(
+    plan: LogicalPlan,
+    state: &SessionState,
+    client: Arc<Client>,
+    traffic: Traffic,
+) -> Result<LogicalPlan> {
+    if matches!(plan, LogicalPlan::Explain(_)) {
+        return Ok(plan);
+    }
+    let cx = Cx { client, traffic, task: state.task_ctx(), workers: Default::default(), files: Default::default() };
+    fold(plan, state, &cx).await
+}
+
+fn fold<'a>(plan: LogicalPlan, state: &'a SessionState, cx: &'a Cx) -> BoxFuture<'a, Result<LogicalPlan>> {
+    async move {
+        let inputs: Vec<LogicalPlan> = plan.inputs().into_iter().cloned().collect();
+        if inputs.is_empty() {
+            return Ok(plan);
+        }
+        let mut folded = Vec::with_capacity(inputs.len());
+        for i in &inputs {
+            folded.push(fold(i.clone(), state, cx).await?);
+        }
+        let plan =
+            if folded == inputs { plan } else { plan.with_new_exprs(plan.expressions(), folded).map_err(df_err)? };
+        let LogicalPlan::Join(j) = &plan else {
+            return Ok(plan);
+        };
+        let unconditional = j.on.is_empty() && j.filter.is_none();
+        let scalar_left = is_one_row(&j.left)
+            && (j.join_type == JoinType::Inner || (j.join_type == JoinType::Right && unconditional));
+        let scalar_right = is_one_row(&j.right)
+            && (j.join_type == JoinType::Inner || (j.join_type == JoinType::Left && unconditional));
+        let (one, other) = match (scalar_left, scalar_right) {
+            (true, _) => (j.left.as_ref(), j.right.as_ref()),
+            (false, true) => (j.right.as_ref(), j.left.as_ref()),
+            _ => return Ok(plan),
+        };
+        let physical = state.create_physical_plan(one).await.map_err(df_err)?;
+        let physical = place(broadcast(physical, cx).await?, false, cx).await?;
+        let rows = datafusion::physical_plan::collect(physical, cx.task.clone()).await.map_err(df_err)?;
+        let Some(row) = rows.iter().find(|b| b.num_rows() > 0) else {
+            return Ok(plan);
+        };
+        if rows.iter().map(|b| b.num_rows()).sum::<usize>() != 1 {
+            return Ok(plan);
+        }
+        let mut constants = Vec::new();
+        for (i, (q, f)) in one.schema().iter().enumerate() {
+            let v = ScalarValue::try_from_array(row.column(i), 0).map_err(df_err)?;
+            constants.push(Expr::Literal(v, None).alias_qualified(q.cloned(), f.name()));
+        }
+        let columns: Vec<Expr> = other.schema().iter().map(|(q, f)| Expr::Column(Column::from((q, f)))).collect();
+        let exprs = if scalar_left { [constants, columns].concat() } else { [columns, constants].concat() };
+        let cond = conjunction(j.on.iter().map(|(l, r)| l.clone().eq(r.clone())).chain(j.filter.clone()));
+        let mut out = LogicalPlanBuilder::from(other.clone()).project(exprs).map_err(df_err)?;
+        if let Some(c) = cond {
+            out = out.filter(c).map_err(df_err)?;
+        }
+        out.build().map_err(df_err)
+    }
+    .boxed()
+}
+
+/// A plan that yields exactly one row: an aggregate without `GROUP BY`, under aliases and
+/// projections.
+fn is_one_row(p: &LogicalPlan) -> bool {
+    match p {
+        LogicalPlan::Aggregate(a) => a.group_expr.is_empty(),
+        LogicalPlan::SubqueryAlias(a) => is_one_row(&a.input),
+        LogicalPlan::Projection(pr) => is_one_row(&pr.input),
+        _ => false,
+    }
+}
+
+/// The most rows, or bytes, by the planner's estimate, a join's build side may have to
+/// be run first and broadcast as constants with the fragments of its probe side (the
+/// bytes are DataFusion's own bound for collecting a join's side whole).
+const BROADCAST_ROWS: usize = 10_000;
+const BROADCAST_BYTES: usize = 1 << 20;
+
+/// `plan` with the build side of each join that can take it run now and put in as
+/// constants ([`MemorySourceConfig`]), so the join and the scan under its other side form
+/// one fragment ([`Chain`]). Only where that side is small, its other side is a fragment,
+/// and the join answers each probe row alone: a join that also emits unmatched build
+/// rows (left, full, left semi/anti) needs every partition's probe rows in one place.
+fn broadcast<'a>(plan: Arc<dyn ExecutionPlan>, cx: &'a Cx) -> BoxFuture<'a, Result<Arc<dyn ExecutionPlan>>> {
+    async move {
+        let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
+        if children.is_empty() {
+            return Ok(plan);
+        }
+        let mut done = Vec::with_capacity(children.len());
+        for c in children {
+            done.push(broadcast(c, cx).await?);
+        }
+        let plan = replace_children_if_necessary(plan, done).map_err(df_err)?;
+        let mut children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
+        let [left, right] = children.as_slice() else {
+            return Ok(plan);
+        };
+        let small = estimated_size(left.as_ref()).is_some_and(|(r, b)| r <= BROADCAST_ROWS || b <= BROADCAST_BYTES);
+        if !per_probe_row(plan.as_ref()) || !small || is_constant(left) || Chain::of(right).is_none() {
+            return Ok(plan);
+        }
+        let left = place(left.clone(), false, cx).await?;
+        let schema = left.schema();
+        let rows = datafusion::physical_plan::collect(left, cx.task.clone()).await.map_err(df_err)?;
+        children[0] = MemorySourceConfig::try_new_exec(&[rows], schema, None).map_err(df_err)?;
+        replace_children_if_necessary(plan, children).map_err(df_err)
+    }
+    .boxed()
+}
+
+/// The planner's estimate of the rows and bytes `p` yields (unknown: `usize::MAX`).
+fn estimated_size(p: &dyn ExecutionPlan) -> Option<(usize, usize)> {
+    let stats = StatisticsContext::new().compute(p, &StatisticsArgs::new()).ok()?;
+    let known = |v: Option<&usize>| v.copied().unwrap_or(usize::MAX);
+    Some((known(stats.num_rows.get_value()), known(stats.total_byte_size.get_value())))
+}
+
+/// A join that collects its left input whole and then answers each right row on its own.
+fn per_probe_row(p: &dyn ExecutionPlan) -> bool {
+    let probe_only =
+        |t: &JoinType| matches!(t, JoinType::Inner | JoinType::Right | JoinType::RightSemi | JoinType::RightAnti);
+    if p.is::<CrossJoinExec>() {
+        return true;
+    }
+    if let Some(j) = p.downcast_ref::<HashJoinExec>() {
+        return *j.partition_mode() == PartitionMode::CollectLeft && probe_only(j.join_type());
+    }
+    p.downcast_ref::<NestedLoopJoinExec>().is_some_and(|j| probe_only(j.join_type()))
+}
+
+/// Rows put into the plan as constants (a broadcast build side): sent along with a
+/// fragment, never placed.
+fn is_constant(p: &Arc<dyn ExecutionPlan>) -> bool {
+    p.downcast_ref::<DataSourceExec>().is_some_and(|d| d.data_source().downcast_ref::<MemorySourceConfig>().is_some())
 }
 
 /// What placing fragments needs: the live workers and the files' blocks, each looked up
@@ -74,6 +238,7 @@ pub async fn distribute(
 struct Cx {
     client: Arc<Client>,
     traffic: Traffic,
+    task: Arc<TaskContext>,
     workers: tokio::sync::OnceCell<Vec<pb::WorkerAddress>>,
     files: tokio::sync::Mutex<HashMap<String, Arc<pb::FileInfo>>>,
 }
@@ -134,31 +299,37 @@ fn is_exchange(p: &dyn ExecutionPlan) -> bool {
     p.is::<RepartitionExec>() || p.is::<CoalescePartitionsExec>() || p.is::<SortPreservingMergeExec>()
 }
 
-/// A fragment: single-child nodes down to a scan of Locus files, none of them an
-/// exchange; top first.
+/// A fragment: nodes down to a scan of Locus files, none of them an exchange, each with
+/// one child on the way down and any others constants ([`is_constant`]); top first.
 struct Chain {
     nodes: Vec<Arc<dyn ExecutionPlan>>,
+    /// For each node but the scan, which of its children the chain goes on through.
+    via: Vec<usize>,
     scan: FileScanConfig,
 }
 
 impl Chain {
     fn of(plan: &Arc<dyn ExecutionPlan>) -> Option<Chain> {
-        let mut nodes = vec![plan.clone()];
+        let (mut nodes, mut via) = (vec![plan.clone()], Vec::new());
         loop {
             let p = nodes.last()?.clone();
             if is_exchange(p.as_ref()) || p.is::<DataSinkExec>() || p.is::<AnalyzeExec>() {
                 return None;
             }
             let children = p.children();
-            match children.as_slice() {
-                [] => {
-                    let ds = p.downcast_ref::<DataSourceExec>()?;
-                    let scan = ds.data_source().downcast_ref::<FileScanConfig>()?;
-                    let url: &url::Url = scan.object_store_url.as_ref();
-                    let locus = url.scheme() == LOCUS_SCHEME;
-                    return locus.then(|| Chain { nodes, scan: scan.clone() });
+            if children.is_empty() {
+                let ds = p.downcast_ref::<DataSourceExec>()?;
+                let scan = ds.data_source().downcast_ref::<FileScanConfig>()?;
+                let url: &url::Url = scan.object_store_url.as_ref();
+                let locus = url.scheme() == LOCUS_SCHEME;
+                return locus.then(|| Chain { nodes, via, scan: scan.clone() });
+            }
+            let mut on = children.iter().enumerate().filter(|(_, c)| !is_constant(c));
+            match (on.next(), on.next()) {
+                (Some((i, c)), None) => {
+                    via.push(i);
+                    nodes.push((*c).clone());
                 }
-                [c] => nodes.push((*c).clone()),
                 _ => return None,
             }
         }
@@ -168,8 +339,10 @@ impl Chain {
     fn with_groups(&self, groups: Vec<FileGroup>) -> DfResult<Arc<dyn ExecutionPlan>> {
         let scan = FileScanConfigBuilder::from(self.scan.clone()).with_file_groups(groups).build();
         let mut p: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(scan);
-        for n in self.nodes.iter().rev().skip(1) {
-            p = replace_children_if_necessary(n.clone(), vec![p])?;
+        for (n, &i) in self.nodes.iter().rev().skip(1).zip(self.via.iter().rev()) {
+            let mut children: Vec<Arc<dyn ExecutionPlan>> = n.children().into_iter().cloned().collect();
+            children[i] = p;
+            p = replace_children_if_necessary(n.clone(), children)?;
         }
         Ok(p)
     }
@@ -180,11 +353,9 @@ impl Chain {
         !self.scan.file_compression_type.is_compressed()
             && self.scan.file_source().supports_repartitioning()
             && self.scan.output_ordering.is_empty()
-            && self.nodes[..self.nodes.len() - 1].iter().all(|n| {
-                n.input_distribution_requirements()
-                    .into_per_child()
-                    .iter()
-                    .all(|d| matches!(d, Distribution::UnspecifiedDistribution))
+            && self.nodes.iter().zip(&self.via).all(|(n, &i)| {
+                let d = n.input_distribution_requirements().into_per_child();
+                d.get(i).is_none_or(|d| matches!(d, Distribution::UnspecifiedDistribution))
             })
     }
 }

@@ -212,6 +212,12 @@ pub async fn select(
             ctx.register_parquet("s3object", url, ParquetReadOptions::default().file_extension(""))
                 .await
                 .map_err(|e| classify(df_err(e)))?;
+            if let Some((start, end)) = input.row_groups {
+                let table = ctx.deregister_table("s3object").map_err(|e| classify(df_err(e)))?;
+                let table = table.ok_or_else(|| Error::internal("the select's table is gone"))?;
+                let ranged = Arc::new(crate::input::RowGroupsIn { table, start, end });
+                ctx.register_table("s3object", ranged).map_err(|e| classify(df_err(e)))?;
+            }
             None
         }
     };

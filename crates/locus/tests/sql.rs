@@ -1,8 +1,11 @@
 //! MiniCluster tests of SQL next to the data (issue 24, `locus_sql::remote`): a query's
 //! scans and partial aggregates run on the workers that hold the blocks, cold and warm,
 //! with results equal to numbers computed here; the same query on workers without SQL
-//! runs in the caller; a fragment that names a worker's own files is refused; a caller
-//! that hangs up stops the worker's scan.
+//! runs in the caller; a join with a one-row side (normalize's statistics) is folded into
+//! constants, and a small table is broadcast as a join's build side, so the scan under
+//! the other side still runs on the workers; a
+//! fragment that names a worker's own files is refused; a caller that hangs up stops the
+//! worker's scan.
 #![cfg(feature = "sql")]
 
 use std::sync::Arc;
@@ -164,6 +167,100 @@ async fn workers_without_sql_leave_the_query_to_the_caller() {
     assert!(traffic.get().0 >= data.len() as u64);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(totals(&cl).await.compute_scanned, 0);
+    c.shutdown().await;
+}
+
+fn f64s(b: &RecordBatch, i: usize) -> Vec<f64> {
+    let c = datafusion::arrow::compute::cast(b.column(i), &datafusion::arrow::datatypes::DataType::Float64).unwrap();
+    c.as_primitive::<Float64Type>().values().to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joins_with_a_one_row_or_small_side_scan_on_the_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 2, true).await;
+    let cl = Arc::new(c.client(ClientConfig::default()).unwrap());
+    let (data, vals) = sensor_log(150_000);
+    put_cold(&cl, "/logs/a.csv", &data).await;
+    // A small table, as Parquet (its statistics tell the planner it is small).
+    let ids: Vec<String> = (0..7).filter(|s| s % 3 != 0).map(|s| format!("s{s}")).collect();
+    let names: Vec<String> = (0..7).filter(|s| s % 3 != 0).map(|s| format!("name{s}")).collect();
+    let dims = RecordBatch::try_from_iter([
+        ("sensor", Arc::new(datafusion::arrow::array::StringArray::from(ids)) as datafusion::arrow::array::ArrayRef),
+        ("name", Arc::new(datafusion::arrow::array::StringArray::from(names))),
+    ])
+    .unwrap();
+    let mut pq = Vec::new();
+    let mut w = datafusion::parquet::arrow::ArrowWriter::try_new(&mut pq, dims.schema(), None).unwrap();
+    w.write(&dims).unwrap();
+    w.close().unwrap();
+    put_as(&cl, "/dims/s.parquet", &pq, WriteType::MustCache).await.unwrap();
+    let blocks = cl.status("/logs/a.csv", true).await.unwrap().blocks.len();
+    let n = vals.len() as f64;
+    // Normalize's plain definition: the statistics (one row), crossed with every row.
+    let normalize = "WITH a AS (SELECT avg(c0) m, stddev_pop(c0) s, min(c1) l, max(c1) h FROM 'locus:///logs/a.csv') \
+                     SELECT sum((c0 - m) / s) AS z, sum(CAST(c1 - l AS DOUBLE) / (h - l)) AS mm, count(*) AS n \
+                     FROM 'locus:///logs/a.csv' CROSS JOIN a";
+    let mean = vals.iter().map(|v| v.1).sum::<f64>() / n;
+    let sd = (vals.iter().map(|v| (v.1 - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let (lo, hi) = vals.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(v.2), h.max(v.2)));
+    let z: f64 = vals.iter().map(|v| (v.1 - mean) / sd).sum();
+    let mm: f64 = vals.iter().map(|v| (v.2 - lo) / (hi - lo)).sum();
+    // A small table joined on the sensor (inner): per name, the rows and their sum of c0.
+    let join = "SELECT d.name, count(*) AS n, sum(t.c0) AS s FROM 'locus:///logs/a.csv' t \
+                JOIN 'locus:///dims/s.parquet' d ON t.sensor = d.sensor GROUP BY d.name ORDER BY d.name";
+    let mut per: Vec<(String, f64, f64)> =
+        (0..7).filter(|s| s % 3 != 0).map(|s| (format!("name{s}"), 0.0, 0.0)).collect();
+    for v in &vals {
+        if let Some(p) = per.iter_mut().find(|p| p.0 == format!("name{}", v.0)) {
+            p.1 += 1.0;
+            p.2 += v.1;
+        }
+    }
+    // Normalize's one-row side becomes constants (no join is left); the small table is
+    // the hash join's build side, sent with each fragment.
+    for sql in [normalize, join] {
+        let (ctx, read) = locus_sql::query::session_counted(cl.clone(), false).unwrap();
+        let traffic = locus_sql::query::Traffic::scanning(read);
+        let plan = locus_sql::query::plan(&ctx, cl.clone(), sql, &traffic).await.unwrap();
+        let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
+        // The partial aggregate is a fragment, one per block of the log, with the join (if
+        // any is left) under it: none is in the caller's part of the plan.
+        let remote = shown.lines().find(|l| {
+            l.contains(&format!("RemoteExec: partitions={blocks} on workers"))
+                && l.contains("fragment=AggregateExec: mode=Partial")
+        });
+        assert!(remote.is_some(), "{shown}");
+        assert!(!shown.contains("Join"), "{shown}");
+        for round in ["cold", "warm"] {
+            let (batches, traffic) = locus_sql::query::run_sql_counted(cl.clone(), sql).await.unwrap();
+            let (scanned, returned) = traffic.get();
+            assert!(returned > 0 && returned * 100 < scanned, "{round}: {returned} returned of {scanned}");
+            if sql == normalize {
+                let b = &batches[0];
+                let (gz, gmm) = (f64s(b, 0)[0], f64s(b, 1)[0]);
+                assert_eq!(b.column(2).as_primitive::<Int64Type>().value(0), vals.len() as i64);
+                assert!((gz - z).abs() <= 1e-6, "z {gz} vs {z}");
+                assert!((gmm - mm).abs() <= 1e-9 * mm.abs(), "minmax {gmm} vs {mm}");
+            } else {
+                let mut got = Vec::new();
+                for b in &batches {
+                    let name =
+                        datafusion::arrow::compute::cast(b.column(0), &datafusion::arrow::datatypes::DataType::Utf8)
+                            .unwrap();
+                    let (cnt, sum) = (f64s(b, 1), f64s(b, 2));
+                    for r in 0..b.num_rows() {
+                        got.push((name.as_string::<i32>().value(r).to_string(), cnt[r], sum[r]));
+                    }
+                }
+                assert_eq!(got.len(), per.len(), "{got:?}");
+                for (g, w) in got.iter().zip(&per) {
+                    assert_eq!((&g.0, g.1), (&w.0, w.1));
+                    assert!((g.2 - w.2).abs() <= 1e-9 * w.2.abs().max(1.0), "{g:?} vs {w:?}");
+                }
+            }
+        }
+    }
     c.shutdown().await;
 }
 
