@@ -496,7 +496,7 @@ def run(a) -> dict:
         log("locus-sql left out: this locus was built without SQL (bench/run --quick builds so)")
         paths.remove("locus-sql")
     k, m = 3.0, 7.0
-    raw = {"profile": a.profile, "quick": a.quick, "reps": reps, "block_size": parse_size(a.block_size), "workers": workers, "k": k, "m": m, "ops": ops,
+    raw = {"profile": a.profile, "quick": a.quick, "reps": reps, "block_size": parse_size(a.block_size), "compute_parallelism": a.compute_parallelism, "workers": workers, "k": k, "m": m, "ops": ops,
            "paths": paths, "datasets": [], "runs": [], "plain_read": [], "checks": [],
            "machine": machine_facts(a.profile), "code": code_version()}
     stage = Stage(a)
@@ -590,7 +590,8 @@ def run(a) -> dict:
                             if st["cached_fraction"] != 0:
                                 raise SystemExit(f"locus fs free left {st['cached_fraction']:.0%} of {first} cached")
                             for p in ("locus-cold", "locus-warm"):
-                                s, out = timed([a.locus_bin, "fs", "compute", op, path, *op_args(op, k, m), "--json"],
+                                par = ["--parallelism", str(a.compute_parallelism)] if a.compute_parallelism else []
+                                s, out = timed([a.locus_bin, "fs", "compute", op, path, *op_args(op, k, m), "--json", *par],
                                                stage.locus_env)
                                 e = acc[p][op]
                                 e["seconds"].append(s)
@@ -655,6 +656,8 @@ def main():
                     "its small files still span several blocks and both workers)")
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="the Spark driver JVM uses a class-data archive (as seed-linecount)")
+    ap.add_argument("--compute-parallelism", type=int, default=0,
+                    help="blocks `locus fs compute` runs at once (default 0: the client's own, 2 per worker)")
     ap.add_argument("--locus-bin", required=True)
     ap.add_argument("--minio", default=str(tools / "bin" / "minio"))
     ap.add_argument("--work-dir", default="", help="scratch directory (MinIO's data lives here)")
