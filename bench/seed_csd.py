@@ -657,7 +657,7 @@ def main():
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="the Spark driver JVM uses a class-data archive (as seed-linecount)")
     ap.add_argument("--compute-parallelism", type=int, default=0,
-                    help="blocks `locus fs compute` runs at once (default 0: the client's own, 2 per worker)")
+                    help="blocks `locus fs compute` runs at once (default 0: the client's own, 4 per worker, at least 8)")
     ap.add_argument("--locus-bin", required=True)
     ap.add_argument("--minio", default=str(tools / "bin" / "minio"))
     ap.add_argument("--work-dir", default="", help="scratch directory (MinIO's data lives here)")

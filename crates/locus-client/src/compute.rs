@@ -22,7 +22,8 @@ use crate::Client;
 #[derive(Clone, Debug, Default)]
 pub struct ComputeJob {
     pub request: Request,
-    /// Blocks computed at once (0: two per live worker).
+    /// Blocks computed at once (0: four per live worker, at least 8: enough fills from the UFS in
+    /// flight to keep a link busy while each block is committed to the cache).
     pub parallelism: usize,
 }
 
@@ -160,7 +161,7 @@ impl Client {
         let spec = &plan.spec;
         let mut merger = plan.merger();
         let parallelism = match job.parallelism {
-            0 => (self.workers(false).await?.len() * 2).max(2),
+            0 => (self.workers(false).await?.len() * 4).max(8),
             n => n,
         };
         let returned = Arc::new(AtomicU64::new(0));

@@ -48,7 +48,7 @@ pub struct ComputeArgs {
     /// The first line is data, not a header naming the columns.
     #[arg(long)]
     pub no_header: bool,
-    /// Blocks computed at once (default: two per live worker).
+    /// Blocks computed at once (default: four per live worker, at least 8).
     #[arg(long, default_value_t = 0)]
     pub parallelism: usize,
     /// Print the results as one JSON object.
