@@ -133,9 +133,11 @@ impl Client {
     }
 
     /// Index objects from an inventory: upserts by path, so a retried or repeated batch
-    /// changes nothing more. Returns (indexed, skipped as already in the namespace).
-    pub async fn import_catalog(&self, entries: Vec<pb::CatalogImport>) -> Result<(u64, u64)> {
-        let r = pb::ImportCatalogRequest { entries };
+    /// changes nothing more. Returns (indexed, skipped as already in the namespace). With
+    /// `commit`, answers once everything imported so far is searchable and on disk (an
+    /// import's last request sets it).
+    pub async fn import_catalog(&self, entries: Vec<pb::CatalogImport>, commit: bool) -> Result<(u64, u64)> {
+        let r = pb::ImportCatalogRequest { entries, commit };
         let r = self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.import_catalog(r).await }).await?;
         Ok((r.count, r.skipped))
     }

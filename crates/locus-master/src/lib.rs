@@ -64,6 +64,8 @@ fn is_persisted(rec: &pb::InodeRecord) -> bool {
 pub(crate) struct Inner {
     cfg: MasterConfig,
     store: Store,
+    /// The search index (`search`), kept current from the namespace's journal.
+    catalog: search::indexer::Catalog,
     mounts: RwLock<Vec<MountEntry>>,
     workers: Mutex<HashMap<u64, WorkerState>>,
     metrics: Metrics,
@@ -108,12 +110,17 @@ impl MasterBuilder {
     /// on first start.
     pub async fn build(self) -> Result<Master> {
         let (dir, cache) = (self.cfg.meta_dir.clone(), self.cfg.meta_cache_size.as_u64() as usize);
-        let store = tokio::task::spawn_blocking(move || Store::open(&dir, cache))
-            .await
-            .map_err(|e| Error::internal(format!("open the metadata store: {e}")))??;
+        let (store, catalog) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let store = Store::open(&dir, cache)?;
+            let catalog = search::indexer::Catalog::open(&dir.join("search"), &store)?;
+            Ok((store, catalog))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("open the metadata store: {e}")))??;
         let inner = Arc::new(Inner {
             cfg: self.cfg,
             store,
+            catalog,
             mounts: RwLock::new(Vec::new()),
             workers: Mutex::new(HashMap::new()),
             metrics: Metrics::new(),
@@ -175,7 +182,8 @@ impl Master {
         }));
         let persist_job = persist::start(self.clone());
         let replication_job = replication::start(self.clone());
-        *self.inner.jobs.lock() = vec![persist_job.watch(), replication_job.watch()];
+        let indexer_job = search::indexer::start(self.clone());
+        *self.inner.jobs.lock() = vec![persist_job.watch(), replication_job.watch(), indexer_job.watch()];
         let mut rx3 = rx;
         let res = service::serve(self.clone(), rpc, async move {
             tokio::select! {
@@ -188,6 +196,7 @@ impl Master {
         let _ = web_task.await;
         persist_job.stop().await;
         replication_job.stop().await;
+        indexer_job.stop().await;
         res
     }
 }

@@ -15,7 +15,7 @@
 //! | `persist_queue` | seq | `PersistOp` (protobuf): UFS changes still to make, in order |
 //! | `pending_writes` | file version | creation time (ms) of a write not completed yet |
 //! | `replicated` | file version | () for files with replication bounds (`setReplication`) |
-//! | `catalog`, `catalog_index` | path; (attribute value, path) | the search catalog (`search::catalog`) |
+//! | `catalog_journal` | seq | `CatalogChange` (protobuf): changes the search index has still to take (`search::catalog`) |
 //!
 //! A file version is in `versions` from `CreateFile` on (mapped to inode 0 until the
 //! write completes), so that workers may report its blocks while it is written.
@@ -184,6 +184,7 @@ impl Stored for pb::MountInfo {
 
 impl Stored for pb::WorkerAddress {}
 impl Stored for pb::CatalogEntry {}
+impl Stored for pb::CatalogChange {}
 
 /// Decode a stored protobuf record.
 pub fn decode<M: Stored>(b: &[u8]) -> Result<M> {
@@ -229,6 +230,7 @@ impl Store {
             w.open_table(PERSIST_QUEUE).map_err(db_err)?;
             w.open_table(PENDING_WRITES).map_err(db_err)?;
             w.open_table(REPLICATED).map_err(db_err)?;
+            w.open_table(crate::search::catalog::CATALOG_JOURNAL).map_err(db_err)?;
             // The cluster's identity, made once with the namespace: a worker holding blocks
             // of another namespace (whose ids mean other data here) is told to drop them.
             let mut counters = w.open_table(COUNTERS).map_err(db_err)?;
@@ -290,6 +292,15 @@ impl Store {
         .map_err(|e| Error::internal(format!("metadata write: {e}")))?
     }
 
+    /// [`Store::mutate_soft`] for a caller already on a blocking thread (the indexer).
+    pub fn write_soft_blocking<T>(&self, f: impl FnOnce(&WriteTransaction) -> Result<T>) -> Result<T> {
+        let mut w = self.db.begin_write().map_err(db_err)?;
+        w.set_durability(Durability::None).map_err(db_err)?;
+        let v = f(&w)?;
+        w.commit().map_err(db_err)?;
+        Ok(v)
+    }
+
     pub fn read(&self) -> Result<redb::ReadTransaction> {
         self.db.begin_read().map_err(db_err)
     }
@@ -325,9 +336,12 @@ pub fn load_inode(w: &WriteTransaction, id: u64) -> Result<Option<pb::InodeRecor
 
 pub fn put_inode(w: &WriteTransaction, r: &pb::InodeRecord) -> Result<()> {
     let mut t = w.open_table(INODES).map_err(db_err)?;
-    t.insert(r.id, r.encode_to_vec().as_slice()).map_err(db_err)?;
+    let old: Option<pb::InodeRecord> = match t.insert(r.id, r.encode_to_vec().as_slice()).map_err(db_err)? {
+        Some(v) => Some(decode(v.value())?),
+        None => None,
+    };
     drop(t);
-    crate::search::catalog::on_put(w, r)
+    crate::search::catalog::on_put(w, old.as_ref(), r)
 }
 
 pub fn get_child(t: &impl ReadableTable<(u64, &'static str), u64>, parent: u64, name: &str) -> Result<Option<u64>> {

@@ -1,83 +1,36 @@
-//! The catalog: every object's searchable attributes, keyed by its Locus path, and the
-//! secondary indexes that answer a selective search without a scan. Both are redb
-//! tables in the master's database, so a catalog change commits in the same transaction
-//! as the namespace change it mirrors: a search sees exactly what reads see.
+//! The catalog's write side: every namespace change that alters what a search sees is
+//! journaled as a [`pb::CatalogChange`] in the same redb transaction as the change
+//! itself, so it is as durable as the change; the indexer ([`super::indexer`]) applies
+//! the journal to the search index in order and trims it.
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `catalog` | path | `CatalogEntry` (protobuf) |
-//! | `catalog_index` | (attribute and value, path) | () |
-//!
-//! An index key starts with one byte naming the attribute, then the value encoded so
-//! that byte order is value order: `content-length` as a big-endian u64,
-//! `last-modified` as a big-endian i64 with its sign bit flipped, text as its bytes
-//! (user metadata and tags as `name \0 value`, the metadata name in lower case). The
-//! entries of one value are therefore in path order: an equality is a stream of paths in
-//! key order, which pages without sorting however many objects match.
-
-use std::collections::HashSet;
+//! | `catalog_journal` | seq (from the `catalog_seq` counter) | `CatalogChange` (protobuf) |
 
 use locus_common::Result;
 use locus_proto::pb;
 use prost::Message;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
-use crate::store::{INODES, ROOT_ID, db_err, decode, get_inode};
+use crate::store::{INODES, ROOT_ID, db_err, get_counter, get_inode, next_id};
 
-pub const CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::new("catalog");
-pub const CATALOG_INDEX: TableDefinition<(&[u8], &str), ()> = TableDefinition::new("catalog_index");
+pub const CATALOG_JOURNAL: TableDefinition<u64, &[u8]> = TableDefinition::new("catalog_journal");
+/// The counter holding the next journal seq (the first is 1).
+pub const CATALOG_SEQ: &str = "catalog_seq";
+/// The tables of the catalog before it moved into the search index (read once, to move
+/// their entries, then deleted).
+pub const LEGACY_CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::new("catalog");
+pub const LEGACY_CATALOG_INDEX: TableDefinition<(&[u8], &str), ()> = TableDefinition::new("catalog_index");
 
-/// The attribute byte that starts an index key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum IndexAttr {
-    Size = 1,
-    Modified = 2,
-    ContentType = 3,
-    Etag = 4,
-    Meta = 5,
-    Tag = 6,
+/// The seq of the last change journaled (0: none yet).
+pub fn head(t: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
+    Ok(get_counter(t, CATALOG_SEQ)?.saturating_sub(1))
 }
 
-/// Index key of a number attribute.
-pub fn num_key(a: IndexAttr, v: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(9);
-    k.push(a as u8);
-    k.extend_from_slice(&v.to_be_bytes());
-    k
-}
-
-/// Index key of `last-modified`.
-pub fn time_key(ms: i64) -> Vec<u8> {
-    num_key(IndexAttr::Modified, (ms as u64) ^ (1 << 63))
-}
-
-/// Index key of a text attribute (`name` for user metadata and tags).
-pub fn text_key(a: IndexAttr, name: Option<&str>, v: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(2 + name.map_or(0, str::len) + v.len());
-    k.push(a as u8);
-    if let Some(n) = name {
-        k.extend_from_slice(n.as_bytes());
-        k.push(0);
-    }
-    k.extend_from_slice(v.as_bytes());
-    k
-}
-
-/// Every index key of an entry.
-pub fn index_keys(e: &pb::CatalogEntry) -> Vec<Vec<u8>> {
-    let mut out = Vec::with_capacity(4 + e.user.len() + e.tags.len());
-    out.push(num_key(IndexAttr::Size, e.size));
-    out.push(time_key(e.mtime_ms));
-    out.push(text_key(IndexAttr::ContentType, None, &e.content_type));
-    out.push(text_key(IndexAttr::Etag, None, &e.etag));
-    for (n, v) in &e.user {
-        out.push(text_key(IndexAttr::Meta, Some(&n.to_ascii_lowercase()), v));
-    }
-    for (n, v) in &e.tags {
-        out.push(text_key(IndexAttr::Tag, Some(n), v));
-    }
-    out
+pub(crate) fn append(w: &WriteTransaction, c: pb::CatalogChange) -> Result<()> {
+    let seq = next_id(w, CATALOG_SEQ, 1)?;
+    w.open_table(CATALOG_JOURNAL).map_err(db_err)?.insert(seq, c.encode_to_vec().as_slice()).map_err(db_err)?;
+    Ok(())
 }
 
 /// The catalog entry of a namespace file.
@@ -107,68 +60,36 @@ pub fn path_of(inodes: &impl ReadableTable<u64, &'static [u8]>, rec: &pb::InodeR
     Ok(Some(format!("/{}", names.join("/"))))
 }
 
-pub fn get(t: &impl ReadableTable<&'static str, &'static [u8]>, path: &str) -> Result<Option<pb::CatalogEntry>> {
-    match t.get(path).map_err(db_err)? {
-        Some(v) => Ok(Some(decode(v.value())?)),
-        None => Ok(None),
-    }
-}
-
-/// Write `new` as the entry of `path` and bring the index in line with it.
-fn put(w: &WriteTransaction, path: &str, old: Option<&pb::CatalogEntry>, new: &pb::CatalogEntry) -> Result<()> {
-    if old == Some(new) {
+/// Mirror a namespace record just written (called by `store::put_inode`, with the record
+/// it replaced): a file's entry is journaled when what a search sees of it changed; a
+/// directory has none.
+pub fn on_put(w: &WriteTransaction, old: Option<&pb::InodeRecord>, rec: &pb::InodeRecord) -> Result<()> {
+    if rec.is_dir || rec.parent == 0 {
         return Ok(());
     }
-    let new_keys = index_keys(new);
-    let mut idx = w.open_table(CATALOG_INDEX).map_err(db_err)?;
-    if let Some(old) = old {
-        let keep: HashSet<&Vec<u8>> = new_keys.iter().collect();
-        for k in index_keys(old) {
-            if !keep.contains(&k) {
-                idx.remove((k.as_slice(), path)).map_err(db_err)?;
-            }
-        }
-    }
-    for k in &new_keys {
-        idx.insert((k.as_slice(), path), ()).map_err(db_err)?;
-    }
-    w.open_table(CATALOG).map_err(db_err)?.insert(path, new.encode_to_vec().as_slice()).map_err(db_err)?;
-    Ok(())
-}
-
-fn remove(w: &WriteTransaction, path: &str, old: &pb::CatalogEntry) -> Result<()> {
-    let mut idx = w.open_table(CATALOG_INDEX).map_err(db_err)?;
-    for k in index_keys(old) {
-        idx.remove((k.as_slice(), path)).map_err(db_err)?;
-    }
-    drop(idx);
-    w.open_table(CATALOG).map_err(db_err)?.remove(path).map_err(db_err)?;
-    Ok(())
-}
-
-/// Mirror a namespace record just written (called by `store::put_inode`): a file's
-/// entry is upserted; a directory has none. Attributes an import gave an object the
-/// namespace knows only from a UFS listing (user metadata, tags, content type) are kept
-/// while the object is the same (size and ETag).
-pub fn on_put(w: &WriteTransaction, rec: &pb::InodeRecord) -> Result<()> {
-    if rec.is_dir || rec.parent == 0 {
+    let entry = entry_of(rec);
+    if let Some(o) = old
+        && o.parent == rec.parent
+        && o.name == rec.name
+        && !o.is_dir
+        && o.meta.is_some() == rec.meta.is_some()
+        && entry_of(o) == entry
+    {
         return Ok(());
     }
     let Some(path) = path_of(&w.open_table(INODES).map_err(db_err)?, rec)? else {
         return Ok(());
     };
-    let old = get(&w.open_table(CATALOG).map_err(db_err)?, &path)?;
-    let mut new = entry_of(rec);
-    if let Some(o) = &old
-        && rec.meta.is_none()
-        && o.size == new.size
-        && o.etag == new.etag
-    {
-        new.content_type.clone_from(&o.content_type);
-        new.user.clone_from(&o.user);
-        new.tags.clone_from(&o.tags);
-    }
-    put(w, &path, old.as_ref(), &new)
+    append(
+        w,
+        pb::CatalogChange {
+            kind: pb::CatalogChangeKind::CatalogPut.into(),
+            path,
+            entry: Some(entry),
+            keep_imported: rec.meta.is_none(),
+            ..Default::default()
+        },
+    )
 }
 
 /// The smallest string above every string that starts with `p` followed by anything
@@ -185,105 +106,34 @@ pub fn successor(p: &str) -> Option<String> {
     None
 }
 
-/// The entries at `path` and below it (`path/...`).
-fn subtree(w: &WriteTransaction, path: &str) -> Result<Vec<(String, pb::CatalogEntry)>> {
-    let t = w.open_table(CATALOG).map_err(db_err)?;
-    let mut out = Vec::new();
-    if let Some(e) = get(&t, path)? {
-        out.push((path.to_string(), e));
-    }
-    let lo = if path == "/" { "/".to_string() } else { format!("{path}/") };
-    let hi = successor(&lo).unwrap_or_default();
-    for e in t.range(lo.as_str()..hi.as_str()).map_err(db_err)? {
-        let (k, v) = e.map_err(db_err)?;
-        out.push((k.value().to_string(), decode(v.value())?));
-    }
-    Ok(out)
-}
-
 /// Forget `path` and everything below it (a delete, an unmount, an entry gone from the UFS).
 pub fn remove_subtree(w: &WriteTransaction, path: &str) -> Result<()> {
-    for (p, e) in subtree(w, path)? {
-        remove(w, &p, &e)?;
-    }
-    Ok(())
+    append(
+        w,
+        pb::CatalogChange {
+            kind: pb::CatalogChangeKind::CatalogDeleteTree.into(),
+            path: path.to_string(),
+            ..Default::default()
+        },
+    )
 }
 
 /// Move the entries of `src` and below it to `dst` (a rename).
 pub fn rename(w: &WriteTransaction, src: &str, dst: &str) -> Result<()> {
-    for (p, e) in subtree(w, src)? {
-        remove(w, &p, &e)?;
-        let to = format!("{dst}{}", &p[src.len()..]);
-        let old = get(&w.open_table(CATALOG).map_err(db_err)?, &to)?;
-        put(w, &to, old.as_ref(), &e)?;
-    }
-    Ok(())
-}
-
-/// The inode of `path` in the namespace, if it has one, for an import's check.
-fn in_namespace(old: Option<&pb::CatalogEntry>) -> bool {
-    old.is_some_and(|o| o.inode != 0)
-}
-
-/// Upsert imported entries (sorted by path first, so each table is written in order);
-/// entries of paths the namespace holds are left alone. Returns (written, skipped).
-pub fn import(w: &WriteTransaction, entries: &[(String, pb::CatalogEntry)]) -> Result<(u64, u64)> {
-    // In path order; of entries with the same path, the last one.
-    let mut order: Vec<usize> = (0..entries.len()).collect();
-    order.sort_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(b.cmp(&a)));
-    order.dedup_by(|b, a| entries[*a].0 == entries[*b].0);
-    let mut cat = w.open_table(CATALOG).map_err(db_err)?;
-    let mut removed: Vec<(Vec<u8>, String)> = Vec::new();
-    let mut added: Vec<(Vec<u8>, String)> = Vec::new();
-    let (mut written, mut skipped) = (0, 0);
-    for i in order {
-        let path = &entries[i].0;
-        let e = pb::CatalogEntry { inode: 0, ..entries[i].1.clone() };
-        let old: Option<pb::CatalogEntry> = match cat.get(path.as_str()).map_err(db_err)? {
-            Some(v) => Some(decode(v.value())?),
-            None => None,
-        };
-        if in_namespace(old.as_ref()) {
-            skipped += 1;
-            continue;
-        }
-        if old.as_ref() == Some(&e) {
-            written += 1;
-            continue;
-        }
-        let new_keys = index_keys(&e);
-        if let Some(o) = &old {
-            let keep: HashSet<&Vec<u8>> = new_keys.iter().collect();
-            removed.extend(index_keys(o).into_iter().filter(|k| !keep.contains(k)).map(|k| (k, path.clone())));
-        }
-        cat.insert(path.as_str(), e.encode_to_vec().as_slice()).map_err(db_err)?;
-        added.extend(new_keys.into_iter().map(|k| (k, path.clone())));
-        written += 1;
-    }
-    drop(cat);
-    let mut idx = w.open_table(CATALOG_INDEX).map_err(db_err)?;
-    for (k, p) in &removed {
-        idx.remove((k.as_slice(), p.as_str())).map_err(db_err)?;
-    }
-    added.sort_unstable();
-    for (k, p) in &added {
-        idx.insert((k.as_slice(), p.as_str()), ()).map_err(db_err)?;
-    }
-    Ok((written, skipped))
+    append(
+        w,
+        pb::CatalogChange {
+            kind: pb::CatalogChangeKind::CatalogRename.into(),
+            path: src.to_string(),
+            dst: dst.to_string(),
+            ..Default::default()
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_sort_as_values() {
-        assert!(num_key(IndexAttr::Size, 9) < num_key(IndexAttr::Size, 10));
-        assert!(num_key(IndexAttr::Size, u64::MAX) < time_key(i64::MIN));
-        assert!(time_key(-5) < time_key(0));
-        assert!(time_key(0) < time_key(1_700_000_000_000));
-        assert!(text_key(IndexAttr::Meta, Some("a"), "z") < text_key(IndexAttr::Meta, Some("ab"), ""));
-    }
 
     #[test]
     fn successors() {

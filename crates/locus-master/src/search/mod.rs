@@ -1,30 +1,30 @@
 //! Metadata search: a Zenko-style WHERE clause over every object under a directory, in
-//! key order, page by page, answered from the catalog (see [`catalog`]).
+//! key order, page by page, answered from the search index ([`index`], kept current by
+//! [`indexer`] from the journal [`catalog`] writes).
 //!
-//! A search picks one *driver*, the cheapest source of candidate paths, and checks
-//! every candidate against the whole clause:
-//! - the catalog itself in key order, over the directory or the range a `key` condition
-//!   allows (`key = ...`, `key > ...`, `key LIKE "^literal..."`);
-//! - one indexed value (an equality on any indexed attribute): paths already in key
-//!   order, however many match;
-//! - a range of indexed values (`content-length`, `last-modified`, or a LIKE with a
-//!   literal prefix on text), collected and sorted when small enough;
-//! - for an OR, the union of its branches' drivers, merged in key order.
+//! A clause is translated into a tantivy query that matches at least what the clause
+//! matches: equalities and ranges of `key`, `content-length`, `last-modified` and the
+//! text attributes exactly; a `LIKE` with a literal prefix as the range of that prefix;
+//! a condition on user metadata or a tag the index cannot answer (a regular expression,
+//! a numeric comparison of text) as "has that field"; `!=` and Locus's own attributes
+//! not at all. Each candidate's stored entry is then checked against the whole clause,
+//! so the query only prunes. Candidates come in key order:
+//! - from the query, a batch of its first matches by key at a time ([`KeyOrder`]), the
+//!   batch growing while the clause rejects candidates;
+//! - with no query, from a walk of the key dictionary over the scope ([`KeyScan`]).
 //!
-//! For an AND, each indexed condition's matches are counted up to a small cap and the
-//! fewest win. A search that must scan stops after a budget of entries and answers a
-//! truncated page that resumes where it stopped, as S3 may.
-//!
-//! One file of about 800 lines because it is one planner: choosing a driver, estimating
-//! it, producing its candidates in key order and paging them share the search's scope
-//! (base, bounds, start) and the driver type; the language is in [`query`] and the
-//! tables in [`catalog`].
+//! A count with an exact query is the index's count. A search that must check many
+//! candidates stops after a budget of entries and answers a truncated page that resumes
+//! where it stopped, as S3 may.
 
 pub mod catalog;
+pub mod index;
+pub mod indexer;
 pub mod query;
 #[cfg(test)]
 mod tests;
 
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
@@ -33,16 +33,19 @@ use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use redb::ReadTransaction;
+use tantivy::collector::Count;
+use tantivy::query::{BooleanQuery, EmptyQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption};
+use tantivy::{DocAddress, Term};
 
-use crate::store::{INODES, LOCATIONS, db_err, decode, get_inode};
+use crate::store::{INODES, LOCATIONS, db_err, get_inode};
 use crate::*;
-use catalog::{CATALOG, CATALOG_INDEX, IndexAttr, num_key, successor, text_key, time_key};
+use catalog::successor;
+use index::{Fields, KeyOrder, KeyScan, entry_at, ix_err};
 use query::{Attr, Expr, LocusAttrs, Object, Op, Value};
 
-/// Most matches counted when comparing drivers.
-const ESTIMATE_CAP: usize = 2_000;
-/// Most paths a range driver collects and sorts.
-const COLLECT_CAP: usize = 500_000;
+/// Most candidates one batch of a query's matches holds.
+const BATCH_MAX: usize = 1 << 20;
 /// Entries one page examines before it answers truncated.
 const SCAN_BUDGET: u64 = 5_000_000;
 /// Time one page may take before it answers truncated.
@@ -91,20 +94,6 @@ impl Object for Candidate<'_> {
     }
 }
 
-/// Where candidates come from.
-#[derive(Clone, Debug)]
-enum Driver {
-    /// The catalog in key order over a path range.
-    Keys(Bound<String>, Bound<String>),
-    /// One indexed value: its paths, in key order.
-    Value(Vec<u8>),
-    /// A range of indexed values of one attribute (the index-key prefix naming it): paths
-    /// in value order (collected, then sorted).
-    Range(Vec<u8>, Bound<Vec<u8>>, Bound<Vec<u8>>),
-    /// The union of several drivers.
-    Union(Vec<Driver>),
-}
-
 /// The page of a search (keys relative to the searched directory).
 pub(crate) struct Page {
     pub hits: Vec<(String, pb::CatalogEntry, LocusAttrs)>,
@@ -113,6 +102,13 @@ pub(crate) struct Page {
     pub next_after: String,
     pub count: u64,
     pub scanned: u64,
+}
+
+/// What a search reads: the index as of its last commit, and the namespace.
+pub(crate) struct Snapshot {
+    pub searcher: tantivy::Searcher,
+    pub f: Fields,
+    pub r: ReadTransaction,
 }
 
 /// One search, resolved against the namespace's layout.
@@ -131,6 +127,17 @@ pub(crate) struct Search {
     count_only: bool,
     /// Mount points, longest first (for `locus.mount`).
     mounts: Vec<String>,
+}
+
+/// A query, and whether it matches exactly what the clause does (else a superset).
+type Translated = (Option<Box<dyn Query>>, bool);
+
+/// Where candidates come from, in key order.
+enum Candidates<'s> {
+    /// Every key in scope.
+    Scan(KeyScan<'s>),
+    /// A query's matches, a batch at a time (batches grow while the clause rejects them).
+    Query { q: Box<dyn Query>, buf: VecDeque<(String, DocAddress)>, after: Bound<String>, batch: usize, done: bool },
 }
 
 impl Search {
@@ -166,314 +173,192 @@ impl Search {
         Ok(Search { expr, base, lo, hi, start, limit, delimiter, count_only: req.count_only, mounts })
     }
 
-    fn in_scope(&self, path: &str) -> bool {
-        let after_start = match &self.start {
-            Bound::Included(s) => path >= s.as_str(),
-            Bound::Excluded(s) => path > s.as_str(),
-            Bound::Unbounded => true,
+    /// The keys in scope from `from` on, as a query.
+    fn scope(&self, f: &Fields, from: &Bound<String>) -> Box<dyn Query> {
+        let t = |s: &String| f.key_term(s);
+        let lo = match from {
+            Bound::Included(s) => Bound::Included(t(s)),
+            Bound::Excluded(s) => Bound::Excluded(t(s)),
+            Bound::Unbounded => Bound::Included(t(&self.lo)),
         };
-        after_start && path.starts_with(&self.lo)
+        Box::new(RangeQuery::new(lo, self.hi.as_ref().map_or(Bound::Unbounded, |h| Bound::Excluded(t(h)))))
     }
 
-    /// The scope as a key range.
-    fn scope(&self) -> Driver {
-        Driver::Keys(self.start.clone(), self.hi.clone().map_or(Bound::Unbounded, Bound::Excluded))
-    }
-
-    /// The driver a condition allows on its own.
-    fn driver_of(&self, e: &Expr) -> Option<Driver> {
+    /// A query for `e` (see [`Translated`]): `None` matches every object.
+    fn translate(&self, f: &Fields, e: &Expr) -> Translated {
+        let term = |field, s: &str| -> Box<dyn Query> {
+            Box::new(TermQuery::new(Term::from_field_text(field, s), IndexRecordOption::Basic))
+        };
+        let texts = |field, lo: Bound<String>, hi: Bound<String>| -> Box<dyn Query> {
+            let t = |s: String| Term::from_field_text(field, &s);
+            Box::new(RangeQuery::new(lo.map(t), hi.map(t)))
+        };
+        // The terms of a text attribute: its field, and the prefix naming it (user
+        // metadata and tags) and the end of its terms.
+        let text_attr = |a: &Attr| -> Option<(Field, String, Bound<String>)> {
+            Some(match a {
+                Attr::ContentType => (f.ctype, String::new(), Bound::Unbounded),
+                Attr::Etag => (f.etag, String::new(), Bound::Unbounded),
+                Attr::Meta(n) => (f.meta, format!("{n}\0"), Bound::Excluded(format!("{n}\u{1}"))),
+                Attr::Tag(n) => (f.tag, format!("{n}\0"), Bound::Excluded(format!("{n}\u{1}"))),
+                _ => return None,
+            })
+        };
+        // Every object that has the attribute (or every object).
+        let has = |a: &Attr| -> Translated {
+            match text_attr(a) {
+                Some((field, p, end)) if !p.is_empty() => (Some(texts(field, Bound::Included(p), end)), false),
+                _ => (None, false),
+            }
+        };
         match e {
-            Expr::And(_) | Expr::Or(_) => None,
+            Expr::And(v) => {
+                let parts: Vec<Translated> = v.iter().map(|c| self.translate(f, c)).collect();
+                let exact = parts.iter().all(|p| p.1);
+                let qs: Vec<(Occur, Box<dyn Query>)> =
+                    parts.into_iter().filter_map(|p| p.0).map(|q| (Occur::Must, q)).collect();
+                if qs.is_empty() { (None, exact) } else { (Some(Box::new(BooleanQuery::new(qs))), exact) }
+            }
+            Expr::Or(v) => {
+                let mut qs = Vec::new();
+                let mut exact = true;
+                for c in v {
+                    let (q, x) = self.translate(f, c);
+                    let Some(q) = q else { return (None, false) };
+                    qs.push((Occur::Should, q));
+                    exact &= x;
+                }
+                if qs.is_empty() {
+                    return (Some(Box::new(EmptyQuery)), exact);
+                }
+                (Some(Box::new(BooleanQuery::new(qs))), exact)
+            }
             Expr::Like { attr: Attr::Key, prefix: Some(p), .. } => {
                 let lo = format!("{}{p}", self.base);
-                Some(Driver::Keys(
-                    Bound::Included(lo.clone()),
-                    successor(&lo).map_or(Bound::Unbounded, Bound::Excluded),
-                ))
+                let hi = successor(&lo).map_or(Bound::Unbounded, Bound::Excluded);
+                (Some(texts(f.key, Bound::Included(lo), hi)), false)
             }
-            Expr::Like { attr, prefix: Some(p), .. } => {
-                let (a, name) = text_attr(attr)?;
-                let lo = text_key(a, name, p);
-                let hi = text_key(a, name, &successor(p)?);
-                Some(Driver::Range(text_key(a, name, ""), Bound::Included(lo), Bound::Excluded(hi)))
-            }
-            Expr::Like { .. } => None,
-            Expr::Cmp { attr: Attr::Key, op, value: Value::Text(s, _) } => {
+            Expr::Like { attr, prefix: Some(p), .. } => match text_attr(attr) {
+                Some((field, name, end)) => {
+                    let hi = successor(p).map_or(end, |s| Bound::Excluded(format!("{name}{s}")));
+                    (Some(texts(field, Bound::Included(format!("{name}{p}")), hi)), false)
+                }
+                None => (None, false),
+            },
+            Expr::Like { attr, .. } => has(attr),
+            Expr::Cmp { op: Op::Ne, .. } => (None, false),
+            Expr::Cmp { attr: Attr::Key, op, value: Value::Text(s, None) } => {
                 let p = format!("{}{s}", self.base);
-                Some(match op {
-                    Op::Eq => Driver::Keys(Bound::Included(p.clone()), Bound::Included(p)),
-                    Op::Gt => Driver::Keys(Bound::Excluded(p), Bound::Unbounded),
-                    Op::Ge => Driver::Keys(Bound::Included(p), Bound::Unbounded),
-                    Op::Lt => Driver::Keys(Bound::Unbounded, Bound::Excluded(p)),
-                    Op::Le => Driver::Keys(Bound::Unbounded, Bound::Included(p)),
-                    Op::Ne => return None,
-                })
+                let q: Box<dyn Query> = match op {
+                    Op::Eq => term(f.key, &p),
+                    Op::Gt => texts(f.key, Bound::Excluded(p), Bound::Unbounded),
+                    Op::Ge => texts(f.key, Bound::Included(p), Bound::Unbounded),
+                    Op::Lt => texts(f.key, Bound::Included(self.base.clone()), Bound::Excluded(p)),
+                    Op::Le => texts(f.key, Bound::Included(self.base.clone()), Bound::Included(p)),
+                    Op::Ne => return (None, false),
+                };
+                (Some(q), true)
             }
             Expr::Cmp { attr: Attr::Size, op, value: Value::Number(n) } => {
                 // Sizes are whole numbers: compare against the integers around `n`.
                 let (fl, ce) = (n.floor().max(0.0) as u64, n.ceil().max(0.0) as u64);
-                let k = |v: u64| num_key(IndexAttr::Size, v);
-                let end = Bound::Included(k(u64::MAX));
-                let begin = Bound::Included(k(0));
-                let range = |lo, hi| Driver::Range(vec![IndexAttr::Size as u8], lo, hi);
-                Some(match op {
-                    Op::Eq if fl == ce && *n >= 0.0 => Driver::Value(k(fl)),
-                    Op::Eq => return Some(Driver::Union(Vec::new())),
-                    Op::Gt if *n < 0.0 => range(begin, end),
-                    Op::Gt => range(Bound::Excluded(k(fl)), end),
-                    Op::Ge => range(Bound::Included(k(ce)), end),
-                    Op::Lt if *n <= 0.0 => Driver::Union(Vec::new()),
-                    Op::Lt => range(begin, Bound::Excluded(k(ce))),
-                    Op::Le if *n < 0.0 => Driver::Union(Vec::new()),
-                    Op::Le => range(begin, Bound::Included(k(fl))),
-                    Op::Ne => return None,
-                })
-            }
-            Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(t) } => {
-                let begin = Bound::Included(time_key(i64::MIN));
-                let end = Bound::Included(time_key(i64::MAX));
-                let range = |lo, hi| Driver::Range(vec![IndexAttr::Modified as u8], lo, hi);
-                Some(match op {
-                    Op::Eq => Driver::Value(time_key(*t)),
-                    Op::Gt => range(Bound::Excluded(time_key(*t)), end),
-                    Op::Ge => range(Bound::Included(time_key(*t)), end),
-                    Op::Lt => range(begin, Bound::Excluded(time_key(*t))),
-                    Op::Le => range(begin, Bound::Included(time_key(*t))),
-                    Op::Ne => return None,
-                })
-            }
-            Expr::Cmp { attr, op: Op::Eq, value: Value::Text(s, _) } => {
-                let (a, name) = text_attr(attr)?;
-                Some(Driver::Value(text_key(a, name, s)))
-            }
-            Expr::Cmp { .. } => None,
-        }
-    }
-
-    /// The cheapest driver for `e`, with its estimated candidates (capped); `None` when
-    /// only a scan of the scope can answer it.
-    fn plan(&self, r: &ReadTransaction, e: &Expr) -> Result<Option<(Driver, usize)>> {
-        match e {
-            Expr::And(v) => {
-                // Ranges of one attribute meet in one range (`a >= x AND a < y`).
-                let mut ranges: Vec<Driver> = Vec::new();
-                let mut others = Vec::new();
-                for c in v {
-                    match self.driver_of(c) {
-                        Some(Driver::Range(attr, lo, hi)) => {
-                            match ranges.iter_mut().find(|d| matches!(d, Driver::Range(a, ..) if *a == attr)) {
-                                Some(Driver::Range(_, l, h)) => {
-                                    *l = tighter(std::mem::replace(l, Bound::Unbounded), lo, false);
-                                    *h = tighter(std::mem::replace(h, Bound::Unbounded), hi, true);
-                                }
-                                _ => ranges.push(Driver::Range(attr, lo, hi)),
-                            }
-                        }
-                        _ => others.push(c),
-                    }
-                }
-                let mut best: Option<(Driver, usize)> = None;
-                let mut consider = |d: Driver, n: usize| {
-                    let rank = |d: &Driver, n: usize| (n, matches!(d, Driver::Range(..)));
-                    if best.as_ref().is_none_or(|(bd, bn)| rank(&d, n) < rank(bd, *bn)) {
-                        best = Some((d, n));
-                    }
+                let t = |v: u64| Term::from_field_u64(f.size, v);
+                let range = |lo: Bound<u64>, hi: Bound<u64>| -> Box<dyn Query> {
+                    Box::new(RangeQuery::new(lo.map(t), hi.map(t)))
                 };
-                for d in ranges {
-                    let n = self.estimate(r, &d)?;
-                    consider(d, n);
-                }
-                for c in others {
-                    if let Some((d, n)) = self.plan(r, c)? {
-                        consider(d, n);
-                    }
-                }
-                Ok(best)
+                let q = match op {
+                    Op::Eq if fl == ce && *n >= 0.0 => Box::new(TermQuery::new(t(fl), IndexRecordOption::Basic)),
+                    Op::Eq => Box::new(EmptyQuery) as Box<dyn Query>,
+                    Op::Gt if *n < 0.0 => range(Bound::Included(0), Bound::Unbounded),
+                    Op::Gt => range(Bound::Excluded(fl), Bound::Unbounded),
+                    Op::Ge => range(Bound::Included(ce), Bound::Unbounded),
+                    Op::Lt if *n <= 0.0 => Box::new(EmptyQuery),
+                    Op::Lt => range(Bound::Included(0), Bound::Excluded(ce)),
+                    Op::Le if *n < 0.0 => Box::new(EmptyQuery),
+                    Op::Le => range(Bound::Included(0), Bound::Included(fl)),
+                    Op::Ne => return (None, false),
+                };
+                (Some(q), true)
             }
-            Expr::Or(v) => {
-                let mut ds = Vec::new();
-                let mut total = 0;
-                for c in v {
-                    let Some((d, n)) = self.plan(r, c)? else { return Ok(None) };
-                    ds.push(d);
-                    total += n;
-                }
-                Ok(Some((Driver::Union(ds), total)))
+            Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(ms) } => {
+                let t = |v: i64| Term::from_field_i64(f.mtime, v);
+                let (lo, hi) = match op {
+                    Op::Eq => (Bound::Included(*ms), Bound::Included(*ms)),
+                    Op::Gt => (Bound::Excluded(*ms), Bound::Unbounded),
+                    Op::Ge => (Bound::Included(*ms), Bound::Unbounded),
+                    Op::Lt => (Bound::Unbounded, Bound::Excluded(*ms)),
+                    Op::Le => (Bound::Unbounded, Bound::Included(*ms)),
+                    Op::Ne => return (None, false),
+                };
+                (Some(Box::new(RangeQuery::new(lo.map(t), hi.map(t)))), true)
             }
-            _ => match self.driver_of(e) {
-                None => Ok(None),
-                Some(d) => {
-                    let n = self.estimate(r, &d)?;
-                    Ok(Some((d, n)))
+            Expr::Cmp { attr, op, value: Value::Text(s, None) } => match text_attr(attr) {
+                Some((field, name, end)) => {
+                    let v = format!("{name}{s}");
+                    let start = Bound::Included(name.clone());
+                    let q = match op {
+                        Op::Eq => term(field, &v),
+                        Op::Gt => texts(field, Bound::Excluded(v), end),
+                        Op::Ge => texts(field, Bound::Included(v), end),
+                        Op::Lt => texts(field, start, Bound::Excluded(v)),
+                        Op::Le => texts(field, start, Bound::Included(v)),
+                        Op::Ne => return (None, false),
+                    };
+                    (Some(q), true)
                 }
+                None => (None, false),
             },
+            Expr::Cmp { attr, .. } => has(attr),
         }
     }
 
-    /// Whether a driver's value ranges hold more paths than a search collects and sorts
-    /// (then the scope is scanned instead).
-    fn too_big(&self, r: &ReadTransaction, d: &Driver) -> Result<bool> {
-        Ok(match d {
-            Driver::Range(_, lo, hi) => self.count_range(r, lo, hi, COLLECT_CAP)? > COLLECT_CAP,
-            Driver::Union(v) => {
-                for d in v {
-                    if self.too_big(r, d)? {
-                        return Ok(true);
-                    }
-                }
-                false
-            }
-            _ => false,
-        })
-    }
-
-    /// Paths in scope within a value range, counted up to `cap` + 1.
-    fn count_range(&self, r: &ReadTransaction, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, cap: usize) -> Result<usize> {
-        if values_cross(lo, hi) {
-            return Ok(0);
-        }
-        let t = r.open_table(CATALOG_INDEX).map_err(db_err)?;
-        let mut n = 0;
-        for e in t.range::<(&[u8], &str)>(value_bounds(lo, hi)).map_err(db_err)? {
-            let (k, _) = e.map_err(db_err)?;
-            if k.value().1.starts_with(&self.lo) {
-                n += 1;
-                if n > cap {
-                    break;
-                }
-            }
-        }
-        Ok(n)
-    }
-
-    /// Candidates of `d` in scope, counted up to [`ESTIMATE_CAP`].
-    fn estimate(&self, r: &ReadTransaction, d: &Driver) -> Result<usize> {
-        Ok(match d {
-            Driver::Keys(lo, hi) => self.key_range(r, lo, hi)?.map_or(0, |it| it.take(ESTIMATE_CAP).count()),
-            Driver::Value(v) => {
-                let t = r.open_table(CATALOG_INDEX).map_err(db_err)?;
-                let lo = self.lo.as_str();
-                let from: (&[u8], &str) = (v.as_slice(), lo);
-                match &self.hi {
-                    Some(hi) => t.range(from..(v.as_slice(), hi.as_str())).map_err(db_err)?.take(ESTIMATE_CAP).count(),
-                    None => {
-                        t.range(from..).map_err(db_err)?.take_while(|e| same_value(e, v)).take(ESTIMATE_CAP).count()
-                    }
-                }
-            }
-            Driver::Range(_, lo, hi) => self.count_range(r, lo, hi, ESTIMATE_CAP)?.min(ESTIMATE_CAP),
-            Driver::Union(v) => {
-                let mut n = 0;
-                for d in v {
-                    n += self.estimate(r, d)?;
-                }
-                n
-            }
-        })
-    }
-
-    /// The catalog over a key range narrowed to the scope; `None` when that is empty.
-    fn key_range(
-        &self,
-        r: &ReadTransaction,
-        lo: &Bound<String>,
-        hi: &Bound<String>,
-    ) -> Result<Option<redb::Range<'static, &'static str, &'static [u8]>>> {
-        let (lo, hi) = self.clamp(lo, hi);
-        let range = (as_str_bound(&lo), as_str_bound(&hi));
-        if bounds_empty(&range) {
-            return Ok(None);
-        }
-        Ok(Some(r.open_table(CATALOG).map_err(db_err)?.range::<&str>(range).map_err(db_err)?))
-    }
-
-    /// A key range narrowed to the scope.
-    fn clamp(&self, lo: &Bound<String>, hi: &Bound<String>) -> (Bound<String>, Bound<String>) {
-        let lo = max_lo(lo.clone(), self.start.clone());
-        let hi = match (&self.hi, hi) {
-            (None, h) => h.clone(),
-            (Some(s), Bound::Unbounded) => Bound::Excluded(s.clone()),
-            (Some(s), Bound::Included(h) | Bound::Excluded(h)) if s.as_str() <= h.as_str() => {
-                Bound::Excluded(s.clone())
-            }
-            (_, h) => h.clone(),
-        };
-        (lo, hi)
-    }
-
-    /// The candidate paths of `d` in scope, in key order, with their entries when read.
-    fn candidates<'r>(
-        &'r self,
-        r: &'r ReadTransaction,
-        d: &Driver,
-    ) -> Result<Box<dyn Iterator<Item = Result<Cand>> + 'r>> {
-        Ok(match d {
-            Driver::Keys(lo, hi) => {
-                let Some(it) = self.key_range(r, lo, hi)? else {
-                    return Ok(Box::new(std::iter::empty()));
+    fn candidates<'s>(&self, snap: &'s Snapshot, q: Option<Box<dyn Query>>, exact: bool) -> Result<Candidates<'s>> {
+        Ok(match q {
+            None => {
+                let hi = self.hi.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                let lo = match &self.start {
+                    Bound::Included(s) => Bound::Included(s.as_str()),
+                    Bound::Excluded(s) => Bound::Excluded(s.as_str()),
+                    Bound::Unbounded => Bound::Included(self.lo.as_str()),
                 };
-                Box::new(it.map(|e| {
-                    let (k, v) = e.map_err(db_err)?;
-                    Ok(Cand { path: k.value().to_string(), entry: Some(decode(v.value())?) })
-                }))
+                Candidates::Scan(KeyScan::new(&snap.searcher, &snap.f, lo, hi)?)
             }
-            Driver::Value(v) => {
-                let t = r.open_table(CATALOG_INDEX).map_err(db_err)?;
-                let start = match &self.start {
-                    Bound::Included(s) | Bound::Excluded(s) => s.clone(),
-                    Bound::Unbounded => self.lo.clone(),
-                };
-                let it = t.range::<(&[u8], &str)>((v.as_slice(), start.as_str())..).map_err(db_err)?;
-                let v = v.clone();
-                let hi = self.hi.clone();
-                Box::new(
-                    it.map(|e| e.map_err(db_err))
-                        .take_while(move |e| match e {
-                            Ok((k, _)) => {
-                                let (kv, p) = k.value();
-                                kv == v.as_slice() && hi.as_deref().is_none_or(|h| p < h)
-                            }
-                            Err(_) => true,
-                        })
-                        .map(|e| e.map(|(k, _)| Cand { path: k.value().1.to_string(), entry: None }))
-                        .filter(move |c| c.as_ref().map_or(true, |c| self.in_scope(&c.path))),
-                )
-            }
-            Driver::Range(_, lo, hi) if values_cross(lo, hi) => Box::new(std::iter::empty()),
-            Driver::Range(_, lo, hi) => {
-                let t = r.open_table(CATALOG_INDEX).map_err(db_err)?;
-                let mut paths = Vec::new();
-                for e in t.range::<(&[u8], &str)>(value_bounds(lo, hi)).map_err(db_err)? {
-                    let (k, _) = e.map_err(db_err)?;
-                    let p = k.value().1;
-                    if self.in_scope(p) {
-                        paths.push(p.to_string());
-                    }
-                }
-                paths.sort_unstable();
-                paths.dedup();
-                Box::new(paths.into_iter().map(|path| Ok(Cand { path, entry: None })))
-            }
-            Driver::Union(v) => {
-                let mut its = Vec::new();
-                for d in v {
-                    its.push(self.candidates(r, d)?.peekable());
-                }
-                Box::new(Merge { its, last: None })
-            }
+            Some(q) => Candidates::Query {
+                q,
+                buf: VecDeque::new(),
+                after: self.start.clone(),
+                batch: if exact { self.limit + 1 } else { (self.limit + 1).max(1000) },
+                done: false,
+            },
         })
     }
 
-    /// Run the search as of snapshot `r`.
-    pub(crate) fn run(&self, r: &ReadTransaction) -> Result<Page> {
-        let driver = match self.plan(r, &self.expr)? {
-            Some((d, _)) if !self.too_big(r, &d)? => d,
-            _ => self.scope(),
-        };
-        let cat = r.open_table(CATALOG).map_err(db_err)?;
-        let ns = NsTables::open(r)?;
-        let needs_locus = self.expr.needs_locus();
-        let began = Instant::now();
+    fn next_candidate(&self, snap: &Snapshot, c: &mut Candidates<'_>) -> Result<Option<(String, DocAddress)>> {
+        match c {
+            Candidates::Scan(s) => s.next_doc(),
+            Candidates::Query { q, buf, after, batch, done } => {
+                if buf.is_empty() && !*done {
+                    let full = BooleanQuery::new(vec![
+                        (Occur::Must, q.box_clone()),
+                        (Occur::Must, self.scope(&snap.f, after)),
+                    ]);
+                    let got =
+                        snap.searcher.search(&full, &KeyOrder { limit: *batch, key: snap.f.key }).map_err(ix_err)?;
+                    *done = got.len() < *batch;
+                    if let Some((k, _)) = got.last() {
+                        *after = Bound::Excluded(k.clone());
+                    }
+                    *batch = (*batch * 4).min(BATCH_MAX);
+                    buf.extend(got);
+                }
+                Ok(buf.pop_front())
+            }
+        }
+    }
+
+    /// Run the search against `snap`.
+    pub(crate) fn run(&self, snap: &Snapshot) -> Result<Page> {
+        let (q, exact) = self.translate(&snap.f, &self.expr);
         let mut page = Page {
             hits: Vec::new(),
             prefixes: Vec::new(),
@@ -482,22 +367,28 @@ impl Search {
             count: 0,
             scanned: 0,
         };
+        if self.count_only && exact {
+            let scope = self.scope(&snap.f, &self.start);
+            let full: Box<dyn Query> = match q {
+                Some(q) => Box::new(BooleanQuery::new(vec![(Occur::Must, q), (Occur::Must, scope)])),
+                None => scope,
+            };
+            page.count = snap.searcher.search(&*full, &Count).map_err(ix_err)? as u64;
+            return Ok(page);
+        }
+        let ns = NsTables::open(&snap.r)?;
+        let needs_locus = self.expr.needs_locus();
+        let began = Instant::now();
         let mut emitted = 0usize;
         let mut last_group: Option<String> = None;
         let mut last_key = String::new();
-        for c in self.candidates(r, &driver)? {
-            let c = c?;
-            let entry = match c.entry {
-                Some(e) => e,
-                None => match catalog::get(&cat, &c.path)? {
-                    Some(e) => e,
-                    None => continue,
-                },
-            };
+        let mut cands = self.candidates(snap, q, exact)?;
+        while let Some((path, addr)) = self.next_candidate(snap, &mut cands)? {
+            let entry = entry_at(&snap.searcher, &snap.f, addr)?;
             page.scanned += 1;
-            let key = &c.path[self.base.len()..];
+            let key = &path[self.base.len()..];
             if !self.count_only
-                && (page.scanned % 4096 == 0)
+                && page.scanned.is_multiple_of(4096)
                 && (page.scanned >= SCAN_BUDGET || began.elapsed() >= TIME_BUDGET)
             {
                 page.truncated = true;
@@ -505,7 +396,7 @@ impl Search {
                 return Ok(page);
             }
             last_key = key.to_string();
-            let locus = if needs_locus { Some(locus_attrs(&ns, &c.path, &entry, &self.mounts)?) } else { None };
+            let locus = if needs_locus { Some(locus_attrs(&ns, &path, &entry, &self.mounts)?) } else { None };
             let cand = Candidate { key, e: &entry, locus };
             if !self.expr.matches(&cand) {
                 continue;
@@ -537,7 +428,7 @@ impl Search {
             }
             let locus = match cand.locus {
                 Some(l) => l,
-                None => locus_attrs(&ns, &c.path, &entry, &self.mounts)?,
+                None => locus_attrs(&ns, &path, &entry, &self.mounts)?,
             };
             page.next_after = key.to_string();
             page.hits.push((key.to_string(), entry, locus));
@@ -548,143 +439,6 @@ impl Search {
         }
         Ok(page)
     }
-}
-
-/// A candidate path, with its entry when the driver read it.
-struct Cand {
-    path: String,
-    entry: Option<pb::CatalogEntry>,
-}
-
-/// A union of candidate streams, in key order, without repeats.
-struct Merge<'r> {
-    its: Vec<std::iter::Peekable<Box<dyn Iterator<Item = Result<Cand>> + 'r>>>,
-    last: Option<String>,
-}
-
-impl Iterator for Merge<'_> {
-    type Item = Result<Cand>;
-    fn next(&mut self) -> Option<Result<Cand>> {
-        loop {
-            let mut best: Option<(usize, String)> = None;
-            for i in 0..self.its.len() {
-                match self.its[i].peek() {
-                    None => {}
-                    Some(Err(_)) => return self.its[i].next(),
-                    Some(Ok(c)) => {
-                        if best.as_ref().is_none_or(|(_, p)| c.path < *p) {
-                            best = Some((i, c.path.clone()));
-                        }
-                    }
-                }
-            }
-            let best = best.map(|(i, _)| i);
-            let c = self.its[best?].next()?;
-            if let Ok(c) = &c {
-                if self.last.as_deref() == Some(c.path.as_str()) {
-                    continue;
-                }
-                self.last = Some(c.path.clone());
-            }
-            return Some(c);
-        }
-    }
-}
-
-/// The index attribute (and name) of a text attribute.
-fn text_attr(a: &Attr) -> Option<(IndexAttr, Option<&str>)> {
-    Some(match a {
-        Attr::ContentType => (IndexAttr::ContentType, None),
-        Attr::Etag => (IndexAttr::Etag, None),
-        Attr::Meta(n) => (IndexAttr::Meta, Some(n.as_str())),
-        Attr::Tag(n) => (IndexAttr::Tag, Some(n.as_str())),
-        _ => return None,
-    })
-}
-
-/// Whether a value range holds nothing (its bounds cross; redb refuses such a range).
-fn values_cross(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
-    use Bound::*;
-    match (lo, hi) {
-        (Included(a), Included(b)) => a > b,
-        (Included(a) | Excluded(a), Included(b) | Excluded(b)) => a >= b,
-        _ => false,
-    }
-}
-
-/// The tighter of two lower bounds (`upper`: of two upper bounds).
-fn tighter(a: Bound<Vec<u8>>, b: Bound<Vec<u8>>, upper: bool) -> Bound<Vec<u8>> {
-    use Bound::*;
-    match (&a, &b) {
-        (Unbounded, _) => b,
-        (_, Unbounded) => a,
-        (Included(x) | Excluded(x), Included(y) | Excluded(y)) => {
-            let pick_a = if x == y { matches!(a, Excluded(_)) } else { (x > y) != upper };
-            if pick_a { a } else { b }
-        }
-    }
-}
-
-fn same_value(
-    e: &std::result::Result<(redb::AccessGuard<'_, (&[u8], &str)>, redb::AccessGuard<'_, ()>), redb::StorageError>,
-    v: &[u8],
-) -> bool {
-    match e {
-        Ok((k, _)) => k.value().0 == v,
-        Err(_) => true,
-    }
-}
-
-fn max_lo(a: Bound<String>, b: Bound<String>) -> Bound<String> {
-    use Bound::*;
-    match (&a, &b) {
-        (Unbounded, _) => b,
-        (_, Unbounded) => a,
-        (Included(x) | Excluded(x), Included(y) | Excluded(y)) => {
-            if x > y || (x == y && matches!(a, Excluded(_))) {
-                a
-            } else {
-                b
-            }
-        }
-    }
-}
-
-fn as_str_bound(b: &Bound<String>) -> Bound<&str> {
-    match b {
-        Bound::Included(s) => Bound::Included(s.as_str()),
-        Bound::Excluded(s) => Bound::Excluded(s.as_str()),
-        Bound::Unbounded => Bound::Unbounded,
-    }
-}
-
-/// Whether a range holds nothing (redb refuses a range whose start is past its end).
-fn bounds_empty(r: &(Bound<&str>, Bound<&str>)) -> bool {
-    use Bound::*;
-    match r {
-        (Included(a), Included(b)) => a > b,
-        (Included(a) | Excluded(a), Included(b) | Excluded(b)) => a >= b,
-        _ => false,
-    }
-}
-
-fn value_bounds<'a>(
-    lo: &'a Bound<Vec<u8>>,
-    hi: &'a Bound<Vec<u8>>,
-) -> (Bound<(&'a [u8], &'a str)>, Bound<(&'a [u8], &'a str)>) {
-    // (value, "") is the first key of a value; the first key past every path of a value
-    // is the next value's: so an excluded lower value starts at its successor.
-    let lo = match lo {
-        Bound::Included(v) => Bound::Included((v.as_slice(), "")),
-        Bound::Excluded(v) => Bound::Excluded((v.as_slice(), "\u{10FFFF}\u{10FFFF}\u{10FFFF}\u{10FFFF}")),
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    let hi = match hi {
-        Bound::Included(v) => Bound::Included((v.as_slice(), "\u{10FFFF}\u{10FFFF}\u{10FFFF}\u{10FFFF}")),
-        Bound::Excluded(v) => Bound::Excluded((v.as_slice(), "")),
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    (lo, hi)
 }
 
 /// The namespace tables Locus's own attributes are read from, opened once per search.
@@ -746,10 +500,12 @@ impl Master {
     /// Search the catalog (see the module doc).
     pub async fn search(&self, req: pb::SearchRequest) -> Result<pb::SearchResponse> {
         let s = Search::new(&req, self.mount_points())?;
+        self.catalog_sync().await?;
         let me = self.clone();
         let page = tokio::task::spawn_blocking(move || {
-            let r = me.inner.store.read()?;
-            s.run(&r).map(|p| (p, s.base))
+            let c = &me.inner.catalog;
+            let snap = Snapshot { searcher: c.searcher(), f: c.f, r: me.inner.store.read()? };
+            s.run(&snap).map(|p| (p, s.base))
         })
         .await
         .map_err(|e| Error::internal(format!("search task: {e}")))??;
@@ -795,7 +551,7 @@ impl Master {
         Ok(pb::SearchHit { key, info: Some(info), cached: locus.cached, tier: locus.tier })
     }
 
-    /// Index entries from an inventory (see [`catalog::import`]).
+    /// Index entries from an inventory (see [`indexer::Catalog::import`]).
     pub async fn import_catalog(&self, req: pb::ImportCatalogRequest) -> Result<pb::CountResponse> {
         let mut entries = Vec::with_capacity(req.entries.len());
         for i in req.entries {
@@ -805,7 +561,10 @@ impl Master {
             }
             entries.push((path, i.entry.unwrap_or_default()));
         }
-        let (written, skipped) = self.inner.store.mutate(move |w| catalog::import(w, &entries)).await?;
+        let me = self.clone();
+        let (written, skipped) = tokio::task::spawn_blocking(move || me.inner.catalog.import(entries, req.commit))
+            .await
+            .map_err(|e| Error::internal(format!("import task: {e}")))??;
         Ok(pb::CountResponse { count: written, skipped })
     }
 }

@@ -1,15 +1,15 @@
 //! Searches checked against a brute-force evaluation: random catalogs, random clauses
-//! (every attribute and operator, nested AND/OR), every driver, paged with random page
-//! sizes, prefixes and delimiters; and index upkeep across re-imports.
+//! (every attribute and operator, nested AND/OR), paged with random page sizes, prefixes
+//! and delimiters; the index kept exact across re-imports, and across journaled puts,
+//! deletes and renames applied with and without commits between them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use redb::{ReadableTable, ReadableTableMetadata};
-
-use super::catalog::{self, CATALOG, CATALOG_INDEX};
+use super::catalog;
+use super::indexer::Catalog;
 use super::query::Expr;
 use super::*;
 use crate::store::Store;
@@ -157,7 +157,11 @@ fn brute(all: &[(String, pb::CatalogEntry)], dir: &str, prefix: &str, delim: &st
     keys
 }
 
-fn search_all(r: &ReadTransaction, dir: &str, prefix: &str, delim: &str, clause: &str, page: u32) -> Vec<String> {
+fn snap(store: &Store, cat: &Catalog) -> Snapshot {
+    Snapshot { searcher: cat.searcher(), f: cat.f, r: store.read().unwrap() }
+}
+
+fn search_all(r: &Snapshot, dir: &str, prefix: &str, delim: &str, clause: &str, page: u32) -> Vec<String> {
     let mut out = Vec::new();
     let mut after = String::new();
     loop {
@@ -183,32 +187,29 @@ fn search_all(r: &ReadTransaction, dir: &str, prefix: &str, delim: &str, clause:
     }
 }
 
-async fn store_with(entries: &[(String, pb::CatalogEntry)]) -> (tempfile::TempDir, Store) {
+fn store_with(entries: &[(String, pb::CatalogEntry)]) -> (tempfile::TempDir, Store, Catalog) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), 8 << 20).unwrap();
+    let cat = Catalog::open(&dir.path().join("search"), &store).unwrap();
     for chunk in entries.chunks(700) {
-        let batch = chunk.to_vec();
-        store.mutate(move |w| catalog::import(w, &batch)).await.unwrap();
+        cat.import(chunk.to_vec(), false).unwrap();
     }
-    (dir, store)
+    cat.import(Vec::new(), true).unwrap();
+    (dir, store, cat)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn searches_match_a_brute_force_evaluation() {
-    let mut rng = StdRng::seed_from_u64(7);
-    let all = gen_entries(&mut rng, 2500);
-    let (_d, store) = store_with(&all).await;
-    let r = store.read().unwrap();
+/// Random clauses against brute force over `all`; returns how many matched something.
+fn check_clauses(rng: &mut StdRng, r: &Snapshot, all: &[(String, pb::CatalogEntry)], n: usize) -> usize {
     let mut nonempty = 0;
-    for i in 0..400 {
-        let clause = gen_clause(&mut rng, 2);
+    for i in 0..n {
+        let clause = gen_clause(rng, 2);
         let expr = Expr::parse(&clause).unwrap_or_else(|e| panic!("{clause}: {e}"));
         let dir = ["/b", "/", "/c", "/b.x"][rng.random_range(0..4)];
         let prefix = if rng.random_bool(0.3) { ["logs/", "a", "images/x"][rng.random_range(0..3)] } else { "" };
         let delim = if rng.random_bool(0.25) { "/" } else { "" };
         let page = [1, 7, 100, 1000][rng.random_range(0..4)];
-        let want = brute(&all, dir, prefix, delim, &expr);
-        let got = search_all(&r, dir, prefix, delim, &clause, page);
+        let want = brute(all, dir, prefix, delim, &expr);
+        let got = search_all(r, dir, prefix, delim, &clause, page);
         assert_eq!(got, want, "#{i}: {clause} in {dir} prefix {prefix:?} delimiter {delim:?} page {page}");
         nonempty += usize::from(!want.is_empty());
         if delim.is_empty() {
@@ -219,43 +220,151 @@ async fn searches_match_a_brute_force_evaluation() {
                 count_only: true,
                 ..Default::default()
             };
-            let n = Search::new(&req, vec!["/".into()]).unwrap().run(&r).unwrap().count;
+            let n = Search::new(&req, vec!["/".into()]).unwrap().run(r).unwrap().count;
             assert_eq!(n as usize, want.len(), "count of {clause}");
         }
     }
+    nonempty
+}
+
+#[test]
+fn searches_match_a_brute_force_evaluation() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let all = gen_entries(&mut rng, 2500);
+    let (_d, store, cat) = store_with(&all);
+    let nonempty = check_clauses(&mut rng, &snap(&store, &cat), &all, 400);
     // The clauses are not all trivially empty.
     assert!(nonempty > 150, "{nonempty} of 400 searches matched something");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reimports_keep_the_index_exact() {
+/// Every entry the index holds, by path.
+fn listing(store: &Store, cat: &Catalog) -> BTreeMap<String, pb::CatalogEntry> {
+    let r = snap(store, cat);
+    let req = pb::SearchRequest { path: "/".into(), limit: 10_000, ..Default::default() };
+    let p = Search::new(&req, vec!["/".into()]).unwrap().run(&r).unwrap();
+    assert!(!p.truncated);
+    p.hits.into_iter().map(|(k, e, _)| (format!("/{k}"), e)).collect()
+}
+
+#[test]
+fn reimports_keep_the_index_exact() {
     let mut rng = StdRng::seed_from_u64(11);
     let mut all = gen_entries(&mut rng, 600);
-    let (_d, store) = store_with(&all).await;
+    let (_d, store, cat) = store_with(&all);
     // Import the same again (idempotent), then changed entries for a third of the paths.
-    store_with_more(&store, &all).await;
+    cat.import(all.clone(), true).unwrap();
     let changed = gen_entries(&mut rng, 600);
     let mut update = Vec::new();
     for (i, e) in changed.into_iter().enumerate().filter(|(i, _)| i % 3 == 0) {
         all[i].1 = e.1.clone();
         update.push((all[i].0.clone(), e.1));
     }
-    store_with_more(&store, &update).await;
-    let r = store.read().unwrap();
-    // The index holds exactly the keys of the current entries.
-    let idx = r.open_table(CATALOG_INDEX).unwrap();
-    let mut have: Vec<(Vec<u8>, String)> =
-        idx.iter().unwrap().map(|e| e.map(|(k, _)| (k.value().0.to_vec(), k.value().1.to_string())).unwrap()).collect();
-    let mut want: Vec<(Vec<u8>, String)> =
-        all.iter().flat_map(|(p, e)| catalog::index_keys(e).into_iter().map(move |k| (k, p.clone()))).collect();
-    have.sort();
-    want.sort();
-    want.dedup();
-    assert_eq!(have, want);
-    assert_eq!(ReadableTableMetadata::len(&r.open_table(CATALOG).unwrap()).unwrap() as usize, all.len());
+    cat.import(update, true).unwrap();
+    let want: BTreeMap<String, pb::CatalogEntry> = all.iter().cloned().collect();
+    assert_eq!(listing(&store, &cat), want);
+    // No stale value of a changed entry still matches.
+    assert!(check_clauses(&mut rng, &snap(&store, &cat), &all, 150) > 40);
 }
 
-async fn store_with_more(store: &Store, entries: &[(String, pb::CatalogEntry)]) {
-    let batch = entries.to_vec();
-    store.mutate(move |w| catalog::import(w, &batch)).await.unwrap();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journaled_changes_keep_the_index_exact() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let base = gen_entries(&mut rng, 400);
+    let (_d, store, cat) = store_with(&base);
+    let mut model: BTreeMap<String, pb::CatalogEntry> = base.iter().cloned().collect();
+    let fresh = gen_entries(&mut rng, 400);
+    for round in 0..30 {
+        // A few changes in one transaction, then the indexer, committing or not.
+        let mut changes = Vec::new();
+        for _ in 0..rng.random_range(1..8) {
+            let keys: Vec<&String> = model.keys().collect();
+            let pick = |rng: &mut StdRng| keys[rng.random_range(0..keys.len())].clone();
+            let c = match rng.random_range(0..10) {
+                0..=4 => {
+                    let (p, mut e) = if rng.random_bool(0.5) && !keys.is_empty() {
+                        (pick(&mut rng), fresh[rng.random_range(0..fresh.len())].1.clone())
+                    } else {
+                        fresh[rng.random_range(0..fresh.len())].clone()
+                    };
+                    e.inode = rng.random_range(1..1000);
+                    pb::CatalogChange {
+                        kind: pb::CatalogChangeKind::CatalogPut.into(),
+                        path: p,
+                        entry: Some(e),
+                        ..Default::default()
+                    }
+                }
+                5..=6 if !keys.is_empty() => {
+                    // A file, or a directory above one.
+                    let p = pick(&mut rng);
+                    let p = match p.rfind('/') {
+                        Some(i) if rng.random_bool(0.5) && i > 0 => p[..i].to_string(),
+                        _ => p,
+                    };
+                    pb::CatalogChange {
+                        kind: pb::CatalogChangeKind::CatalogDeleteTree.into(),
+                        path: p,
+                        ..Default::default()
+                    }
+                }
+                _ if !keys.is_empty() => {
+                    let p = pick(&mut rng);
+                    let src = match p.rfind('/') {
+                        Some(i) if rng.random_bool(0.5) && i > 0 => p[..i].to_string(),
+                        _ => p,
+                    };
+                    let dst = format!("/moved{round}{}", &src[src.find('/').unwrap()..]);
+                    pb::CatalogChange {
+                        kind: pb::CatalogChangeKind::CatalogRename.into(),
+                        path: src,
+                        dst,
+                        ..Default::default()
+                    }
+                }
+                _ => continue,
+            };
+            apply_to_model(&mut model, &c);
+            changes.push(c);
+        }
+        store
+            .mutate(move |w| {
+                for c in &changes {
+                    catalog::append(w, c.clone())?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+        cat.step(&store, rng.random_bool(0.3)).unwrap();
+        if round % 10 == 9 {
+            cat.step(&store, true).unwrap();
+            assert_eq!(listing(&store, &cat), model, "round {round}");
+        }
+    }
+    cat.step(&store, true).unwrap();
+    assert_eq!(listing(&store, &cat), model);
+    let all: Vec<(String, pb::CatalogEntry)> = model.into_iter().collect();
+    check_clauses(&mut rng, &snap(&store, &cat), &all, 100);
+    // The journal is trimmed once committed.
+    let r = store.read().unwrap();
+    assert_eq!(redb::ReadableTableMetadata::len(&r.open_table(catalog::CATALOG_JOURNAL).unwrap()).unwrap(), 0);
+}
+
+fn apply_to_model(m: &mut BTreeMap<String, pb::CatalogEntry>, c: &pb::CatalogChange) {
+    let under = |p: &str, root: &str| p == root || p.starts_with(&format!("{root}/"));
+    match c.kind() {
+        pb::CatalogChangeKind::CatalogPut => {
+            m.insert(c.path.clone(), c.entry.clone().unwrap());
+        }
+        pb::CatalogChangeKind::CatalogDeleteTree => m.retain(|p, _| !under(p, &c.path)),
+        pb::CatalogChangeKind::CatalogRename => {
+            let moved: Vec<(String, pb::CatalogEntry)> =
+                m.iter().filter(|(p, _)| under(p, &c.path)).map(|(p, e)| (p.clone(), e.clone())).collect();
+            m.retain(|p, _| !under(p, &c.path));
+            for (p, e) in moved {
+                m.insert(format!("{}{}", c.dst, &p[c.path.len()..]), e);
+            }
+        }
+        pb::CatalogChangeKind::Unspecified => {}
+    }
 }

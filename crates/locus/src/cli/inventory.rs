@@ -369,7 +369,7 @@ pub async fn import(c: &Arc<Client>, manifests: &[PathBuf], under: Option<&str>,
     let mut sends = tokio_stream::wrappers::ReceiverStream::new(rx)
         .map(|b| {
             let c = c.clone();
-            async move { c.import_catalog(b).await }
+            async move { c.import_catalog(b, false).await }
         })
         .buffered(2);
     while let Some(r) = sends.next().await {
@@ -380,6 +380,8 @@ pub async fn import(c: &Arc<Client>, manifests: &[PathBuf], under: Option<&str>,
         bar.set_message(format!("{done} objects"));
     }
     reader.await.map_err(|e| Error::internal(format!("inventory reader: {e}")))??;
+    // Everything on disk and searchable before the import says it is done.
+    c.import_catalog(Vec::new(), true).await?;
     bar.finish_and_clear();
     Ok((done, skipped))
 }

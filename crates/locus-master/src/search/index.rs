@@ -1,0 +1,332 @@
+//! The search index: every object's searchable attributes in tantivy (under
+//! `<meta_dir>/search`), one document per object path, and the two ways a search reads
+//! it in key order.
+//!
+//! | field | tantivy type | what |
+//! |---|---|---|
+//! | `key` | raw string, indexed, fast | the object's Locus path |
+//! | `size` | u64, indexed, fast | `content-length` |
+//! | `mtime` | i64, indexed, fast | `last-modified` (ms) |
+//! | `ctype`, `etag` | raw string, indexed | `content-type`, `etag` |
+//! | `meta`, `tag` | raw strings, indexed | `name \0 value` per user-metadata field (name in lower case) and tag |
+//! | `ns` | u64, indexed | 1 when the namespace holds the object (imports leave it alone) |
+//! | `entry` | stored bytes | the `CatalogEntry` (protobuf): what a hit returns and a clause is checked against |
+//!
+//! Key order, as S3 lists:
+//! - [`KeyOrder`], a collector, keeps the smallest key ordinals of a query's matches per
+//!   segment and names them through the key field's term dictionary: a page of a
+//!   selective query costs its matches, not the catalog.
+//! - [`KeyScan`] walks the key term dictionaries of every segment in step, from a start
+//!   key: a page of an unselective query (or a listing) costs the page.
+
+use std::collections::{BinaryHeap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use locus_common::{Error, Result};
+use locus_proto::pb;
+use prost::Message;
+use tantivy::collector::{Collector, SegmentCollector};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value as _,
+};
+use tantivy::{
+    DocAddress, DocId, DocSet, InvertedIndexReader, Searcher, SegmentReader, TERMINATED, TantivyDocument, Term,
+};
+
+pub fn ix_err(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("search index: {e}"))
+}
+
+/// The index's fields.
+#[derive(Clone, Copy, Debug)]
+pub struct Fields {
+    pub key: Field,
+    pub size: Field,
+    pub mtime: Field,
+    pub ctype: Field,
+    pub etag: Field,
+    pub meta: Field,
+    pub tag: Field,
+    pub ns: Field,
+    pub entry: Field,
+}
+
+pub fn schema() -> Schema {
+    let mut b = Schema::builder();
+    let key = TextOptions::default()
+        .set_indexing_options(
+            TextFieldIndexing::default().set_tokenizer("raw").set_index_option(IndexRecordOption::Basic),
+        )
+        .set_fast("raw");
+    b.add_text_field("key", key);
+    b.add_u64_field("size", INDEXED | FAST);
+    b.add_i64_field("mtime", INDEXED | FAST);
+    b.add_text_field("ctype", STRING);
+    b.add_text_field("etag", STRING);
+    b.add_text_field("meta", STRING);
+    b.add_text_field("tag", STRING);
+    b.add_u64_field("ns", INDEXED);
+    b.add_bytes_field("entry", STORED);
+    b.build()
+}
+
+impl Fields {
+    pub fn of(s: &Schema) -> Result<Fields> {
+        let g = |n: &str| s.get_field(n).map_err(ix_err);
+        Ok(Fields {
+            key: g("key")?,
+            size: g("size")?,
+            mtime: g("mtime")?,
+            ctype: g("ctype")?,
+            etag: g("etag")?,
+            meta: g("meta")?,
+            tag: g("tag")?,
+            ns: g("ns")?,
+            entry: g("entry")?,
+        })
+    }
+
+    pub fn key_term(&self, path: &str) -> Term {
+        Term::from_field_text(self.key, path)
+    }
+
+    /// The document of `path`.
+    pub fn doc(&self, path: &str, e: &pb::CatalogEntry) -> TantivyDocument {
+        let mut d = TantivyDocument::new();
+        d.add_text(self.key, path);
+        d.add_u64(self.size, e.size);
+        d.add_i64(self.mtime, e.mtime_ms);
+        d.add_text(self.ctype, &e.content_type);
+        d.add_text(self.etag, &e.etag);
+        for (n, v) in &e.user {
+            d.add_text(self.meta, pair(&n.to_ascii_lowercase(), v));
+        }
+        for (n, v) in &e.tags {
+            d.add_text(self.tag, pair(n, v));
+        }
+        d.add_u64(self.ns, u64::from(e.inode != 0));
+        d.add_bytes(self.entry, &e.encode_to_vec());
+        d
+    }
+}
+
+/// The term of a user-metadata field or a tag.
+pub fn pair(name: &str, v: &str) -> String {
+    format!("{name}\0{v}")
+}
+
+/// The entry stored with a document.
+pub fn entry_at(s: &Searcher, f: &Fields, a: DocAddress) -> Result<pb::CatalogEntry> {
+    let d: TantivyDocument = s.doc(a).map_err(ix_err)?;
+    let b = d.get_first(f.entry).and_then(|v| v.as_bytes()).ok_or_else(|| ix_err("a document without its entry"))?;
+    pb::CatalogEntry::decode(b).map_err(|e| ix_err(format!("entry: {e}")))
+}
+
+/// The first live document of a term of a segment.
+fn live_doc(inv: &InvertedIndexReader, seg: &SegmentReader, ti: &tantivy::postings::TermInfo) -> Result<Option<DocId>> {
+    let mut p = inv.read_postings_from_terminfo(ti, IndexRecordOption::Basic).map_err(ix_err)?;
+    while p.doc() != TERMINATED {
+        if seg.alive_bitset().is_none_or(|a| a.is_alive(p.doc())) {
+            return Ok(Some(p.doc()));
+        }
+        p.advance();
+    }
+    Ok(None)
+}
+
+/// The document of `path`, if the index holds one.
+pub fn find(s: &Searcher, f: &Fields, path: &str) -> Result<Option<DocAddress>> {
+    let term = f.key_term(path);
+    for (ord, seg) in s.segment_readers().iter().enumerate() {
+        let inv = seg.inverted_index(f.key).map_err(ix_err)?;
+        if let Some(ti) = inv.get_term_info(&term).map_err(ix_err)?
+            && let Some(d) = live_doc(&inv, seg, &ti)?
+        {
+            return Ok(Some(DocAddress::new(ord as u32, d)));
+        }
+    }
+    Ok(None)
+}
+
+/// The entry of `path`, if the index holds one.
+pub fn lookup(s: &Searcher, f: &Fields, path: &str) -> Result<Option<pb::CatalogEntry>> {
+    match find(s, f, path)? {
+        Some(a) => entry_at(s, f, a).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// A collector of a query's first `limit` matches in key order, with their documents.
+pub struct KeyOrder {
+    pub limit: usize,
+    pub key: Field,
+}
+
+pub struct KeyOrderSeg {
+    seg: u32,
+    col: Option<tantivy::columnar::StrColumn>,
+    /// The key field's term dictionary, when it holds exactly the fast field's terms (then
+    /// an ordinal resolves through the FST, much faster than the column's sstable).
+    inv: Option<Arc<InvertedIndexReader>>,
+    heap: BinaryHeap<(u64, DocId)>,
+    limit: usize,
+}
+
+impl Collector for KeyOrder {
+    type Fruit = Vec<(String, DocAddress)>;
+    type Child = KeyOrderSeg;
+
+    fn for_segment(&self, seg: u32, r: &SegmentReader) -> tantivy::Result<KeyOrderSeg> {
+        let col = r.fast_fields().str("key")?;
+        let inv = match &col {
+            Some(c) => {
+                let inv = r.inverted_index(self.key)?;
+                (inv.terms().num_terms() as u64 == c.dictionary().num_terms() as u64).then_some(inv)
+            }
+            None => None,
+        };
+        Ok(KeyOrderSeg { seg, col, inv, heap: BinaryHeap::new(), limit: self.limit })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        false
+    }
+
+    fn merge_fruits(&self, segs: Vec<Vec<(String, DocAddress)>>) -> tantivy::Result<Self::Fruit> {
+        let mut all: Vec<(String, DocAddress)> = segs.into_iter().flatten().collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        all.dedup_by(|b, a| a.0 == b.0);
+        all.truncate(self.limit);
+        Ok(all)
+    }
+}
+
+impl SegmentCollector for KeyOrderSeg {
+    type Fruit = Vec<(String, DocAddress)>;
+
+    #[inline]
+    fn collect(&mut self, doc: DocId, _: tantivy::Score) {
+        let Some(col) = &self.col else { return };
+        let Some(o) = col.ords().first(doc) else { return };
+        if self.heap.len() < self.limit {
+            self.heap.push((o, doc));
+        } else if self.heap.peek().is_some_and(|top| (o, doc) < *top) {
+            self.heap.pop();
+            self.heap.push((o, doc));
+        }
+    }
+
+    fn harvest(self) -> Self::Fruit {
+        let Some(col) = &self.col else { return Vec::new() };
+        let found = self.heap.into_sorted_vec();
+        let mut out = Vec::with_capacity(found.len());
+        if let Some(inv) = &self.inv {
+            let mut b = Vec::new();
+            for (o, d) in found {
+                if inv.terms().ord_to_term(o, &mut b).unwrap_or(false) {
+                    out.push((String::from_utf8_lossy(&b).into_owned(), DocAddress::new(self.seg, d)));
+                }
+            }
+            return out;
+        }
+        let ords: Vec<u64> = found.iter().map(|(o, _)| *o).collect();
+        let mut names = Vec::with_capacity(ords.len());
+        let _ = col.dictionary().sorted_ords_to_term_cb(&ords, |b| names.push(String::from_utf8_lossy(b).into_owned()));
+        out.extend(names.into_iter().zip(found).map(|(k, (_, d))| (k, DocAddress::new(self.seg, d))));
+        out
+    }
+}
+
+/// Keys taken from a segment's dictionary at once.
+const SCAN_CHUNK: usize = 256;
+
+/// One segment's place in a [`KeyScan`].
+struct SegCursor {
+    ord: u32,
+    inv: Arc<InvertedIndexReader>,
+    buf: VecDeque<(String, DocId)>,
+    /// Where the next chunk starts.
+    from: Bound<Vec<u8>>,
+    done: bool,
+}
+
+/// Every live document from a start key up to an end key, in key order: the key
+/// dictionaries of all segments walked in step, a chunk at a time.
+pub struct KeyScan<'s> {
+    searcher: &'s Searcher,
+    segs: Vec<SegCursor>,
+    hi: Bound<Vec<u8>>,
+}
+
+impl<'s> KeyScan<'s> {
+    pub fn new(searcher: &'s Searcher, f: &Fields, lo: Bound<&str>, hi: Bound<&str>) -> Result<KeyScan<'s>> {
+        let own = |b: Bound<&str>| b.map(|s| s.as_bytes().to_vec());
+        let mut segs = Vec::new();
+        for (ord, seg) in searcher.segment_readers().iter().enumerate() {
+            let inv = seg.inverted_index(f.key).map_err(ix_err)?;
+            segs.push(SegCursor { ord: ord as u32, inv, buf: VecDeque::new(), from: own(lo), done: false });
+        }
+        Ok(KeyScan { searcher, segs, hi: own(hi) })
+    }
+
+    fn refill(&self, c: &mut SegCursor) -> Result<()> {
+        let seg = self.searcher.segment_reader(c.ord);
+        while c.buf.is_empty() && !c.done {
+            let mut b = c.inv.terms().range();
+            b = match &c.from {
+                Bound::Included(k) => b.ge(k),
+                Bound::Excluded(k) => b.gt(k),
+                Bound::Unbounded => b,
+            };
+            b = match &self.hi {
+                Bound::Included(k) => b.le(k),
+                Bound::Excluded(k) => b.lt(k),
+                Bound::Unbounded => b,
+            };
+            let mut st = b.into_stream().map_err(ix_err)?;
+            let mut n = 0;
+            let mut last = None;
+            while n < SCAN_CHUNK && st.advance() {
+                n += 1;
+                last = Some(st.key().to_vec());
+                if let Some(d) = live_doc(&c.inv, seg, st.value())? {
+                    c.buf.push_back((String::from_utf8_lossy(st.key()).into_owned(), d));
+                }
+            }
+            match last {
+                Some(k) if n == SCAN_CHUNK => c.from = Bound::Excluded(k),
+                _ => c.done = true,
+            }
+        }
+        Ok(())
+    }
+
+    /// The next key and its document.
+    pub fn next_doc(&mut self) -> Result<Option<(String, DocAddress)>> {
+        let mut segs = std::mem::take(&mut self.segs);
+        let r = (|| {
+            for c in segs.iter_mut() {
+                self.refill(c)?;
+            }
+            let best = segs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.buf.front().map(|(k, _)| (i, k)))
+                .min_by(|a, b| a.1.cmp(b.1))
+                .map(|(i, _)| i);
+            let Some(i) = best else { return Ok(None) };
+            let (k, d) = segs[i].buf.pop_front().expect("a head");
+            let ord = segs[i].ord;
+            // The same key live in another segment (not expected: a put deletes first).
+            for c in segs.iter_mut() {
+                if c.buf.front().is_some_and(|(k2, _)| *k2 == k) {
+                    c.buf.pop_front();
+                }
+            }
+            Ok(Some((k, DocAddress::new(ord, d))))
+        })();
+        self.segs = segs;
+        r
+    }
+}

@@ -1,0 +1,463 @@
+//! The indexer: keeps the search index ([`super::index`]) in line with the namespace.
+//!
+//! - **Live changes** reach it through the journal ([`super::catalog`]), written in the
+//!   namespace transaction of each change. The indexer job applies the journal in order,
+//!   commits at most about once a second with the last applied seq as the commit's
+//!   payload, and then trims the journal. After a crash it resumes from that payload;
+//!   every change is an upsert or a delete, so applying one twice changes nothing.
+//! - **Searches** call [`Master::catalog_sync`] first: it applies and commits whatever
+//!   the journal holds past the index, so a search sees every change acknowledged before
+//!   it began (read-after-write and read-after-delete), and what imports handed in.
+//! - **Imports** go straight to the index writer, without the journal: an inventory can
+//!   hold billions of objects. A request that asks for it is answered after a commit (the
+//!   CLI asks on its last batch). Paths the namespace holds are left alone.
+//! - **A fresh index** (a new master, a lost index directory, or the catalog tables of
+//!   an older version) is filled from the old tables, else from the namespace.
+//!
+//! Between commits the writer's changes are not yet searchable, so the indexer keeps
+//! them (`pending`, and the subtrees deleted) to answer its own lookups: the entry an
+//! upsert merges with, the subtree a rename moves, the paths an import must skip.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use locus_common::job::Job;
+use locus_common::{Error, Result};
+use locus_proto::pb;
+use redb::ReadableTable;
+use tantivy::collector::Count;
+use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term};
+
+use super::catalog::{self, CATALOG_JOURNAL, LEGACY_CATALOG, LEGACY_CATALOG_INDEX, entry_of, path_of, successor};
+use super::index::{self, Fields, KeyOrder, KeyScan, ix_err};
+use crate::Master;
+use crate::store::{COUNTERS, INODES, Store, db_err, decode};
+
+/// The index writer's memory (split over its threads).
+const WRITER_HEAP: usize = 192 << 20;
+const WRITER_THREADS: usize = 2;
+/// How often the job looks at the journal.
+const TICK: Duration = Duration::from_millis(200);
+/// Uncommitted changes wait at most about this long (searches do not wait for it).
+const COMMIT_EVERY: Duration = Duration::from_secs(1);
+/// Journal entries applied between checks of `PENDING_MAX`.
+const JOURNAL_CHUNK: u64 = 20_000;
+/// Uncommitted paths that force a commit (bounds the indexer's memory).
+const PENDING_MAX: usize = 200_000;
+
+/// The search index and its writer.
+pub struct Catalog {
+    reader: IndexReader,
+    pub f: Fields,
+    w: Mutex<Writer>,
+    /// The last journal seq searchable (committed and loaded).
+    searchable: AtomicU64,
+    /// Whether the writer holds changes not committed yet.
+    dirty: std::sync::atomic::AtomicBool,
+}
+
+struct Writer {
+    w: IndexWriter,
+    /// Paths changed since the last commit: their entry, or `None` when deleted.
+    pending: BTreeMap<String, Option<pb::CatalogEntry>>,
+    /// Subtrees deleted since the last commit (root paths).
+    deleted: Vec<String>,
+    /// The last journal seq given to the writer.
+    applied: u64,
+    last_commit: Instant,
+}
+
+/// Whether `path` is `root` or below it.
+fn under(path: &str, root: &str) -> bool {
+    root == "/" || path == root || path.strip_prefix(root).is_some_and(|r| r.starts_with('/'))
+}
+
+/// The key range of the paths strictly below `root`.
+fn below(root: &str) -> (String, Option<String>) {
+    let lo = if root == "/" { "/".to_string() } else { format!("{root}/") };
+    let hi = successor(&lo);
+    (lo, hi)
+}
+
+impl Catalog {
+    /// Open (or create) the index in `dir`, filling a fresh one from `store`.
+    pub fn open(dir: &Path, store: &Store) -> Result<Catalog> {
+        locus_common::security::create_private_dir(dir)?;
+        let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(ix_err)?;
+        let index = Index::open_or_create(mmap, index::schema()).map_err(|e| {
+            Error::internal(format!("search index {}: {e} (remove the directory to rebuild it)", dir.display()))
+        })?;
+        let f = Fields::of(&index.schema())?;
+        let w = index.writer_with_num_threads(WRITER_THREADS, WRITER_HEAP).map_err(ix_err)?;
+        let metas = index.load_metas().map_err(ix_err)?;
+        let fresh = metas.payload.is_none() && metas.segments.is_empty();
+        let applied = metas.payload.as_deref().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(ix_err)?;
+        let cat = Catalog {
+            reader,
+            f,
+            w: Mutex::new(Writer {
+                w,
+                pending: BTreeMap::new(),
+                deleted: Vec::new(),
+                applied,
+                last_commit: Instant::now(),
+            }),
+            searchable: AtomicU64::new(applied),
+            dirty: false.into(),
+        };
+        if fresh {
+            cat.fill(store)?;
+        }
+        Ok(cat)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Writer> {
+        self.w.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The index as of the last commit.
+    pub fn searcher(&self) -> Searcher {
+        self.reader.searcher()
+    }
+
+    /// Fill a fresh index: from the catalog tables of an older version when they exist
+    /// (then delete them), else from the namespace's files.
+    fn fill(&self, store: &Store) -> Result<()> {
+        let mut st = self.lock();
+        let r = store.read()?;
+        let head = catalog::head(&r.open_table(COUNTERS).map_err(db_err)?)?;
+        let mut n = 0u64;
+        let legacy = match r.open_table(LEGACY_CATALOG) {
+            Ok(t) => {
+                for e in t.iter().map_err(db_err)? {
+                    let (k, v) = e.map_err(db_err)?;
+                    let entry: pb::CatalogEntry = decode(v.value())?;
+                    st.w.add_document(self.f.doc(k.value(), &entry)).map_err(ix_err)?;
+                    n += 1;
+                }
+                true
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => {
+                let inodes = r.open_table(INODES).map_err(db_err)?;
+                for e in inodes.iter().map_err(db_err)? {
+                    let (_, v) = e.map_err(db_err)?;
+                    let rec: pb::InodeRecord = decode(v.value())?;
+                    if rec.is_dir || rec.parent == 0 {
+                        continue;
+                    }
+                    if let Some(p) = path_of(&inodes, &rec)? {
+                        st.w.add_document(self.f.doc(&p, &entry_of(&rec))).map_err(ix_err)?;
+                        n += 1;
+                    }
+                }
+                false
+            }
+            Err(e) => return Err(db_err(e)),
+        };
+        drop(r);
+        st.applied = head;
+        self.commit(&mut st)?;
+        if n > 0 {
+            tracing::info!(
+                entries = n,
+                from = if legacy { "the old catalog tables" } else { "the namespace" },
+                "search index built"
+            );
+        }
+        store.write_soft_blocking(move |w| {
+            w.delete_table(LEGACY_CATALOG).map_err(db_err)?;
+            w.delete_table(LEGACY_CATALOG_INDEX).map_err(db_err)?;
+            w.open_table(CATALOG_JOURNAL).map_err(db_err)?.retain_in(..=head, |_, _| false).map_err(db_err)?;
+            Ok(())
+        })
+    }
+
+    /// Commit the writer (with the last applied seq as payload) and load the commit.
+    fn commit(&self, st: &mut Writer) -> Result<()> {
+        let mut pc = st.w.prepare_commit().map_err(ix_err)?;
+        pc.set_payload(&st.applied.to_string());
+        pc.commit().map_err(ix_err)?;
+        self.reader.reload().map_err(ix_err)?;
+        st.pending.clear();
+        st.deleted.clear();
+        st.last_commit = Instant::now();
+        self.searchable.store(st.applied, Ordering::SeqCst);
+        self.dirty.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Apply the journal past the writer; commit when due, when `force`d, or when many
+    /// paths wait; then trim what is committed. Blocking.
+    pub fn step(&self, store: &Store, force: bool) -> Result<()> {
+        let mut st = self.lock();
+        loop {
+            let r = store.read()?;
+            let head = catalog::head(&r.open_table(COUNTERS).map_err(db_err)?)?;
+            if head <= st.applied {
+                break;
+            }
+            let to = head.min(st.applied + JOURNAL_CHUNK);
+            let t = r.open_table(CATALOG_JOURNAL).map_err(db_err)?;
+            let mut changes = Vec::new();
+            for e in t.range(st.applied + 1..=to).map_err(db_err)? {
+                let (_, v) = e.map_err(db_err)?;
+                changes.push(decode::<pb::CatalogChange>(v.value())?);
+            }
+            drop((t, r));
+            for c in changes {
+                self.apply(&mut st, c)?;
+            }
+            st.applied = to;
+            self.dirty.store(true, Ordering::SeqCst);
+            if st.pending.len() >= PENDING_MAX {
+                self.commit(&mut st)?;
+            }
+        }
+        let committed = self.searchable.load(Ordering::SeqCst);
+        if self.dirty.load(Ordering::SeqCst) && (force || st.last_commit.elapsed() >= COMMIT_EVERY) {
+            self.commit(&mut st)?;
+        }
+        let now = self.searchable.load(Ordering::SeqCst);
+        if now > committed {
+            store.write_soft_blocking(move |w| {
+                w.open_table(CATALOG_JOURNAL).map_err(db_err)?.retain_in(..=now, |_, _| false).map_err(db_err)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Whether a search must wait for [`Catalog::step`] to see everything acknowledged.
+    fn behind(&self, store: &Store) -> Result<bool> {
+        if self.dirty.load(Ordering::SeqCst) {
+            return Ok(true);
+        }
+        let r = store.read()?;
+        Ok(catalog::head(&r.open_table(COUNTERS).map_err(db_err)?)? > self.searchable.load(Ordering::SeqCst))
+    }
+
+    fn apply(&self, st: &mut Writer, c: pb::CatalogChange) -> Result<()> {
+        match c.kind() {
+            pb::CatalogChangeKind::CatalogPut => {
+                let mut e = c.entry.unwrap_or_default();
+                if c.keep_imported
+                    && let Some(o) = self.current(st, &c.path)?
+                    && o.size == e.size
+                    && o.etag == e.etag
+                {
+                    e.content_type = o.content_type;
+                    e.user = o.user;
+                    e.tags = o.tags;
+                }
+                self.put(st, c.path, e, true)
+            }
+            pb::CatalogChangeKind::CatalogDeleteTree => self.delete_tree(st, &c.path),
+            pb::CatalogChangeKind::CatalogRename => {
+                let moved = self.subtree(st, &c.path)?;
+                self.delete_tree(st, &c.path)?;
+                for (p, e) in moved {
+                    let to = format!("{}{}", c.dst, &p[c.path.len()..]);
+                    self.put(st, to, e, true)?;
+                }
+                Ok(())
+            }
+            pb::CatalogChangeKind::Unspecified => {
+                tracing::warn!(path = %c.path, "a catalog change of no kind (skipped)");
+                Ok(())
+            }
+        }
+    }
+
+    /// The entry `path` has now, counting the writer's uncommitted changes.
+    fn current(&self, st: &Writer, path: &str) -> Result<Option<pb::CatalogEntry>> {
+        if let Some(v) = st.pending.get(path) {
+            return Ok(v.clone());
+        }
+        if st.deleted.iter().any(|d| under(path, d)) {
+            return Ok(None);
+        }
+        index::lookup(&self.searcher(), &self.f, path)
+    }
+
+    fn put(&self, st: &mut Writer, path: String, e: pb::CatalogEntry, may_exist: bool) -> Result<()> {
+        if may_exist {
+            st.w.delete_term(self.f.key_term(&path));
+        }
+        st.w.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
+        st.pending.insert(path, Some(e));
+        Ok(())
+    }
+
+    fn delete_tree(&self, st: &mut Writer, root: &str) -> Result<()> {
+        st.w.delete_term(self.f.key_term(root));
+        let (lo, hi) = below(root);
+        let q: Box<dyn Query> = if root == "/" { Box::new(AllQuery) } else { key_range(&self.f, &lo, hi.as_deref()) };
+        st.w.delete_query(q).map_err(ix_err)?;
+        let doomed: Vec<String> = st
+            .pending
+            .range::<str, _>((Bound::Included(root), Bound::Unbounded))
+            .take_while(|(p, _)| p.starts_with(root))
+            .map(|(p, _)| p.clone())
+            .filter(|p| under(p, root))
+            .collect();
+        for p in doomed {
+            st.pending.remove(&p);
+        }
+        st.deleted.push(root.to_string());
+        Ok(())
+    }
+
+    /// Every entry at `root` and below it now.
+    fn subtree(&self, st: &Writer, root: &str) -> Result<Vec<(String, pb::CatalogEntry)>> {
+        let s = self.searcher();
+        let mut out = Vec::new();
+        let (lo, hi) = below(root);
+        let ranges = [
+            (Bound::Included(root), Bound::Included(root)),
+            (Bound::Included(lo.as_str()), hi.as_deref().map_or(Bound::Unbounded, Bound::Excluded)),
+        ];
+        for (a, b) in ranges {
+            let mut scan = KeyScan::new(&s, &self.f, a, b)?;
+            while let Some((p, addr)) = scan.next_doc()? {
+                if st.pending.contains_key(&p) || st.deleted.iter().any(|d| under(&p, d)) {
+                    continue;
+                }
+                out.push((p, index::entry_at(&s, &self.f, addr)?));
+            }
+        }
+        for (p, e) in st.pending.range::<str, _>((Bound::Included(root), Bound::Unbounded)) {
+            if !p.starts_with(root) {
+                break;
+            }
+            if let Some(e) = e
+                && under(p, root)
+            {
+                out.push((p.clone(), e.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Index imported entries (the last of a path wins), leaving alone the paths the
+    /// namespace holds; commit first when `commit`. Returns (written, skipped). Blocking.
+    pub fn import(&self, mut entries: Vec<(String, pb::CatalogEntry)>, commit: bool) -> Result<(u64, u64)> {
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(b.cmp(&a)));
+        order.dedup_by(|b, a| entries[*a].0 == entries[*b].0);
+        let mut st = self.lock();
+        let (mut written, mut skipped) = (0, 0);
+        if let (Some(&first), Some(&last)) = (order.first(), order.last()) {
+            let s = self.searcher();
+            let (lo, hi) = (entries[first].0.clone(), entries[last].0.clone());
+            // What the committed index holds in the batch's key range, and which of it the
+            // namespace holds: two sets when the range is not much wider than the batch,
+            // else a lookup per path.
+            let range = key_range(&self.f, &lo, successor(&hi).as_deref());
+            let n = s.search(&*range, &Count).map_err(ix_err)?;
+            let sets = if n <= 4 * order.len() + 1000 {
+                let all = s.search(&*range, &KeyOrder { limit: n.max(1), key: self.f.key }).map_err(ix_err)?;
+                let ns_q = BooleanQuery::new(vec![
+                    (Occur::Must, range.box_clone()),
+                    (
+                        Occur::Must,
+                        Box::new(TermQuery::new(Term::from_field_u64(self.f.ns, 1), IndexRecordOption::Basic)),
+                    ),
+                ]);
+                let held = s.search(&ns_q, &KeyOrder { limit: n.max(1), key: self.f.key }).map_err(ix_err)?;
+                Some((
+                    all.into_iter().map(|(k, _)| k).collect::<HashSet<String>>(),
+                    held.into_iter().map(|(k, _)| k).collect::<HashSet<String>>(),
+                ))
+            } else {
+                None
+            };
+            let committed_entry = |p: &str| -> Result<Option<pb::CatalogEntry>> { index::lookup(&s, &self.f, p) };
+            for i in order {
+                let path = std::mem::take(&mut entries[i].0);
+                let e = pb::CatalogEntry { inode: 0, ..std::mem::take(&mut entries[i].1) };
+                let held = match st.pending.get(&path) {
+                    Some(v) => v.as_ref().is_some_and(|o| o.inode != 0),
+                    None if st.deleted.iter().any(|d| under(&path, d)) => false,
+                    None => match &sets {
+                        Some((_, held)) => held.contains(&path),
+                        None => committed_entry(&path)?.is_some_and(|o| o.inode != 0),
+                    },
+                };
+                if held {
+                    skipped += 1;
+                    continue;
+                }
+                // (A committed document under a subtree deleted since is deleted by that
+                // delete, which comes before this put.)
+                let may_exist = st.pending.contains_key(&path)
+                    || match &sets {
+                        Some((all, _)) => all.contains(&path),
+                        None => index::find(&s, &self.f, &path)?.is_some(),
+                    };
+                self.put(&mut st, path, e, may_exist)?;
+                written += 1;
+            }
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+        if commit || st.pending.len() >= PENDING_MAX {
+            self.commit(&mut st)?;
+        }
+        Ok((written, skipped))
+    }
+}
+
+/// Documents whose key is in `[lo, hi)` (`hi` `None`: no end).
+pub fn key_range(f: &Fields, lo: &str, hi: Option<&str>) -> Box<dyn Query> {
+    Box::new(RangeQuery::new(
+        Bound::Included(f.key_term(lo)),
+        hi.map_or(Bound::Unbounded, |h| Bound::Excluded(f.key_term(h))),
+    ))
+}
+
+/// The indexer job: applies the journal every [`TICK`]; commits at most every
+/// [`COMMIT_EVERY`] (searches force one when they need it), and once more on shutdown.
+pub fn start(m: Master) -> Job {
+    Job::spawn_loop("catalog.indexer", move |mut stop, handle| async move {
+        loop {
+            let stopping = tokio::select! {
+                _ = tokio::time::sleep(TICK) => false,
+                _ = stop.changed() => true,
+            };
+            let m2 = m.clone();
+            let r = tokio::task::spawn_blocking(move || m2.inner.catalog.step(&m2.inner.store, stopping))
+                .await
+                .unwrap_or_else(|e| Err(Error::internal(format!("indexer: {e}"))));
+            if r.is_err() || stopping {
+                handle.record(&r);
+            }
+            if let Ok(r) = m.inner.store.read()
+                && let Ok(t) = r.open_table(COUNTERS)
+                && let Ok(h) = catalog::head(&t)
+            {
+                handle.set_backlog(h.saturating_sub(m.inner.catalog.searchable.load(Ordering::SeqCst)));
+            }
+            if stopping {
+                break;
+            }
+        }
+    })
+}
+
+impl Master {
+    /// Make the search index show every change acknowledged so far (see the module doc).
+    pub(crate) async fn catalog_sync(&self) -> Result<()> {
+        if !self.inner.catalog.behind(&self.inner.store)? {
+            return Ok(());
+        }
+        let m = self.clone();
+        tokio::task::spawn_blocking(move || m.inner.catalog.step(&m.inner.store, true))
+            .await
+            .map_err(|e| Error::internal(format!("indexer: {e}")))?
+    }
+}
