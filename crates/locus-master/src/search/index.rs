@@ -330,3 +330,34 @@ impl<'s> KeyScan<'s> {
         r
     }
 }
+
+/// Every key term of every segment (deleted documents' too), for the indexer's filters.
+pub fn all_keys(s: &Searcher, f: &Fields, mut cb: impl FnMut(&[u8])) -> Result<()> {
+    for seg in s.segment_readers() {
+        let inv = seg.inverted_index(f.key).map_err(ix_err)?;
+        let mut st = inv.terms().stream().map_err(ix_err)?;
+        while st.advance() {
+            cb(st.key());
+        }
+    }
+    Ok(())
+}
+
+/// The keys of the documents the namespace holds (deleted documents' too).
+pub fn namespace_keys(s: &Searcher, f: &Fields, mut cb: impl FnMut(&[u8])) -> Result<()> {
+    let term = Term::from_field_u64(f.ns, 1);
+    for seg in s.segment_readers() {
+        let inv = seg.inverted_index(f.ns).map_err(ix_err)?;
+        let Some(mut p) = inv.read_postings(&term, IndexRecordOption::Basic).map_err(ix_err)? else { continue };
+        let Some(col) = seg.fast_fields().str("key").map_err(ix_err)? else { continue };
+        let mut ords = Vec::new();
+        while p.doc() != TERMINATED {
+            ords.extend(col.ords().first(p.doc()));
+            p.advance();
+        }
+        ords.sort_unstable();
+        ords.dedup();
+        col.dictionary().sorted_ords_to_term_cb(&ords, &mut cb).map_err(ix_err)?;
+    }
+    Ok(())
+}

@@ -15,10 +15,19 @@
 //!   an older version) is filled from the old tables, else from the namespace.
 //!
 //! Between commits the writer's changes are not yet searchable, so the indexer keeps
-//! them (`pending`, and the subtrees deleted) to answer its own lookups: the entry an
-//! upsert merges with, the subtree a rename moves, the paths an import must skip.
+//! the journal's (`pending`, and the subtrees deleted) to answer its own lookups: the
+//! entry an upsert merges with, the subtree a rename moves, the paths an import must
+//! skip. Imports are not kept there (an import may hold millions): a change that must
+//! see them (a rename, an upsert that merges) commits them first.
+//!
+//! An upsert must delete the path's old document, and a delete costs a dictionary lookup
+//! in every segment at commit: too much for an import of millions of new paths. Two
+//! Bloom filters of fixed size (so memory stays bounded however large the catalog) say
+//! which paths the index certainly does not hold, and which the namespace certainly does
+//! not hold; only the others pay the delete or the exact check. They are filled from
+//! the index at start and only grow, so they may err only towards the exact path.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,13 +38,11 @@ use locus_common::job::Job;
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use redb::ReadableTable;
-use tantivy::collector::Count;
-use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery};
-use tantivy::schema::IndexRecordOption;
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term};
+use tantivy::query::{AllQuery, Query, RangeQuery};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher};
 
 use super::catalog::{self, CATALOG_JOURNAL, LEGACY_CATALOG, LEGACY_CATALOG_INDEX, entry_of, path_of, successor};
-use super::index::{self, Fields, KeyOrder, KeyScan, ix_err};
+use super::index::{self, Fields, KeyScan, ix_err};
 use crate::Master;
 use crate::store::{COUNTERS, INODES, Store, db_err, decode};
 
@@ -48,8 +55,47 @@ const TICK: Duration = Duration::from_millis(200);
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// Journal entries applied between checks of `PENDING_MAX`.
 const JOURNAL_CHUNK: u64 = 20_000;
+/// Uncommitted imports wait at most about this long.
+const IMPORT_COMMIT_EVERY: Duration = Duration::from_secs(10);
 /// Uncommitted paths that force a commit (bounds the indexer's memory).
 const PENDING_MAX: usize = 200_000;
+/// The Bloom filters' sizes (bits, as powers of two): 32 MiB for every path, 16 MiB
+/// for the namespace's (2e-5 false positives at 10 million paths).
+const KEYS_BLOOM_BITS: u32 = 28;
+const HELD_BLOOM_BITS: u32 = 27;
+
+/// A Bloom filter: "maybe" or "certainly not".
+struct Bloom {
+    bits: Vec<u64>,
+    mask: u64,
+}
+
+impl Bloom {
+    const PROBES: u64 = 7;
+
+    fn new(log2_bits: u32) -> Bloom {
+        Bloom { bits: vec![0; 1 << (log2_bits - 6)], mask: (1 << log2_bits) - 1 }
+    }
+
+    fn probes(&self, key: &[u8]) -> impl Iterator<Item = u64> + use<> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        key.hash(&mut h);
+        let h = h.finish();
+        let (a, b, mask) = (h, h.rotate_left(32) | 1, self.mask);
+        (0..Self::PROBES).map(move |i| a.wrapping_add(i.wrapping_mul(b)) & mask)
+    }
+
+    fn insert(&mut self, key: &[u8]) {
+        for p in self.probes(key) {
+            self.bits[(p >> 6) as usize] |= 1 << (p & 63);
+        }
+    }
+
+    fn maybe(&self, key: &[u8]) -> bool {
+        self.probes(key).all(|p| self.bits[(p >> 6) as usize] & (1 << (p & 63)) != 0)
+    }
+}
 
 /// The search index and its writer.
 pub struct Catalog {
@@ -71,6 +117,14 @@ struct Writer {
     /// The last journal seq given to the writer.
     applied: u64,
     last_commit: Instant,
+    /// Whether journal changes (not only imports) wait for a commit.
+    journal_dirty: bool,
+    /// Whether imports wait for a commit.
+    imports_pending: bool,
+    /// Paths the index may hold (committed or not).
+    keys: Bloom,
+    /// Paths the namespace may hold.
+    held: Bloom,
 }
 
 /// Whether `path` is `root` or below it.
@@ -108,12 +162,23 @@ impl Catalog {
                 deleted: Vec::new(),
                 applied,
                 last_commit: Instant::now(),
+                journal_dirty: false,
+                imports_pending: false,
+                keys: Bloom::new(KEYS_BLOOM_BITS),
+                held: Bloom::new(HELD_BLOOM_BITS),
             }),
             searchable: AtomicU64::new(applied),
             dirty: false.into(),
         };
         if fresh {
             cat.fill(store)?;
+        }
+        {
+            let mut st = cat.lock();
+            let st = &mut *st;
+            let s = cat.searcher();
+            index::all_keys(&s, &cat.f, |k| st.keys.insert(k))?;
+            index::namespace_keys(&s, &cat.f, |k| st.held.insert(k))?;
         }
         Ok(cat)
     }
@@ -188,6 +253,8 @@ impl Catalog {
         st.pending.clear();
         st.deleted.clear();
         st.last_commit = Instant::now();
+        st.journal_dirty = false;
+        st.imports_pending = false;
         self.searchable.store(st.applied, Ordering::SeqCst);
         self.dirty.store(false, Ordering::SeqCst);
         Ok(())
@@ -215,13 +282,15 @@ impl Catalog {
                 self.apply(&mut st, c)?;
             }
             st.applied = to;
+            st.journal_dirty = true;
             self.dirty.store(true, Ordering::SeqCst);
             if st.pending.len() >= PENDING_MAX {
                 self.commit(&mut st)?;
             }
         }
         let committed = self.searchable.load(Ordering::SeqCst);
-        if self.dirty.load(Ordering::SeqCst) && (force || st.last_commit.elapsed() >= COMMIT_EVERY) {
+        let every = if st.journal_dirty { COMMIT_EVERY } else { IMPORT_COMMIT_EVERY };
+        if self.dirty.load(Ordering::SeqCst) && (force || st.last_commit.elapsed() >= every) {
             self.commit(&mut st)?;
         }
         let now = self.searchable.load(Ordering::SeqCst);
@@ -243,6 +312,11 @@ impl Catalog {
     }
 
     fn apply(&self, st: &mut Writer, c: pb::CatalogChange) -> Result<()> {
+        let reads = c.kind() == pb::CatalogChangeKind::CatalogRename || c.keep_imported;
+        if reads && st.imports_pending {
+            // What it reads must include the imports (not kept in `pending`).
+            self.commit(st)?;
+        }
         match c.kind() {
             pb::CatalogChangeKind::CatalogPut => {
                 let mut e = c.entry.unwrap_or_default();
@@ -290,6 +364,10 @@ impl Catalog {
             st.w.delete_term(self.f.key_term(&path));
         }
         st.w.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
+        st.keys.insert(path.as_bytes());
+        if e.inode != 0 {
+            st.held.insert(path.as_bytes());
+        }
         st.pending.insert(path, Some(e));
         Ok(())
     }
@@ -345,68 +423,44 @@ impl Catalog {
     }
 
     /// Index imported entries (the last of a path wins), leaving alone the paths the
-    /// namespace holds; commit first when `commit`. Returns (written, skipped). Blocking.
+    /// namespace holds; commit when `commit`. Returns (written, skipped). Blocking.
     pub fn import(&self, mut entries: Vec<(String, pb::CatalogEntry)>, commit: bool) -> Result<(u64, u64)> {
         let mut order: Vec<usize> = (0..entries.len()).collect();
         order.sort_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(b.cmp(&a)));
         order.dedup_by(|b, a| entries[*a].0 == entries[*b].0);
         let mut st = self.lock();
+        let st = &mut *st;
+        let s = self.searcher();
         let (mut written, mut skipped) = (0, 0);
-        if let (Some(&first), Some(&last)) = (order.first(), order.last()) {
-            let s = self.searcher();
-            let (lo, hi) = (entries[first].0.clone(), entries[last].0.clone());
-            // What the committed index holds in the batch's key range, and which of it the
-            // namespace holds: two sets when the range is not much wider than the batch,
-            // else a lookup per path.
-            let range = key_range(&self.f, &lo, successor(&hi).as_deref());
-            let n = s.search(&*range, &Count).map_err(ix_err)?;
-            let sets = if n <= 4 * order.len() + 1000 {
-                let all = s.search(&*range, &KeyOrder { limit: n.max(1), key: self.f.key }).map_err(ix_err)?;
-                let ns_q = BooleanQuery::new(vec![
-                    (Occur::Must, range.box_clone()),
-                    (
-                        Occur::Must,
-                        Box::new(TermQuery::new(Term::from_field_u64(self.f.ns, 1), IndexRecordOption::Basic)),
-                    ),
-                ]);
-                let held = s.search(&ns_q, &KeyOrder { limit: n.max(1), key: self.f.key }).map_err(ix_err)?;
-                Some((
-                    all.into_iter().map(|(k, _)| k).collect::<HashSet<String>>(),
-                    held.into_iter().map(|(k, _)| k).collect::<HashSet<String>>(),
-                ))
-            } else {
-                None
-            };
-            let committed_entry = |p: &str| -> Result<Option<pb::CatalogEntry>> { index::lookup(&s, &self.f, p) };
-            for i in order {
-                let path = std::mem::take(&mut entries[i].0);
-                let e = pb::CatalogEntry { inode: 0, ..std::mem::take(&mut entries[i].1) };
-                let held = match st.pending.get(&path) {
-                    Some(v) => v.as_ref().is_some_and(|o| o.inode != 0),
-                    None if st.deleted.iter().any(|d| under(&path, d)) => false,
-                    None => match &sets {
-                        Some((_, held)) => held.contains(&path),
-                        None => committed_entry(&path)?.is_some_and(|o| o.inode != 0),
-                    },
-                };
-                if held {
-                    skipped += 1;
-                    continue;
+        for i in order {
+            let path = std::mem::take(&mut entries[i].0);
+            let e = pb::CatalogEntry { inode: 0, ..std::mem::take(&mut entries[i].1) };
+            let held = match st.pending.get(&path) {
+                Some(v) => v.as_ref().is_some_and(|o| o.inode != 0),
+                None if st.deleted.iter().any(|d| under(&path, d)) => false,
+                None => {
+                    st.held.maybe(path.as_bytes()) && index::lookup(&s, &self.f, &path)?.is_some_and(|o| o.inode != 0)
                 }
-                // (A committed document under a subtree deleted since is deleted by that
-                // delete, which comes before this put.)
-                let may_exist = st.pending.contains_key(&path)
-                    || match &sets {
-                        Some((all, _)) => all.contains(&path),
-                        None => index::find(&s, &self.f, &path)?.is_some(),
-                    };
-                self.put(&mut st, path, e, may_exist)?;
-                written += 1;
+            };
+            if held {
+                skipped += 1;
+                continue;
             }
+            // (A committed document under a subtree deleted since goes with that delete,
+            // which comes before this put.)
+            if st.pending.contains_key(&path) || st.keys.maybe(path.as_bytes()) {
+                st.w.delete_term(self.f.key_term(&path));
+            }
+            st.w.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
+            st.keys.insert(path.as_bytes());
+            written += 1;
+        }
+        if written > 0 {
+            st.imports_pending = true;
             self.dirty.store(true, Ordering::SeqCst);
         }
-        if commit || st.pending.len() >= PENDING_MAX {
-            self.commit(&mut st)?;
+        if commit && self.dirty.load(Ordering::SeqCst) {
+            self.commit(st)?;
         }
         Ok((written, skipped))
     }

@@ -343,6 +343,15 @@ async fn journaled_changes_keep_the_index_exact() {
     }
     cat.step(&store, true).unwrap();
     assert_eq!(listing(&store, &cat), model);
+    // An import leaves alone the paths the namespace holds, and indexes the others.
+    let held: Vec<String> = model.iter().filter(|(_, e)| e.inode != 0).map(|(p, _)| p.clone()).collect();
+    assert!(held.len() > 20, "{}", held.len());
+    let mut imported: Vec<(String, pb::CatalogEntry)> =
+        held.iter().map(|p| (p.clone(), pb::CatalogEntry { size: 7, ..Default::default() })).collect();
+    imported.push(("/imported/only".into(), pb::CatalogEntry { size: 8, ..Default::default() }));
+    model.insert("/imported/only".into(), imported.last().unwrap().1.clone());
+    assert_eq!(cat.import(imported, true).unwrap(), (1, held.len() as u64));
+    assert_eq!(listing(&store, &cat), model);
     let all: Vec<(String, pb::CatalogEntry)> = model.into_iter().collect();
     check_clauses(&mut rng, &snap(&store, &cat), &all, 100);
     // The journal is trimmed once committed.
