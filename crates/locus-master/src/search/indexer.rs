@@ -144,7 +144,9 @@ impl Catalog {
     pub fn open(dir: &Path, store: &Store) -> Result<Catalog> {
         locus_common::security::create_private_dir(dir)?;
         let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(ix_err)?;
-        let index = Index::open_or_create(mmap, index::schema()).map_err(|e| {
+        // Small doc-store blocks: a page of hits reads entries scattered over the store.
+        let settings = tantivy::IndexSettings { docstore_blocksize: 4096, ..Default::default() };
+        let index = Index::builder().schema(index::schema()).settings(settings).open_or_create(mmap).map_err(|e| {
             Error::internal(format!("search index {}: {e} (remove the directory to rebuild it)", dir.display()))
         })?;
         let f = Fields::of(&index.schema())?;

@@ -247,6 +247,14 @@ impl Search {
             },
             Expr::Like { attr, .. } => has(attr),
             Expr::Cmp { op: Op::Ne, .. } => (None, false),
+            // `=` compares text exactly, numbers or not.
+            Expr::Cmp { attr: Attr::Key, op: Op::Eq, value: Value::Text(s, _) } => {
+                (Some(term(f.key, &format!("{}{s}", self.base))), true)
+            }
+            Expr::Cmp { attr, op: Op::Eq, value: Value::Text(s, _) } if text_attr(attr).is_some() => {
+                let (field, name, _) = text_attr(attr).expect("a text attribute");
+                (Some(term(field, &format!("{name}{s}"))), true)
+            }
             Expr::Cmp { attr: Attr::Key, op, value: Value::Text(s, None) } => {
                 let p = format!("{}{s}", self.base);
                 let q: Box<dyn Query> = match op {

@@ -224,7 +224,7 @@ impl Expr {
             Expr::And(v) => v.iter().all(|e| e.matches(o)),
             Expr::Or(v) => v.iter().any(|e| e.matches(o)),
             Expr::Like { attr, re, .. } => text_of(attr, o).is_some_and(|t| re.is_match(&t)),
-            Expr::Cmp { attr, op, value } => match compare(attr, value, o) {
+            Expr::Cmp { attr, op, value } => match compare(attr, value, o, matches!(op, Op::Eq | Op::Ne)) {
                 Some(ord) => op.holds(ord),
                 None => *op == Op::Ne,
             },
@@ -250,8 +250,9 @@ fn text_of<'a>(attr: &Attr, o: &'a dyn Object) -> Option<std::borrow::Cow<'a, st
     })
 }
 
-/// The object's attribute against a literal; `None` when the object lacks it.
-fn compare(attr: &Attr, value: &Value, o: &dyn Object) -> Option<std::cmp::Ordering> {
+/// The object's attribute against a literal; `None` when the object lacks it. Text
+/// compares as numbers when both sides are numbers, unless `exact_text` (`=`, `!=`).
+fn compare(attr: &Attr, value: &Value, o: &dyn Object, exact_text: bool) -> Option<std::cmp::Ordering> {
     Some(match (attr, value) {
         (Attr::Size, Value::Number(n)) => (o.size() as f64).total_cmp(n),
         (Attr::Cached, Value::Number(n)) => o.locus()?.cached.total_cmp(n),
@@ -267,7 +268,7 @@ fn compare(attr: &Attr, value: &Value, o: &dyn Object) -> Option<std::cmp::Order
         }
         (_, Value::Text(s, num)) => {
             let have = text_of(attr, o)?;
-            match (num, have.parse::<f64>().ok().filter(|_| looks_numeric(&have))) {
+            match (num.as_ref().filter(|_| !exact_text), have.parse::<f64>().ok().filter(|_| looks_numeric(&have))) {
                 (Some(n), Some(h)) => h.total_cmp(n),
                 _ => have.as_ref().cmp(s.as_str()),
             }
