@@ -157,14 +157,29 @@ pub fn lookup(s: &Searcher, f: &Fields, path: &str) -> Result<Option<pb::Catalog
     }
 }
 
-/// A collector of a query's first `limit` matches in key order, with their documents.
+/// The key ordinals of a segment's key column within a key range.
+fn ord_bounds(col: &tantivy::columnar::StrColumn, r: &KeyRange) -> tantivy::Result<(Bound<u64>, Bound<u64>)> {
+    fn b(x: &Bound<String>) -> Bound<&[u8]> {
+        x.as_ref().map(|s| s.as_bytes())
+    }
+    Ok(col.dictionary().term_bounds_to_ord(b(&r.0), b(&r.1))?)
+}
+
+/// A range of keys (the scope of a search).
+pub type KeyRange = (Bound<String>, Bound<String>);
+
+/// A collector of a query's first `limit` matches in key order within a key range, with
+/// their documents. (The range is checked on each match's key ordinal: as a query it
+/// would cost a pass over every document.)
 pub struct KeyOrder {
     pub limit: usize,
     pub key: Field,
+    pub range: KeyRange,
 }
 
 pub struct KeyOrderSeg {
     seg: u32,
+    ords: (Bound<u64>, Bound<u64>),
     col: Option<tantivy::columnar::StrColumn>,
     /// The key field's term dictionary, when it holds exactly the fast field's terms (then
     /// an ordinal resolves through the FST, much faster than the column's sstable).
@@ -179,14 +194,15 @@ impl Collector for KeyOrder {
 
     fn for_segment(&self, seg: u32, r: &SegmentReader) -> tantivy::Result<KeyOrderSeg> {
         let col = r.fast_fields().str("key")?;
-        let inv = match &col {
+        let (inv, ords) = match &col {
             Some(c) => {
                 let inv = r.inverted_index(self.key)?;
-                (inv.terms().num_terms() as u64 == c.dictionary().num_terms() as u64).then_some(inv)
+                let same = inv.terms().num_terms() as u64 == c.dictionary().num_terms() as u64;
+                (same.then_some(inv), ord_bounds(c, &self.range)?)
             }
-            None => None,
+            None => (None, (Bound::Unbounded, Bound::Unbounded)),
         };
-        Ok(KeyOrderSeg { seg, col, inv, heap: BinaryHeap::new(), limit: self.limit })
+        Ok(KeyOrderSeg { seg, ords, col, inv, heap: BinaryHeap::new(), limit: self.limit })
     }
 
     fn requires_scoring(&self) -> bool {
@@ -209,6 +225,9 @@ impl SegmentCollector for KeyOrderSeg {
     fn collect(&mut self, doc: DocId, _: tantivy::Score) {
         let Some(col) = &self.col else { return };
         let Some(o) = col.ords().first(doc) else { return };
+        if !std::ops::RangeBounds::contains(&self.ords, &o) {
+            return;
+        }
         if self.heap.len() < self.limit {
             self.heap.push((o, doc));
         } else if self.heap.peek().is_some_and(|top| (o, doc) < *top) {
@@ -235,6 +254,56 @@ impl SegmentCollector for KeyOrderSeg {
         let _ = col.dictionary().sorted_ords_to_term_cb(&ords, |b| names.push(String::from_utf8_lossy(b).into_owned()));
         out.extend(names.into_iter().zip(found).map(|(k, (_, d))| (k, DocAddress::new(self.seg, d))));
         out
+    }
+}
+
+/// A collector of how many of a query's matches lie within a key range.
+pub struct KeyCount {
+    pub range: KeyRange,
+}
+
+pub struct KeyCountSeg {
+    ords: (Bound<u64>, Bound<u64>),
+    col: Option<tantivy::columnar::StrColumn>,
+    n: u64,
+}
+
+impl Collector for KeyCount {
+    type Fruit = u64;
+    type Child = KeyCountSeg;
+
+    fn for_segment(&self, _: u32, r: &SegmentReader) -> tantivy::Result<KeyCountSeg> {
+        let col = r.fast_fields().str("key")?;
+        let ords = match &col {
+            Some(c) => ord_bounds(c, &self.range)?,
+            None => (Bound::Unbounded, Bound::Unbounded),
+        };
+        Ok(KeyCountSeg { ords, col, n: 0 })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        false
+    }
+
+    fn merge_fruits(&self, segs: Vec<u64>) -> tantivy::Result<u64> {
+        Ok(segs.into_iter().sum())
+    }
+}
+
+impl SegmentCollector for KeyCountSeg {
+    type Fruit = u64;
+
+    fn collect(&mut self, doc: DocId, _: tantivy::Score) {
+        if let Some(col) = &self.col
+            && let Some(o) = col.ords().first(doc)
+            && std::ops::RangeBounds::contains(&self.ords, &o)
+        {
+            self.n += 1;
+        }
+    }
+
+    fn harvest(self) -> u64 {
+        self.n
     }
 }
 

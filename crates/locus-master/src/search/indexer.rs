@@ -38,7 +38,7 @@ use locus_common::job::Job;
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use redb::ReadableTable;
-use tantivy::query::{AllQuery, Query, RangeQuery};
+use tantivy::query::{AllQuery, InvertedIndexRangeQuery, Query};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher};
 
 use super::catalog::{self, CATALOG_JOURNAL, LEGACY_CATALOG, LEGACY_CATALOG_INDEX, entry_of, path_of, successor};
@@ -468,9 +468,10 @@ impl Catalog {
     }
 }
 
-/// Documents whose key is in `[lo, hi)` (`hi` `None`: no end).
+/// Documents whose key is in `[lo, hi)` (`hi` `None`: no end), through the key's terms
+/// (a range of the key column would read every document at each commit).
 pub fn key_range(f: &Fields, lo: &str, hi: Option<&str>) -> Box<dyn Query> {
-    Box::new(RangeQuery::new(
+    Box::new(InvertedIndexRangeQuery::new(
         Bound::Included(f.key_term(lo)),
         hi.map_or(Bound::Unbounded, |h| Bound::Excluded(f.key_term(h))),
     ))

@@ -33,15 +33,16 @@ use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use redb::ReadTransaction;
-use tantivy::collector::Count;
-use tantivy::query::{BooleanQuery, EmptyQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::query::{
+    AllQuery, BooleanQuery, EmptyQuery, InvertedIndexRangeQuery, Occur, Query, RangeQuery, TermQuery,
+};
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{DocAddress, Term};
 
 use crate::store::{INODES, LOCATIONS, db_err, get_inode};
 use crate::*;
 use catalog::successor;
-use index::{Fields, KeyOrder, KeyScan, entry_at, ix_err};
+use index::{Fields, KeyCount, KeyOrder, KeyRange, KeyScan, entry_at, ix_err};
 use query::{Attr, Expr, LocusAttrs, Object, Op, Value};
 
 /// Most candidates one batch of a query's matches holds.
@@ -173,15 +174,13 @@ impl Search {
         Ok(Search { expr, base, lo, hi, start, limit, delimiter, count_only: req.count_only, mounts })
     }
 
-    /// The keys in scope from `from` on, as a query.
-    fn scope(&self, f: &Fields, from: &Bound<String>) -> Box<dyn Query> {
-        let t = |s: &String| f.key_term(s);
+    /// The keys in scope from `from` on.
+    fn scope(&self, from: &Bound<String>) -> KeyRange {
         let lo = match from {
-            Bound::Included(s) => Bound::Included(t(s)),
-            Bound::Excluded(s) => Bound::Excluded(t(s)),
-            Bound::Unbounded => Bound::Included(t(&self.lo)),
+            Bound::Unbounded => Bound::Included(self.lo.clone()),
+            b => b.clone(),
         };
-        Box::new(RangeQuery::new(lo, self.hi.as_ref().map_or(Bound::Unbounded, |h| Bound::Excluded(t(h)))))
+        (lo, self.hi.clone().map_or(Bound::Unbounded, Bound::Excluded))
     }
 
     /// A query for `e` (see [`Translated`]): `None` matches every object.
@@ -234,9 +233,11 @@ impl Search {
                 (Some(Box::new(BooleanQuery::new(qs))), exact)
             }
             Expr::Like { attr: Attr::Key, prefix: Some(p), .. } => {
+                // The prefix's terms (a range of the key column would read every document).
                 let lo = format!("{}{p}", self.base);
                 let hi = successor(&lo).map_or(Bound::Unbounded, Bound::Excluded);
-                (Some(texts(f.key, Bound::Included(lo), hi)), false)
+                let t = |s: String| Term::from_field_text(f.key, &s);
+                (Some(Box::new(InvertedIndexRangeQuery::new(Bound::Included(t(lo)), hi.map(t)))), false)
             }
             Expr::Like { attr, prefix: Some(p), .. } => match text_attr(attr) {
                 Some((field, name, end)) => {
@@ -346,12 +347,8 @@ impl Search {
             Candidates::Scan(s) => s.next_doc(),
             Candidates::Query { q, buf, after, batch, done } => {
                 if buf.is_empty() && !*done {
-                    let full = BooleanQuery::new(vec![
-                        (Occur::Must, q.box_clone()),
-                        (Occur::Must, self.scope(&snap.f, after)),
-                    ]);
-                    let got =
-                        snap.searcher.search(&full, &KeyOrder { limit: *batch, key: snap.f.key }).map_err(ix_err)?;
+                    let top = KeyOrder { limit: *batch, key: snap.f.key, range: self.scope(after) };
+                    let got = snap.searcher.search(&**q, &top).map_err(ix_err)?;
                     *done = got.len() < *batch;
                     if let Some((k, _)) = got.last() {
                         *after = Bound::Excluded(k.clone());
@@ -376,12 +373,9 @@ impl Search {
             scanned: 0,
         };
         if self.count_only && exact {
-            let scope = self.scope(&snap.f, &self.start);
-            let full: Box<dyn Query> = match q {
-                Some(q) => Box::new(BooleanQuery::new(vec![(Occur::Must, q), (Occur::Must, scope)])),
-                None => scope,
-            };
-            page.count = snap.searcher.search(&*full, &Count).map_err(ix_err)? as u64;
+            let q: Box<dyn Query> = q.unwrap_or_else(|| Box::new(AllQuery));
+            let count = KeyCount { range: self.scope(&self.start) };
+            page.count = snap.searcher.search(&*q, &count).map_err(ix_err)?;
             return Ok(page);
         }
         let ns = NsTables::open(&snap.r)?;
