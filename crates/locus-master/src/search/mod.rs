@@ -380,13 +380,14 @@ impl Search {
         }
         let ns = NsTables::open(&snap.r)?;
         let needs_locus = self.expr.needs_locus();
+        let only_key = self.expr.only_key();
+        let no_entry = pb::CatalogEntry::default();
         let began = Instant::now();
         let mut emitted = 0usize;
         let mut last_group: Option<String> = None;
         let mut last_key = String::new();
         let mut cands = self.candidates(snap, q, exact)?;
         while let Some((path, addr)) = self.next_candidate(snap, &mut cands)? {
-            let entry = entry_at(&snap.searcher, &snap.f, addr)?;
             page.scanned += 1;
             let key = &path[self.base.len()..];
             if !self.count_only
@@ -398,6 +399,10 @@ impl Search {
                 return Ok(page);
             }
             last_key = key.to_string();
+            if only_key && !self.expr.matches(&Candidate { key, e: &no_entry, locus: None }) {
+                continue; // (without reading the entry)
+            }
+            let entry = entry_at(&snap.searcher, &snap.f, addr)?;
             let locus = if needs_locus { Some(locus_attrs(&ns, &path, &entry, &self.mounts)?) } else { None };
             let cand = Candidate { key, e: &entry, locus };
             if !self.expr.matches(&cand) {

@@ -218,6 +218,14 @@ impl Expr {
         }
     }
 
+    /// Whether this looks at nothing but the key.
+    pub fn only_key(&self) -> bool {
+        match self {
+            Expr::And(v) | Expr::Or(v) => v.iter().all(Expr::only_key),
+            Expr::Cmp { attr, .. } | Expr::Like { attr, .. } => *attr == Attr::Key,
+        }
+    }
+
     /// Whether `o` matches.
     pub fn matches(&self, o: &dyn Object) -> bool {
         match self {
