@@ -321,17 +321,38 @@ impl Search {
         }
     }
 
-    fn candidates<'s>(&self, snap: &'s Snapshot, q: Option<Box<dyn Query>>, exact: bool) -> Result<Candidates<'s>> {
-        Ok(match q {
-            None => {
-                let hi = self.hi.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-                let lo = match &self.start {
-                    Bound::Included(s) => Bound::Included(s.as_str()),
-                    Bound::Excluded(s) => Bound::Excluded(s.as_str()),
-                    Bound::Unbounded => Bound::Included(self.lo.as_str()),
-                };
-                Candidates::Scan(KeyScan::new(&snap.searcher, &snap.f, lo, hi)?)
+    /// The key range a LIKE with a literal prefix confines a clause to (alone, or in an AND).
+    fn prefix_range(&self, e: &Expr) -> Option<KeyRange> {
+        match e {
+            Expr::Like { attr: Attr::Key, prefix: Some(p), .. } => {
+                let lo = format!("{}{p}", self.base);
+                let hi = successor(&lo).map_or(Bound::Unbounded, Bound::Excluded);
+                Some((Bound::Included(lo), hi))
             }
+            Expr::And(v) => v.iter().find_map(|c| self.prefix_range(c)),
+            _ => None,
+        }
+    }
+
+    fn candidates<'s>(&self, snap: &'s Snapshot, q: Option<Box<dyn Query>>, exact: bool) -> Result<Candidates<'s>> {
+        let (mut lo, mut hi) = self.scope(&self.start);
+        // A clause on the key alone under a literal prefix: walking the prefix's keys is
+        // cheaper than collecting the query's matches batch by batch.
+        let q = match (q, self.expr.only_key().then(|| self.prefix_range(&self.expr)).flatten()) {
+            (Some(_), Some((plo, phi))) => {
+                lo = max_lo(lo, plo);
+                hi = min_hi(hi, phi);
+                None
+            }
+            (q, _) => q,
+        };
+        Ok(match q {
+            None => Candidates::Scan(KeyScan::new(
+                &snap.searcher,
+                &snap.f,
+                lo.as_ref().map(String::as_str),
+                hi.as_ref().map(String::as_str),
+            )?),
             Some(q) => Candidates::Query {
                 q,
                 buf: VecDeque::new(),
@@ -445,6 +466,38 @@ impl Search {
             page.next_after.clear();
         }
         Ok(page)
+    }
+}
+
+/// The higher of two lower bounds.
+fn max_lo(a: Bound<String>, b: Bound<String>) -> Bound<String> {
+    use Bound::*;
+    match (&a, &b) {
+        (Unbounded, _) => b,
+        (_, Unbounded) => a,
+        (Included(x) | Excluded(x), Included(y) | Excluded(y)) => {
+            if x > y || (x == y && matches!(a, Excluded(_))) {
+                a
+            } else {
+                b
+            }
+        }
+    }
+}
+
+/// The lower of two upper bounds.
+fn min_hi(a: Bound<String>, b: Bound<String>) -> Bound<String> {
+    use Bound::*;
+    match (&a, &b) {
+        (Unbounded, _) => b,
+        (_, Unbounded) => a,
+        (Included(x) | Excluded(x), Included(y) | Excluded(y)) => {
+            if x < y || (x == y && matches!(a, Excluded(_))) {
+                a
+            } else {
+                b
+            }
+        }
     }
 }
 
