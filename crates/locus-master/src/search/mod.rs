@@ -37,7 +37,7 @@ use tantivy::query::{
     AllQuery, BooleanQuery, EmptyQuery, InvertedIndexRangeQuery, Occur, Query, RangeQuery, TermQuery,
 };
 use tantivy::schema::{Field, IndexRecordOption};
-use tantivy::{DocAddress, Term};
+use tantivy::{DocAddress, Searcher, Term};
 
 use crate::store::{INODES, LOCATIONS, db_err, get_inode};
 use crate::*;
@@ -184,7 +184,7 @@ impl Search {
     }
 
     /// A query for `e` (see [`Translated`]): `None` matches every object.
-    fn translate(&self, f: &Fields, e: &Expr) -> Translated {
+    fn translate(&self, s: &Searcher, f: &Fields, e: &Expr) -> Translated {
         let term = |field, s: &str| -> Box<dyn Query> {
             Box::new(TermQuery::new(Term::from_field_text(field, s), IndexRecordOption::Basic))
         };
@@ -212,7 +212,7 @@ impl Search {
         };
         match e {
             Expr::And(v) => {
-                let parts: Vec<Translated> = v.iter().map(|c| self.translate(f, c)).collect();
+                let parts: Vec<Translated> = v.iter().map(|c| self.translate(s, f, c)).collect();
                 let exact = parts.iter().all(|p| p.1);
                 let qs: Vec<(Occur, Box<dyn Query>)> =
                     parts.into_iter().filter_map(|p| p.0).map(|q| (Occur::Must, q)).collect();
@@ -222,7 +222,7 @@ impl Search {
                 let mut qs = Vec::new();
                 let mut exact = true;
                 for c in v {
-                    let (q, x) = self.translate(f, c);
+                    let (q, x) = self.translate(s, f, c);
                     let Some(q) = q else { return (None, false) };
                     qs.push((Occur::Should, q));
                     exact &= x;
@@ -272,9 +272,7 @@ impl Search {
                 // Sizes are whole numbers: compare against the integers around `n`.
                 let (fl, ce) = (n.floor().max(0.0) as u64, n.ceil().max(0.0) as u64);
                 let t = |v: u64| Term::from_field_u64(f.size, v);
-                let range = |lo: Bound<u64>, hi: Bound<u64>| -> Box<dyn Query> {
-                    Box::new(RangeQuery::new(lo.map(t), hi.map(t)))
-                };
+                let range = |lo: Bound<u64>, hi: Bound<u64>| numeric_range(s, f.size, lo.map(t), hi.map(t));
                 let q = match op {
                     Op::Eq if fl == ce && *n >= 0.0 => Box::new(TermQuery::new(t(fl), IndexRecordOption::Basic)),
                     Op::Eq => Box::new(EmptyQuery) as Box<dyn Query>,
@@ -299,7 +297,7 @@ impl Search {
                     Op::Le => (Bound::Unbounded, Bound::Included(*ms)),
                     Op::Ne => return (None, false),
                 };
-                (Some(Box::new(RangeQuery::new(lo.map(t), hi.map(t)))), true)
+                (Some(numeric_range(s, f.mtime, lo.map(t), hi.map(t))), true)
             }
             Expr::Cmp { attr, op, value: Value::Text(s, None) } => match text_attr(attr) {
                 Some((field, name, end)) => {
@@ -384,7 +382,7 @@ impl Search {
 
     /// Run the search against `snap`.
     pub(crate) fn run(&self, snap: &Snapshot) -> Result<Page> {
-        let (q, exact) = self.translate(&snap.f, &self.expr);
+        let (q, exact) = self.translate(&snap.searcher, &snap.f, &self.expr);
         let mut page = Page {
             hits: Vec::new(),
             prefixes: Vec::new(),
@@ -467,6 +465,59 @@ impl Search {
         }
         Ok(page)
     }
+}
+
+/// Distinct values at most in a numeric range read through the field's terms.
+const TERM_RANGE_MAX: u64 = 20_000;
+
+/// A range of a numeric field: through its terms when the range holds few distinct
+/// values (a 30-minute window), else through its column (a pass over every document).
+fn numeric_range(s: &Searcher, field: Field, lo: Bound<Term>, hi: Bound<Term>) -> Box<dyn Query> {
+    if values_in(s, field, &lo, &hi) <= TERM_RANGE_MAX {
+        Box::new(InvertedIndexRangeQuery::new(lo, hi))
+    } else {
+        Box::new(RangeQuery::new(lo, hi))
+    }
+}
+
+/// How many distinct values of `field` lie in a range, summed over the segments
+/// (stops counting past [`TERM_RANGE_MAX`]).
+fn values_in(s: &Searcher, field: Field, lo: &Bound<Term>, hi: &Bound<Term>) -> u64 {
+    let mut n = 0u64;
+    for seg in s.segment_readers() {
+        let Ok(inv) = seg.inverted_index(field) else { return u64::MAX };
+        let all = inv.terms().num_terms() as u64;
+        // The ordinal of the first term past a bound (`all` when none is).
+        let first = |b: Bound<&[u8]>| -> u64 {
+            let sb = inv.terms().range();
+            let sb = match b {
+                Bound::Included(t) => sb.ge(t),
+                Bound::Excluded(t) => sb.gt(t),
+                Bound::Unbounded => sb,
+            };
+            match sb.into_stream() {
+                Ok(mut st) => {
+                    if st.advance() {
+                        st.term_ord()
+                    } else {
+                        all
+                    }
+                }
+                Err(_) => 0,
+            }
+        };
+        let a = first(lo.as_ref().map(Term::serialized_value_bytes));
+        let z = match hi {
+            Bound::Included(t) => first(Bound::Excluded(t.serialized_value_bytes())),
+            Bound::Excluded(t) => first(Bound::Included(t.serialized_value_bytes())),
+            Bound::Unbounded => all,
+        };
+        n += z.saturating_sub(a);
+        if n > TERM_RANGE_MAX {
+            break;
+        }
+    }
+    n
 }
 
 /// The higher of two lower bounds.
