@@ -212,7 +212,47 @@ impl Search {
         };
         match e {
             Expr::And(v) => {
-                let parts: Vec<Translated> = v.iter().map(|c| self.translate(s, f, c)).collect();
+                // Comparisons of one number (size, mtime) meet in one range, read once.
+                let (mut size, mut mtime) = (None::<Option<Span<u64>>>, None::<Option<Span<i64>>>);
+                let mut rest = Vec::new();
+                for c in v {
+                    match c {
+                        Expr::Cmp { attr: Attr::Size, op, value: Value::Number(n) } if op.is_range() => {
+                            let b = size_span(*op, *n);
+                            size = Some(match size {
+                                None => b,
+                                Some(a) => a.zip(b).map(|(a, b)| meet(a, b)),
+                            });
+                        }
+                        Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(t) } if op.is_range() => {
+                            let b = Some(time_span(*op, *t));
+                            mtime = Some(match mtime {
+                                None => b,
+                                Some(a) => a.zip(b).map(|(a, b)| meet(a, b)),
+                            });
+                        }
+                        _ => rest.push(c),
+                    }
+                }
+                let mut parts: Vec<Translated> = rest.into_iter().map(|c| self.translate(s, f, c)).collect();
+                if let Some(sp) = size {
+                    let tu = |v: u64| Term::from_field_u64(f.size, v);
+                    parts.push((
+                        Some(sp.map_or(Box::new(EmptyQuery) as Box<dyn Query>, |(lo, hi)| {
+                            numeric_range(s, f.size, lo.map(tu), hi.map(tu))
+                        })),
+                        true,
+                    ));
+                }
+                if let Some(sp) = mtime {
+                    let ti = |v: i64| Term::from_field_i64(f.mtime, v);
+                    parts.push((
+                        Some(sp.map_or(Box::new(EmptyQuery) as Box<dyn Query>, |(lo, hi)| {
+                            numeric_range(s, f.mtime, lo.map(ti), hi.map(ti))
+                        })),
+                        true,
+                    ));
+                }
                 let exact = parts.iter().all(|p| p.1);
                 let qs: Vec<(Occur, Box<dyn Query>)> =
                     parts.into_iter().filter_map(|p| p.0).map(|q| (Occur::Must, q)).collect();
@@ -465,6 +505,67 @@ impl Search {
         }
         Ok(page)
     }
+}
+
+/// A range of numbers.
+type Span<T> = (Bound<T>, Bound<T>);
+
+/// The sizes a comparison with `n` allows (sizes are whole numbers; `None`: none).
+fn size_span(op: Op, n: f64) -> Option<Span<u64>> {
+    let (fl, ce) = (n.floor().max(0.0) as u64, n.ceil().max(0.0) as u64);
+    Some(match op {
+        Op::Gt if n < 0.0 => (Bound::Included(0), Bound::Unbounded),
+        Op::Gt => (Bound::Excluded(fl), Bound::Unbounded),
+        Op::Ge => (Bound::Included(ce), Bound::Unbounded),
+        Op::Lt if n <= 0.0 => return None,
+        Op::Lt => (Bound::Included(0), Bound::Excluded(ce)),
+        Op::Le if n < 0.0 => return None,
+        Op::Le => (Bound::Included(0), Bound::Included(fl)),
+        Op::Eq | Op::Ne => (Bound::Unbounded, Bound::Unbounded),
+    })
+}
+
+/// The times a comparison with `t` allows.
+fn time_span(op: Op, t: i64) -> Span<i64> {
+    match op {
+        Op::Gt => (Bound::Excluded(t), Bound::Unbounded),
+        Op::Ge => (Bound::Included(t), Bound::Unbounded),
+        Op::Lt => (Bound::Unbounded, Bound::Excluded(t)),
+        Op::Le => (Bound::Unbounded, Bound::Included(t)),
+        Op::Eq => (Bound::Included(t), Bound::Included(t)),
+        Op::Ne => (Bound::Unbounded, Bound::Unbounded),
+    }
+}
+
+/// Where two ranges overlap (possibly nowhere: the bounds then cross, which the index
+/// reads as empty).
+fn meet<T: Ord + Copy>(a: Span<T>, b: Span<T>) -> Span<T> {
+    use Bound::*;
+    let lo = match (a.0, b.0) {
+        (Unbounded, x) | (x, Unbounded) => x,
+        (Included(x), Included(y)) => Included(x.max(y)),
+        (Excluded(x), Excluded(y)) => Excluded(x.max(y)),
+        (Included(x), Excluded(y)) | (Excluded(y), Included(x)) => {
+            if y >= x {
+                Excluded(y)
+            } else {
+                Included(x)
+            }
+        }
+    };
+    let hi = match (a.1, b.1) {
+        (Unbounded, x) | (x, Unbounded) => x,
+        (Included(x), Included(y)) => Included(x.min(y)),
+        (Excluded(x), Excluded(y)) => Excluded(x.min(y)),
+        (Included(x), Excluded(y)) | (Excluded(y), Included(x)) => {
+            if y <= x {
+                Excluded(y)
+            } else {
+                Included(x)
+            }
+        }
+    };
+    (lo, hi)
 }
 
 /// Distinct values at most in a numeric range read through the field's terms.

@@ -137,6 +137,11 @@ pub enum Op {
 }
 
 impl Op {
+    /// `<`, `<=`, `>` or `>=`.
+    pub fn is_range(self) -> bool {
+        matches!(self, Op::Lt | Op::Le | Op::Gt | Op::Ge)
+    }
+
     fn holds(self, o: std::cmp::Ordering) -> bool {
         use std::cmp::Ordering::*;
         match self {
