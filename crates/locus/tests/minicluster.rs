@@ -986,7 +986,8 @@ async fn the_report_lists_every_background_job() {
         rep = cl.report().await.unwrap();
     }
     let names: Vec<&str> = rep.jobs.iter().map(|j| j.name.as_str()).collect();
-    assert_eq!(names, ["master.persist", "master.replication"]);
+    assert_eq!(names, ["master.persist", "master.replication", "master.indexer"]);
+    assert!(rep.jobs[2].runs > 0 && rep.jobs[2].failures == 0, "{:?}", rep.jobs[2]);
     let persist = &rep.jobs[0];
     assert_eq!(persist.backlog, 1, "the held persist is the backlog: {persist:?}");
     assert_ne!(persist.state(), pb::JobState::Stopped);
@@ -998,8 +999,9 @@ async fn the_report_lists_every_background_job() {
     }
     let j = locus_proto::report_json(&rep, &[]);
     let jobs = j["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 4, "{jobs:?}");
+    assert_eq!(jobs.len(), 5, "{jobs:?}");
     assert_eq!(jobs[0]["on"], "master");
-    assert!(jobs[2]["on"].as_str().unwrap().starts_with("worker "));
+    assert_eq!(jobs[2]["on"], "master");
+    assert!(jobs[3]["on"].as_str().unwrap().starts_with("worker "));
     c.shutdown().await;
 }

@@ -480,7 +480,7 @@ pub fn key_range(f: &Fields, lo: &str, hi: Option<&str>) -> Box<dyn Query> {
 /// The indexer job: applies the journal every [`TICK`]; commits at most every
 /// [`COMMIT_EVERY`] (searches force one when they need it), and once more on shutdown.
 pub fn start(m: Master) -> Job {
-    Job::spawn_loop("catalog.indexer", move |mut stop, handle| async move {
+    Job::spawn_loop("master.indexer", move |mut stop, handle| async move {
         loop {
             let stopping = tokio::select! {
                 _ = tokio::time::sleep(TICK) => false,
@@ -490,9 +490,7 @@ pub fn start(m: Master) -> Job {
             let r = tokio::task::spawn_blocking(move || m2.inner.catalog.step(&m2.inner.store, stopping))
                 .await
                 .unwrap_or_else(|e| Err(Error::internal(format!("indexer: {e}"))));
-            if r.is_err() || stopping {
-                handle.record(&r);
-            }
+            handle.record(&r);
             if let Ok(r) = m.inner.store.read()
                 && let Ok(t) = r.open_table(COUNTERS)
                 && let Ok(h) = catalog::head(&t)
