@@ -210,10 +210,19 @@ impl Search {
                 _ => (None, false),
             }
         };
+        // A range of sizes or times (`None`: no size at all).
+        let size_query = |sp: Option<Span<u64>>| -> Box<dyn Query> {
+            let t = |v: u64| Term::from_field_u64(f.size, v);
+            sp.map_or(Box::new(EmptyQuery), |(lo, hi)| numeric_range(s, f.size, lo.map(t), hi.map(t)))
+        };
+        let time_query = |(lo, hi): Span<i64>| -> Box<dyn Query> {
+            let t = |v: i64| Term::from_field_i64(f.mtime, v);
+            numeric_range(s, f.mtime, lo.map(t), hi.map(t))
+        };
         match e {
             Expr::And(v) => {
                 // Comparisons of one number (size, mtime) meet in one range, read once.
-                let (mut size, mut mtime) = (None::<Option<Span<u64>>>, None::<Option<Span<i64>>>);
+                let (mut size, mut mtime) = (None::<Option<Span<u64>>>, None::<Span<i64>>);
                 let mut rest = Vec::new();
                 for c in v {
                     match c {
@@ -225,34 +234,15 @@ impl Search {
                             });
                         }
                         Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(t) } if op.is_range() => {
-                            let b = Some(time_span(*op, *t));
-                            mtime = Some(match mtime {
-                                None => b,
-                                Some(a) => a.zip(b).map(|(a, b)| meet(a, b)),
-                            });
+                            let b = time_span(*op, *t);
+                            mtime = Some(mtime.map_or(b.clone(), |a| meet(a, b)));
                         }
                         _ => rest.push(c),
                     }
                 }
                 let mut parts: Vec<Translated> = rest.into_iter().map(|c| self.translate(s, f, c)).collect();
-                if let Some(sp) = size {
-                    let tu = |v: u64| Term::from_field_u64(f.size, v);
-                    parts.push((
-                        Some(sp.map_or(Box::new(EmptyQuery) as Box<dyn Query>, |(lo, hi)| {
-                            numeric_range(s, f.size, lo.map(tu), hi.map(tu))
-                        })),
-                        true,
-                    ));
-                }
-                if let Some(sp) = mtime {
-                    let ti = |v: i64| Term::from_field_i64(f.mtime, v);
-                    parts.push((
-                        Some(sp.map_or(Box::new(EmptyQuery) as Box<dyn Query>, |(lo, hi)| {
-                            numeric_range(s, f.mtime, lo.map(ti), hi.map(ti))
-                        })),
-                        true,
-                    ));
-                }
+                parts.extend(size.map(|sp| (Some(size_query(sp)), true)));
+                parts.extend(mtime.map(|sp| (Some(time_query(sp)), true)));
                 let exact = parts.iter().all(|p| p.1);
                 let qs: Vec<(Occur, Box<dyn Query>)> =
                     parts.into_iter().filter_map(|p| p.0).map(|q| (Occur::Must, q)).collect();
@@ -310,34 +300,21 @@ impl Search {
             }
             Expr::Cmp { attr: Attr::Size, op, value: Value::Number(n) } => {
                 // Sizes are whole numbers: compare against the integers around `n`.
-                let (fl, ce) = (n.floor().max(0.0) as u64, n.ceil().max(0.0) as u64);
-                let t = |v: u64| Term::from_field_u64(f.size, v);
-                let range = |lo: Bound<u64>, hi: Bound<u64>| numeric_range(s, f.size, lo.map(t), hi.map(t));
                 let q = match op {
-                    Op::Eq if fl == ce && *n >= 0.0 => Box::new(TermQuery::new(t(fl), IndexRecordOption::Basic)),
+                    Op::Eq if n.fract() == 0.0 && *n >= 0.0 => {
+                        Box::new(TermQuery::new(Term::from_field_u64(f.size, *n as u64), IndexRecordOption::Basic))
+                    }
                     Op::Eq => Box::new(EmptyQuery) as Box<dyn Query>,
-                    Op::Gt if *n < 0.0 => range(Bound::Included(0), Bound::Unbounded),
-                    Op::Gt => range(Bound::Excluded(fl), Bound::Unbounded),
-                    Op::Ge => range(Bound::Included(ce), Bound::Unbounded),
-                    Op::Lt if *n <= 0.0 => Box::new(EmptyQuery),
-                    Op::Lt => range(Bound::Included(0), Bound::Excluded(ce)),
-                    Op::Le if *n < 0.0 => Box::new(EmptyQuery),
-                    Op::Le => range(Bound::Included(0), Bound::Included(fl)),
                     Op::Ne => return (None, false),
+                    _ => size_query(size_span(*op, *n)),
                 };
                 (Some(q), true)
             }
             Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(ms) } => {
-                let t = |v: i64| Term::from_field_i64(f.mtime, v);
-                let (lo, hi) = match op {
-                    Op::Eq => (Bound::Included(*ms), Bound::Included(*ms)),
-                    Op::Gt => (Bound::Excluded(*ms), Bound::Unbounded),
-                    Op::Ge => (Bound::Included(*ms), Bound::Unbounded),
-                    Op::Lt => (Bound::Unbounded, Bound::Excluded(*ms)),
-                    Op::Le => (Bound::Unbounded, Bound::Included(*ms)),
-                    Op::Ne => return (None, false),
-                };
-                (Some(numeric_range(s, f.mtime, lo.map(t), hi.map(t))), true)
+                if *op == Op::Ne {
+                    return (None, false);
+                }
+                (Some(time_query(time_span(*op, *ms))), true)
             }
             Expr::Cmp { attr, op, value: Value::Text(s, None) } => match text_attr(attr) {
                 Some((field, name, end)) => {
@@ -377,9 +354,8 @@ impl Search {
         // A clause on the key alone under a literal prefix: walking the prefix's keys is
         // cheaper than collecting the query's matches batch by batch.
         let q = match (q, self.expr.only_key().then(|| self.prefix_range(&self.expr)).flatten()) {
-            (Some(_), Some((plo, phi))) => {
-                lo = max_lo(lo, plo);
-                hi = min_hi(hi, phi);
+            (Some(_), Some(prefix)) => {
+                (lo, hi) = meet((lo, hi), prefix);
                 None
             }
             (q, _) => q,
@@ -539,7 +515,7 @@ fn time_span(op: Op, t: i64) -> Span<i64> {
 
 /// Where two ranges overlap (possibly nowhere: the bounds then cross, which the index
 /// reads as empty).
-fn meet<T: Ord + Copy>(a: Span<T>, b: Span<T>) -> Span<T> {
+fn meet<T: Ord + Clone>(a: Span<T>, b: Span<T>) -> Span<T> {
     use Bound::*;
     let lo = match (a.0, b.0) {
         (Unbounded, x) | (x, Unbounded) => x,
@@ -619,38 +595,6 @@ fn values_in(s: &Searcher, field: Field, lo: &Bound<Term>, hi: &Bound<Term>) -> 
         }
     }
     n
-}
-
-/// The higher of two lower bounds.
-fn max_lo(a: Bound<String>, b: Bound<String>) -> Bound<String> {
-    use Bound::*;
-    match (&a, &b) {
-        (Unbounded, _) => b,
-        (_, Unbounded) => a,
-        (Included(x) | Excluded(x), Included(y) | Excluded(y)) => {
-            if x > y || (x == y && matches!(a, Excluded(_))) {
-                a
-            } else {
-                b
-            }
-        }
-    }
-}
-
-/// The lower of two upper bounds.
-fn min_hi(a: Bound<String>, b: Bound<String>) -> Bound<String> {
-    use Bound::*;
-    match (&a, &b) {
-        (Unbounded, _) => b,
-        (_, Unbounded) => a,
-        (Included(x) | Excluded(x), Included(y) | Excluded(y)) => {
-            if x < y || (x == y && matches!(a, Excluded(_))) {
-                a
-            } else {
-                b
-            }
-        }
-    }
 }
 
 /// The namespace tables Locus's own attributes are read from, opened once per search.
