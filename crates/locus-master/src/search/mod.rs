@@ -235,7 +235,7 @@ impl Search {
                         }
                         Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(t) } if op.is_range() => {
                             let b = time_span(*op, *t);
-                            mtime = Some(mtime.map_or(b.clone(), |a| meet(a, b)));
+                            mtime = Some(mtime.map_or(b, |a| meet(a, b)));
                         }
                         _ => rest.push(c),
                     }
