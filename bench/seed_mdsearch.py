@@ -323,6 +323,11 @@ class Locus:
                 return int(line.split()[1]) * 1024
         return 0
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU time of the Locus process so far."""
+        f = Path(f"/proc/{self.p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
     def index_bytes(self) -> int:
         return sum(f.stat().st_size for f in (self.data / "master").rglob("*") if f.is_file())
 
@@ -338,31 +343,85 @@ class Locus:
         shutil.rmtree(shm, ignore_errors=True)
 
 
-def liveness(s: Searcher, rate: int, seconds: float) -> dict:
-    """Puts at `rate`/s (8 threads), each then searched for until found."""
-    lags, errors = [], 0
-    n = int(rate * seconds)
-    t0 = time.monotonic()
+def put_load(endpoint: str, rate: int, seconds: float, work: Path, procs: int = 25) -> list:
+    """A background load of PUTs at `rate`/s in all, for `seconds`: `procs` curl processes,
+    each serial and rate-limited, signing with SigV4 itself (curl's `--aws-sigv4`), so the
+    load costs the client little CPU and leaves the cores to Locus."""
+    body = work / "load-body"
+    body.write_bytes(b"x" * 100)
+    n = int(rate * seconds / procs)
+    out = []
+    for p in range(procs):
+        cfg = work / f"load-{p}.curl"
+        lines = ['aws-sigv4 = "aws:amz:us-east-1:s3"', f'user = "{GW_KEY}:{GW_SECRET}"', "silent",
+                 # (curl 7.88 signs no payload hash itself; S3 requires the header)
+                 'header = "x-amz-content-sha256: UNSIGNED-PAYLOAD"',
+                 f"rate = {max(1, rate // procs)}/s", 'write-out = "%{http_code}\\n"']
+        for i in range(n):
+            lines += [f'upload-file = "{body}"', f'url = "{endpoint}/{BUCKET}/load/{p:02d}/{i:06d}"',
+                      "output = /dev/null"]
+        cfg.write_text("\n".join(lines) + "\n")
+        codes = open(work / f"load-{p}.codes", "w+")
+        out.append((subprocess.Popen(["curl", "--config", str(cfg)], stdout=codes, stderr=subprocess.DEVNULL), codes))
+    return out
 
-    def one(i: int):
-        nonlocal errors
-        due = t0 + i / rate
-        if due > time.monotonic():
-            time.sleep(due - time.monotonic())
+
+def liveness(s: Searcher, loc: "Locus", rate: int, seconds: float, work: Path) -> dict:
+    """Under a background load of `rate` puts/s, probes: a put (boto3), then searches for
+    it at once until found; the lag is from the put's acknowledgement to that search.
+    Also the CPU time Locus, the load's processes and the probing client took: on two
+    cores, what they took together says whether the machine could give more."""
+    import resource
+
+    lags, errors = [], 0
+    cpu0 = (loc.cpu_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF))
+    t0 = time.monotonic()
+    load = put_load(loc.endpoint, rate, seconds, work)
+    ended = []  # when each load process ended
+    for p, _ in load:
+        threading.Thread(target=lambda p=p: (p.wait(), ended.append(time.monotonic())), daemon=True).start()
+    time.sleep(1)
+    i = 0
+    while time.monotonic() - t0 < seconds:
         key = f"live/{i:06d}"
         s.s3.put_object(Bucket=BUCKET, Key=key, Body=b"x", Metadata={"seq": f"s{i}"})
         acked = time.monotonic()
-        for _ in range(200):
+        for _ in range(400):
             if s.first_page(f"x-amz-meta-seq = s{i}") == [key]:
                 lags.append(time.monotonic() - acked)
-                return
-            time.sleep(0.005)
-        errors += 1
+                break
+            time.sleep(0.002)
+        else:
+            errors += 1
+        i += 1
+        time.sleep(0.05)
+    ok = 0
+    for p, codes in load:
+        p.wait()
+        codes.seek(0)
+        ok += sum(1 for c in codes.read().split() if c == "200")
+        codes.close()
+    wall = max(ended) - t0
+    ch, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+    cpu = {"locus": loc.cpu_seconds() - cpu0[0],
+           "load_clients": ch.ru_utime + ch.ru_stime - cpu0[1].ru_utime - cpu0[1].ru_stime,
+           "probe_client": me.ru_utime + me.ru_stime - cpu0[2].ru_utime - cpu0[2].ru_stime}
+    return {"puts": ok, "rate_target": rate, "rate_achieved": ok / wall, "probes": i, "lag_seconds": lags,
+            "not_found": errors, "wall_seconds": time.monotonic() - t0, "cpu_seconds": cpu}
 
-    with cf.ThreadPoolExecutor(16) as ex:
-        list(ex.map(one, range(n)))
-    wall = time.monotonic() - t0
-    return {"puts": n, "rate_target": rate, "rate_achieved": n / wall, "lag_seconds": lags, "not_found": errors}
+
+def listing_floor(s: Searcher, sizes: list[int], reps: int) -> dict:
+    """The floor of a page of each size: a plain listing (no search) of as many keys
+    through the same gateway and client, boto3's XML parsing included."""
+    out = {}
+    for k in sorted(set(sizes)):
+        secs, n_keys = [], 0
+        for _ in range(reps):
+            t = time.monotonic()
+            n_keys = len(s.s3.list_objects_v2(Bucket=BUCKET, Prefix="load/", MaxKeys=max(k, 1)).get("Contents", []))
+            secs.append(time.monotonic() - t)
+        out[str(k)] = {"seconds": secs, "keys": n_keys}
+    return out
 
 
 # --------------------------------------------------------------------------- run
@@ -403,18 +462,14 @@ def run_scale(a, n: int, work: Path) -> dict:
                 f"{len(keys)} keys")
         res["rss_after_queries"] = loc.rss()
         if not a.no_live:
-            res["live"] = liveness(s, a.live_rate, a.live_seconds)
-            lg = res["live"]["lag_seconds"]
-            log(f"live: {len(lg)} puts, lag p99 {pct(lg, 99) * 1000:.1f} ms, {res['live']['not_found']} not found")
-            # The floor of a full first page: a plain listing of 1,000 keys (no search)
-            # through the same gateway and client, boto3's XML parsing included.
-            secs = []
-            for _ in range(a.reps):
-                t = time.monotonic()
-                n_keys = len(s.s3.list_objects_v2(Bucket=BUCKET, Prefix="live/", MaxKeys=1000).get("Contents", []))
-                secs.append(time.monotonic() - t)
-            res["floor_list_1000"] = {"seconds": secs, "keys": n_keys}
-            log(f"floor: a plain listing of {n_keys} keys p50 {pct(secs, 50) * 1000:.1f} ms")
+            res["live"] = lv = liveness(s, loc, a.live_rate, a.live_seconds, work)
+            lg = lv["lag_seconds"]
+            log(f"live: {lv['puts']} puts at {lv['rate_achieved']:.0f}/s; {len(lg)} probes, lag p99 "
+                f"{pct(lg, 99) * 1000:.1f} ms, {lv['not_found']} not found")
+            # The floor of each page: a plain listing of as many keys (the load's).
+            res["floor_list"] = listing_floor(s, [len(v["keys"]) for v in res["locus"].values()], a.reps)
+            for k, v in res["floor_list"].items():
+                log(f"floor: a plain listing of {v['keys']} keys p50 {pct(v['seconds'], 50) * 1000:.1f} ms")
         res["rss_end"] = loc.rss()
     finally:
         loc.stop()
@@ -452,47 +507,59 @@ def report(raw: dict, out_dir: Path, stem: str) -> Path:
               f"({sc['import']['seconds']:.1f} s). Master index on disk: {sc['index_bytes'] / 2**20:,.0f} MiB. "
               f"RSS of the Locus process (master, worker and gateway): {sc['rss_after_queries'] / 2**20:,.0f} MiB "
               f"after the queries, {sc.get('rss_end', 0) / 2**20:,.0f} MiB at the end.", "",
-              "| query | matches (page) | Locus p50 ms | Locus p99 ms | DuckDB p50 ms | Spark p50 ms | Spark / Locus | DuckDB / Locus | same keys |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "The floor of each query is a plain listing (no search) of as many keys as its page holds, through the "
+              "same gateway and client, in the same run: what any answer of that size costs before any search.", "",
+              "| query | matches (page) | Locus p50 ms | Locus p99 ms | floor p50 ms | Locus / floor | DuckDB p50 ms | Spark p50 ms | Spark / Locus | DuckDB / Locus | same keys |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for q in sc["queries"]:
             lo = sc["locus"][q["name"]]["seconds"]
             du = sc["duckdb"][q["name"]]["seconds"]
             sp = sc.get("spark", {}).get(q["name"], {}).get("seconds")
             p50, p99, d50 = pct(lo, 50), pct(lo, 99), statistics.median(du)
             s50 = statistics.median(sp) if sp else None
-            L.append(f"| {q['name']}{' (selective)' if q['selective'] else ''} | {len(sc['locus'][q['name']]['keys'])} | "
-                     f"{ms(p50)} | {ms(p99)} | {ms(d50)} | {ms(s50) if s50 else '—'} | "
+            nk = len(sc["locus"][q["name"]]["keys"])
+            fl = sc.get("floor_list", {}).get(str(nk))
+            f50 = pct(fl["seconds"], 50) if fl else None
+            L.append(f"| {q['name']}{' (selective)' if q['selective'] else ''} | {nk} | "
+                     f"{ms(p50)} | {ms(p99)} | {ms(f50) if f50 else '—'} | {f'{p50 / f50:.2f}×' if f50 else '—'} | "
+                     f"{ms(d50)} | {ms(s50) if s50 else '—'} | "
                      f"{f'{s50 / p50:.0f}×' if s50 else '—'} | {d50 / p50:.1f}× | {'yes' if sc['agree'][q['name']] else '**no**'} |")
             if q["selective"]:
-                goals.append((n, f"{q['name']}: p50 (ms)", p50 * 1000, 5, "<="))
+                goals.append((n, f"{q['name']}: p50 (ms)", p50 * 1000, 5, "<=", f50))
                 goals.append((n, f"{q['name']}: p99 (ms)", p99 * 1000, 50, "<="))
                 goals.append((n, f"{q['name']}: DuckDB / Locus", d50 / p50, 1, ">"))
                 if s50:
                     goals.append((n, f"{q['name']}: Spark / Locus", s50 / p50, 20, ">="))
             elif q["name"].startswith("content-type"):
-                goals.append((n, "10% match: first page p50 (ms)", p50 * 1000, 50, "<="))
-                fl = sc.get("floor_list_1000")
-                if fl:
-                    f50 = pct(fl["seconds"], 50)
-                    L.append(f"| floor: plain listing of {fl['keys']} keys, no search | {fl['keys']} | {ms(f50)} | "
-                             f"{ms(pct(fl['seconds'], 99))} | — | — | — | — | — |")
-                    L.append(f"| (10% first page / floor) | | {p50 / f50:.2f}× | | | | | | |")
+                goals.append((n, "10% match: first page p50 (ms)", p50 * 1000, 50, "<=", f50))
         goals.append((n, "import objects/s", sc["import"]["objects_per_s"], 100_000, ">="))
         goals.append((n, "RSS (MiB)", max(sc["rss_after_queries"], sc.get("rss_end", 0)) / 2**20, 1024, "<="))
         if "live" in sc:
             lv = sc["live"]
-            L += ["", f"Live: {lv['puts']} puts at {lv['rate_achieved']:.0f}/s (target {lv['rate_target']}), each searched "
-                      f"for right after its acknowledgement: lag p50 {ms(pct(lv['lag_seconds'], 50))} ms, "
-                      f"p99 {ms(pct(lv['lag_seconds'], 99))} ms; not found within 1 s: {lv['not_found']}."]
+            L += ["", f"Live: a background load of {lv['puts']:,} puts at {lv['rate_achieved']:.0f}/s (target "
+                      f"{lv['rate_target']}; 25 curl processes, SigV4), and meanwhile {lv['probes']} probes: a put "
+                      f"(boto3), then a search for it at once, repeated until it is found. Lag from the put's "
+                      f"acknowledgement: p50 {ms(pct(lv['lag_seconds'], 50))} ms, p99 "
+                      f"{ms(pct(lv['lag_seconds'], 99))} ms; not found within 1 s: {lv['not_found']}."]
+            if "cpu_seconds" in lv:
+                c, w = lv["cpu_seconds"], lv["wall_seconds"]
+                L[-1] += (f" CPU meanwhile, in cores (of 2): Locus {c['locus'] / w:.2f}, the load's curl processes "
+                          f"{c['load_clients'] / w:.2f}, the probing client {c['probe_client'] / w:.2f}; together "
+                          f"{sum(c.values()) / w:.2f}.")
+            goals.append((n, "live puts/s under which the lag is measured", lv["rate_achieved"], lv["rate_target"],
+                          ">="))
             goals.append((n, "live lag p99 (ms)", pct(lv["lag_seconds"], 99) * 1000, 1000, "<="))
         L.append("")
     L += ["## Goals", "", "Not loosened: each figure with pass or miss (goals are set at 10M objects; smaller scales "
-          "are shown against the same bounds).", "", "| objects | goal | figure | target | |", "|---:|---|---:|---|---|"]
+          "are shown against the same bounds). A latency's floor is the plain listing of as many keys (above).", "",
+          "| objects | goal | figure | target | | floor |", "|---:|---|---:|---|---|---:|"]
     ok = 0
-    for n, name, v, target, op in goals:
+    for n, name, v, target, op, *floor in goals:
         good = {"<=": v <= target, ">=": v >= target, ">": v > target}[op]
         ok += good
-        L.append(f"| {n:,} | {name} | {v:,.1f} | {op} {target:,} | {'pass' if good else '**miss**'} |")
+        f = floor[0] if floor and floor[0] else None
+        L.append(f"| {n:,} | {name} | {v:,.1f} | {op} {target:,} | {'pass' if good else '**miss**'} | "
+                 f"{f'{f * 1000:.1f}' if f else ''} |")
     L += ["", f"{ok} of {len(goals)} goal figures met."]
     md = out_dir / f"{stem}.md"
     md.write_text("\n".join(L) + "\n")

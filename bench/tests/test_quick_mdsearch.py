@@ -35,10 +35,20 @@ def test_every_query_ran_and_engines_agree():
     assert sc["import"]["objects_per_s"] > 0 and sc["index_bytes"] > 0 and sc["rss_after_queries"] > 0
 
 
-def test_live_puts_were_all_found():
+def test_live_probes_were_all_found_under_load():
     _, raw = _doc()
     lv = raw["scales"][0]["live"]
-    assert lv["puts"] > 0 and lv["not_found"] == 0 and len(lv["lag_seconds"]) == lv["puts"]
+    assert lv["puts"] > 0 and lv["probes"] > 0
+    assert lv["not_found"] == 0 and len(lv["lag_seconds"]) == lv["probes"]
+
+
+def test_every_page_size_has_its_floor():
+    _, raw = _doc()
+    [sc] = raw["scales"]
+    for n, v in sc["locus"].items():
+        fl = sc["floor_list"][str(len(v["keys"]))]
+        assert fl["keys"] == max(len(v["keys"]), 1), n
+        assert len(fl["seconds"]) == raw["reps"]
 
 
 def test_table_and_chart_were_produced():

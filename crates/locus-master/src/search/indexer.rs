@@ -5,20 +5,26 @@
 //!   commits at most about once a second with the last applied seq as the commit's
 //!   payload, and then trims the journal. After a crash it resumes from that payload;
 //!   every change is an upsert or a delete, so applying one twice changes nothing.
-//! - **Searches** call [`Master::catalog_sync`] first: it applies and commits whatever
-//!   the journal holds past the index, so a search sees every change acknowledged before
-//!   it began (read-after-write and read-after-delete), and what imports handed in.
+//! - **Searches** call [`Catalog::view`] first: it applies whatever the journal holds
+//!   past the writer, so a search sees every change acknowledged before it began
+//!   (read-after-write and read-after-delete), and what imports handed in.
 //! - **Imports** go straight to the index writer, without the journal: an inventory can
 //!   hold billions of objects. A request that asks for it is answered after a commit (the
 //!   CLI asks on its last batch). Paths the namespace holds are left alone.
 //! - **A fresh index** (a new master, a lost index directory, or the catalog tables of
 //!   an older version) is filled from the old tables, else from the namespace.
 //!
-//! Between commits the writer's changes are not yet searchable, so the indexer keeps
-//! the journal's (`pending`, and the subtrees deleted) to answer its own lookups: the
-//! entry an upsert merges with, the subtree a rename moves, the paths an import must
-//! skip. Imports are not kept there (an import may hold millions): a change that must
-//! see them (a rename, an upsert that merges) commits them first.
+//! Between commits the writer's changes are not searchable in the index, so the indexer
+//! keeps the journal's in an [`Overlay`] (the paths changed, and the subtrees deleted):
+//! - a search reads the last commit with the overlay laid over it, so it sees every
+//!   acknowledged change without waiting for a commit (a commit costs hundreds of
+//!   milliseconds of fsyncs; the overlay costs a look at the journal);
+//! - the indexer's own lookups read it too: the entry an upsert merges with, the subtree
+//!   a rename moves, the paths an import must skip.
+//!
+//! Imports are not kept there (an import may hold millions): a change that must see them
+//! (a rename, an upsert that merges) commits them first, and so does a search while
+//! imports wait, or a count (answered by the index alone).
 //!
 //! An upsert must delete the path's old document, and a delete costs a dictionary lookup
 //! in every segment at commit: too much for an import of millions of new paths. Two
@@ -27,11 +33,11 @@
 //! not hold; only the others pay the delete or the exact check. They are filled from
 //! the index at start and only grow, so they may err only towards the exact path.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use locus_common::job::Job;
@@ -42,7 +48,7 @@ use tantivy::query::{AllQuery, InvertedIndexRangeQuery, Query};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher};
 
 use super::catalog::{self, CATALOG_JOURNAL, LEGACY_CATALOG, LEGACY_CATALOG_INDEX, entry_of, path_of, successor};
-use super::index::{self, Fields, KeyScan, ix_err};
+use super::index::{self, Fields, KeyRange, KeyScan, ix_err};
 use crate::Master;
 use crate::store::{COUNTERS, INODES, Store, db_err, decode};
 
@@ -59,6 +65,8 @@ const JOURNAL_CHUNK: u64 = 20_000;
 const IMPORT_COMMIT_EVERY: Duration = Duration::from_secs(10);
 /// Uncommitted paths that force a commit (bounds the indexer's memory).
 const PENDING_MAX: usize = 200_000;
+/// Uncommitted paths past which a search commits rather than reading the overlay.
+const OVERLAY_MAX: usize = 20_000;
 /// The Bloom filters' sizes (bits, as powers of two): 32 MiB for every path, 16 MiB
 /// for the namespace's (2e-5 false positives at 10 million paths).
 const KEYS_BLOOM_BITS: u32 = 28;
@@ -108,12 +116,65 @@ pub struct Catalog {
     dirty: std::sync::atomic::AtomicBool,
 }
 
-struct Writer {
-    w: IndexWriter,
+/// The journal's changes since the last commit (see the module doc).
+#[derive(Clone, Default)]
+pub struct Overlay {
     /// Paths changed since the last commit: their entry, or `None` when deleted.
     pending: BTreeMap<String, Option<pb::CatalogEntry>>,
-    /// Subtrees deleted since the last commit (root paths).
-    deleted: Vec<String>,
+    /// Subtrees deleted since the last commit (root paths); a path in `pending` was
+    /// changed after them.
+    deleted: BTreeSet<String>,
+}
+
+impl Overlay {
+    /// Whether the committed document of `path` (if any) is out of date.
+    pub fn hides(&self, path: &str) -> bool {
+        self.pending.contains_key(path) || self.deleted_over(path)
+    }
+
+    /// Whether `path` is at or below a subtree deleted since the last commit.
+    fn deleted_over(&self, path: &str) -> bool {
+        if self.deleted.is_empty() {
+            return false;
+        }
+        // `path` itself, then each directory above it, up to `/`.
+        let mut p = path;
+        loop {
+            if self.deleted.contains(if p.is_empty() { "/" } else { p }) {
+                return true;
+            }
+            match p.rfind('/') {
+                Some(i) if !p.is_empty() => p = &p[..i],
+                _ => return false,
+            }
+        }
+    }
+
+    /// What the overlay says of `path`: `Some(None)` deleted, `Some(Some(e))` changed,
+    /// `None` as committed.
+    fn get(&self, path: &str) -> Option<Option<&pb::CatalogEntry>> {
+        match self.pending.get(path) {
+            Some(v) => Some(v.as_ref()),
+            None if self.deleted_over(path) => Some(None),
+            None => None,
+        }
+    }
+
+    /// The entries changed since the last commit with a path in `range`, in path order.
+    pub fn entries<'a>(&'a self, range: &KeyRange) -> impl Iterator<Item = (&'a String, &'a pb::CatalogEntry)> {
+        let r = (range.0.as_ref().map(String::as_str), range.1.as_ref().map(String::as_str));
+        self.pending.range::<str, _>(r).filter_map(|(p, e)| e.as_ref().map(|e| (p, e)))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.deleted.is_empty()
+    }
+}
+
+struct Writer {
+    w: IndexWriter,
+    /// Changes since the last commit (shared with searches, copied on write).
+    ov: Arc<Overlay>,
     /// The last journal seq given to the writer.
     applied: u64,
     last_commit: Instant,
@@ -160,8 +221,7 @@ impl Catalog {
             f,
             w: Mutex::new(Writer {
                 w,
-                pending: BTreeMap::new(),
-                deleted: Vec::new(),
+                ov: Arc::default(),
                 applied,
                 last_commit: Instant::now(),
                 journal_dirty: false,
@@ -252,8 +312,7 @@ impl Catalog {
         pc.set_payload(&st.applied.to_string());
         pc.commit().map_err(ix_err)?;
         self.reader.reload().map_err(ix_err)?;
-        st.pending.clear();
-        st.deleted.clear();
+        st.ov = Arc::default();
         st.last_commit = Instant::now();
         st.journal_dirty = false;
         st.imports_pending = false;
@@ -266,6 +325,37 @@ impl Catalog {
     /// paths wait; then trim what is committed. Blocking.
     pub fn step(&self, store: &Store, force: bool) -> Result<()> {
         let mut st = self.lock();
+        self.catch_up(&mut st, store)?;
+        let committed = self.searchable.load(Ordering::SeqCst);
+        let every = if st.journal_dirty { COMMIT_EVERY } else { IMPORT_COMMIT_EVERY };
+        if self.dirty.load(Ordering::SeqCst) && (force || st.last_commit.elapsed() >= every) {
+            self.commit(&mut st)?;
+        }
+        let now = self.searchable.load(Ordering::SeqCst);
+        if now > committed {
+            store.write_soft_blocking(move |w| {
+                w.open_table(CATALOG_JOURNAL).map_err(db_err)?.retain_in(..=now, |_, _| false).map_err(db_err)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// What a search reads: the last commit and the changes since, every change
+    /// acknowledged so far included. Commits first when imports wait, when the overlay
+    /// is large, or when `commit` (a count, answered by the index alone). Blocking.
+    pub fn view(&self, store: &Store, commit: bool) -> Result<(Searcher, Arc<Overlay>)> {
+        let mut st = self.lock();
+        self.catch_up(&mut st, store)?;
+        if self.dirty.load(Ordering::SeqCst)
+            && (commit || st.imports_pending || st.ov.pending.len() + st.ov.deleted.len() > OVERLAY_MAX)
+        {
+            self.commit(&mut st)?;
+        }
+        Ok((self.searcher(), st.ov.clone()))
+    }
+
+    /// Apply the journal past the writer (committing when many paths wait).
+    fn catch_up(&self, st: &mut Writer, store: &Store) -> Result<()> {
         loop {
             let r = store.read()?;
             let head = catalog::head(&r.open_table(COUNTERS).map_err(db_err)?)?;
@@ -281,36 +371,16 @@ impl Catalog {
             }
             drop((t, r));
             for c in changes {
-                self.apply(&mut st, c)?;
+                self.apply(st, c)?;
             }
             st.applied = to;
             st.journal_dirty = true;
             self.dirty.store(true, Ordering::SeqCst);
-            if st.pending.len() >= PENDING_MAX {
-                self.commit(&mut st)?;
+            if st.ov.pending.len() >= PENDING_MAX {
+                self.commit(st)?;
             }
         }
-        let committed = self.searchable.load(Ordering::SeqCst);
-        let every = if st.journal_dirty { COMMIT_EVERY } else { IMPORT_COMMIT_EVERY };
-        if self.dirty.load(Ordering::SeqCst) && (force || st.last_commit.elapsed() >= every) {
-            self.commit(&mut st)?;
-        }
-        let now = self.searchable.load(Ordering::SeqCst);
-        if now > committed {
-            store.write_soft_blocking(move |w| {
-                w.open_table(CATALOG_JOURNAL).map_err(db_err)?.retain_in(..=now, |_, _| false).map_err(db_err)
-            })?;
-        }
         Ok(())
-    }
-
-    /// Whether a search must wait for [`Catalog::step`] to see everything acknowledged.
-    fn behind(&self, store: &Store) -> Result<bool> {
-        if self.dirty.load(Ordering::SeqCst) {
-            return Ok(true);
-        }
-        let r = store.read()?;
-        Ok(catalog::head(&r.open_table(COUNTERS).map_err(db_err)?)? > self.searchable.load(Ordering::SeqCst))
     }
 
     fn apply(&self, st: &mut Writer, c: pb::CatalogChange) -> Result<()> {
@@ -352,13 +422,10 @@ impl Catalog {
 
     /// The entry `path` has now, counting the writer's uncommitted changes.
     fn current(&self, st: &Writer, path: &str) -> Result<Option<pb::CatalogEntry>> {
-        if let Some(v) = st.pending.get(path) {
-            return Ok(v.clone());
+        match st.ov.get(path) {
+            Some(v) => Ok(v.cloned()),
+            None => index::lookup(&self.searcher(), &self.f, path),
         }
-        if st.deleted.iter().any(|d| under(path, d)) {
-            return Ok(None);
-        }
-        index::lookup(&self.searcher(), &self.f, path)
     }
 
     fn put(&self, st: &mut Writer, path: String, e: pb::CatalogEntry, may_exist: bool) -> Result<()> {
@@ -370,7 +437,7 @@ impl Catalog {
         if e.inode != 0 {
             st.held.insert(path.as_bytes());
         }
-        st.pending.insert(path, Some(e));
+        Arc::make_mut(&mut st.ov).pending.insert(path, Some(e));
         Ok(())
     }
 
@@ -379,7 +446,8 @@ impl Catalog {
         let (lo, hi) = below(root);
         let q: Box<dyn Query> = if root == "/" { Box::new(AllQuery) } else { key_range(&self.f, &lo, hi.as_deref()) };
         st.w.delete_query(q).map_err(ix_err)?;
-        let doomed: Vec<String> = st
+        let ov = Arc::make_mut(&mut st.ov);
+        let doomed: Vec<String> = ov
             .pending
             .range::<str, _>((Bound::Included(root), Bound::Unbounded))
             .take_while(|(p, _)| p.starts_with(root))
@@ -387,9 +455,9 @@ impl Catalog {
             .filter(|p| under(p, root))
             .collect();
         for p in doomed {
-            st.pending.remove(&p);
+            ov.pending.remove(&p);
         }
-        st.deleted.push(root.to_string());
+        ov.deleted.insert(root.to_string());
         Ok(())
     }
 
@@ -405,13 +473,13 @@ impl Catalog {
         for (a, b) in ranges {
             let mut scan = KeyScan::new(&s, &self.f, a, b)?;
             while let Some((p, addr)) = scan.next_doc()? {
-                if st.pending.contains_key(&p) || st.deleted.iter().any(|d| under(&p, d)) {
+                if st.ov.hides(&p) {
                     continue;
                 }
                 out.push((p, index::entry_at(&s, &self.f, addr)?));
             }
         }
-        for (p, e) in st.pending.range::<str, _>((Bound::Included(root), Bound::Unbounded)) {
+        for (p, e) in st.ov.pending.range::<str, _>((Bound::Included(root), Bound::Unbounded)) {
             if !p.starts_with(root) {
                 break;
             }
@@ -437,9 +505,8 @@ impl Catalog {
         for i in order {
             let path = std::mem::take(&mut entries[i].0);
             let e = pb::CatalogEntry { inode: 0, ..std::mem::take(&mut entries[i].1) };
-            let held = match st.pending.get(&path) {
-                Some(v) => v.as_ref().is_some_and(|o| o.inode != 0),
-                None if st.deleted.iter().any(|d| under(&path, d)) => false,
+            let held = match st.ov.get(&path) {
+                Some(v) => v.is_some_and(|o| o.inode != 0),
                 None => {
                     st.held.maybe(path.as_bytes()) && index::lookup(&s, &self.f, &path)?.is_some_and(|o| o.inode != 0)
                 }
@@ -450,7 +517,7 @@ impl Catalog {
             }
             // (A committed document under a subtree deleted since goes with that delete,
             // which comes before this put.)
-            if st.pending.contains_key(&path) || st.keys.maybe(path.as_bytes()) {
+            if st.ov.pending.contains_key(&path) || st.keys.maybe(path.as_bytes()) {
                 st.w.delete_term(self.f.key_term(&path));
             }
             st.w.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
@@ -502,17 +569,4 @@ pub fn start(m: Master) -> Job {
             }
         }
     })
-}
-
-impl Master {
-    /// Make the search index show every change acknowledged so far (see the module doc).
-    pub(crate) async fn catalog_sync(&self) -> Result<()> {
-        if !self.inner.catalog.behind(&self.inner.store)? {
-            return Ok(());
-        }
-        let m = self.clone();
-        tokio::task::spawn_blocking(move || m.inner.catalog.step(&m.inner.store, true))
-            .await
-            .map_err(|e| Error::internal(format!("indexer: {e}")))?
-    }
 }

@@ -26,6 +26,7 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::ops::Bound;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use locus_common::config::TierAlias;
@@ -43,6 +44,7 @@ use crate::store::{INODES, LOCATIONS, db_err, get_inode};
 use crate::*;
 use catalog::successor;
 use index::{Fields, KeyCount, KeyOrder, KeyRange, KeyScan, entry_at, ix_err};
+use indexer::Overlay;
 use query::{Attr, Expr, LocusAttrs, Object, Op, Value};
 
 /// Most candidates one batch of a query's matches holds.
@@ -105,9 +107,11 @@ pub(crate) struct Page {
     pub scanned: u64,
 }
 
-/// What a search reads: the index as of its last commit, and the namespace.
+/// What a search reads: the index as of its last commit, the changes since, and the
+/// namespace.
 pub(crate) struct Snapshot {
     pub searcher: tantivy::Searcher,
+    pub ov: Arc<Overlay>,
     pub f: Fields,
     pub r: ReadTransaction,
 }
@@ -139,6 +143,22 @@ enum Candidates<'s> {
     Scan(KeyScan<'s>),
     /// A query's matches, a batch at a time (batches grow while the clause rejects them).
     Query { q: Box<dyn Query>, buf: VecDeque<(String, DocAddress)>, after: Bound<String>, batch: usize, done: bool },
+}
+
+/// A candidate's entry: in the index, or changed since its last commit.
+enum Src<'o> {
+    Doc(DocAddress),
+    Changed(&'o pb::CatalogEntry),
+}
+
+/// The candidates of the last commit that the overlay does not hide, merged in key
+/// order with the overlay's entries in scope.
+struct Merged<'s> {
+    committed: Candidates<'s>,
+    /// The next committed candidate, when read ahead.
+    peek: Option<(String, DocAddress)>,
+    exhausted: bool,
+    changed: std::iter::Peekable<std::vec::IntoIter<(&'s String, &'s pb::CatalogEntry)>>,
 }
 
 impl Search {
@@ -396,6 +416,26 @@ impl Search {
         }
     }
 
+    fn next_merged<'s>(&self, snap: &'s Snapshot, m: &mut Merged<'s>) -> Result<Option<(String, Src<'s>)>> {
+        while m.peek.is_none() && !m.exhausted {
+            match self.next_candidate(snap, &mut m.committed)? {
+                Some((p, _)) if snap.ov.hides(&p) => {}
+                Some(c) => m.peek = Some(c),
+                None => m.exhausted = true,
+            }
+        }
+        let changed_first = match (&m.peek, m.changed.peek()) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some((p, _)), Some((c, _))) => c.as_str() < p.as_str(),
+        };
+        Ok(if changed_first {
+            m.changed.next().map(|(p, e)| (p.clone(), Src::Changed(e)))
+        } else {
+            m.peek.take().map(|(p, a)| (p, Src::Doc(a)))
+        })
+    }
+
     /// Run the search against `snap`.
     pub(crate) fn run(&self, snap: &Snapshot) -> Result<Page> {
         let (q, exact) = self.translate(&snap.searcher, &snap.f, &self.expr);
@@ -407,7 +447,7 @@ impl Search {
             count: 0,
             scanned: 0,
         };
-        if self.count_only && exact {
+        if self.count_only && exact && snap.ov.is_empty() {
             let q: Box<dyn Query> = q.unwrap_or_else(|| Box::new(AllQuery));
             let count = KeyCount { range: self.scope(&self.start) };
             page.count = snap.searcher.search(&*q, &count).map_err(ix_err)?;
@@ -421,8 +461,14 @@ impl Search {
         let mut emitted = 0usize;
         let mut last_group: Option<String> = None;
         let mut last_key = String::new();
-        let mut cands = self.candidates(snap, q, exact)?;
-        while let Some((path, addr)) = self.next_candidate(snap, &mut cands)? {
+        let changed: Vec<_> = snap.ov.entries(&self.scope(&self.start)).collect();
+        let mut cands = Merged {
+            committed: self.candidates(snap, q, exact)?,
+            peek: None,
+            exhausted: false,
+            changed: changed.into_iter().peekable(),
+        };
+        while let Some((path, src)) = self.next_merged(snap, &mut cands)? {
             page.scanned += 1;
             let key = &path[self.base.len()..];
             if !self.count_only
@@ -437,7 +483,10 @@ impl Search {
             if only_key && !self.expr.matches(&Candidate { key, e: &no_entry, locus: None }) {
                 continue; // (without reading the entry)
             }
-            let entry = entry_at(&snap.searcher, &snap.f, addr)?;
+            let entry = match src {
+                Src::Doc(addr) => entry_at(&snap.searcher, &snap.f, addr)?,
+                Src::Changed(e) => e.clone(),
+            };
             let locus = if needs_locus { Some(locus_attrs(&ns, &path, &entry, &self.mounts)?) } else { None };
             let cand = Candidate { key, e: &entry, locus };
             if !self.expr.matches(&cand) {
@@ -656,11 +705,11 @@ impl Master {
     /// Search the catalog (see the module doc).
     pub async fn search(&self, req: pb::SearchRequest) -> Result<pb::SearchResponse> {
         let s = Search::new(&req, self.mount_points())?;
-        self.catalog_sync().await?;
         let me = self.clone();
         let page = tokio::task::spawn_blocking(move || {
             let c = &me.inner.catalog;
-            let snap = Snapshot { searcher: c.searcher(), f: c.f, r: me.inner.store.read()? };
+            let (searcher, ov) = c.view(&me.inner.store, s.count_only)?;
+            let snap = Snapshot { searcher, ov, f: c.f, r: me.inner.store.read()? };
             s.run(&snap).map(|p| (p, s.base))
         })
         .await

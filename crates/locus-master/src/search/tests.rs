@@ -157,8 +157,10 @@ fn brute(all: &[(String, pb::CatalogEntry)], dir: &str, prefix: &str, delim: &st
     keys
 }
 
+/// What a search reads now (the last commit and the changes since).
 fn snap(store: &Store, cat: &Catalog) -> Snapshot {
-    Snapshot { searcher: cat.searcher(), f: cat.f, r: store.read().unwrap() }
+    let (searcher, ov) = cat.view(store, false).unwrap();
+    Snapshot { searcher, ov, f: cat.f, r: store.read().unwrap() }
 }
 
 fn search_all(r: &Snapshot, dir: &str, prefix: &str, delim: &str, clause: &str, page: u32) -> Vec<String> {
@@ -239,9 +241,12 @@ fn searches_match_a_brute_force_evaluation() {
 
 /// Every entry the index holds, by path.
 fn listing(store: &Store, cat: &Catalog) -> BTreeMap<String, pb::CatalogEntry> {
-    let r = snap(store, cat);
+    listing_in(&snap(store, cat))
+}
+
+fn listing_in(r: &Snapshot) -> BTreeMap<String, pb::CatalogEntry> {
     let req = pb::SearchRequest { path: "/".into(), limit: 10_000, ..Default::default() };
-    let p = Search::new(&req, vec!["/".into()]).unwrap().run(&r).unwrap();
+    let p = Search::new(&req, vec!["/".into()]).unwrap().run(r).unwrap();
     assert!(!p.truncated);
     p.hits.into_iter().map(|(k, e, _)| (format!("/{k}"), e)).collect()
 }
@@ -273,6 +278,7 @@ async fn journaled_changes_keep_the_index_exact() {
     let (_d, store, cat) = store_with(&base);
     let mut model: BTreeMap<String, pb::CatalogEntry> = base.iter().cloned().collect();
     let fresh = gen_entries(&mut rng, 400);
+    let mut overlaid = 0;
     for round in 0..30 {
         // A few changes in one transaction, then the indexer, committing or not.
         let mut changes = Vec::new();
@@ -336,11 +342,21 @@ async fn journaled_changes_keep_the_index_exact() {
             .await
             .unwrap();
         cat.step(&store, rng.random_bool(0.3)).unwrap();
+        // Searches see every change at once, committed or not (read over the overlay).
+        let r = snap(&store, &cat);
+        overlaid += usize::from(!r.ov.is_empty());
+        assert_eq!(listing_in(&r), model, "round {round}, uncommitted");
+        if round % 3 == 1 {
+            let all: Vec<(String, pb::CatalogEntry)> = model.clone().into_iter().collect();
+            check_clauses(&mut rng, &r, &all, 20);
+        }
+        drop(r);
         if round % 10 == 9 {
             cat.step(&store, true).unwrap();
             assert_eq!(listing(&store, &cat), model, "round {round}");
         }
     }
+    assert!(overlaid >= 10, "only {overlaid} of 30 rounds searched over uncommitted changes");
     cat.step(&store, true).unwrap();
     assert_eq!(listing(&store, &cat), model);
     // An import leaves alone the paths the namespace holds, and indexes the others.
