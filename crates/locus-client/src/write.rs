@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 /// Bytes per write frame sent to a worker.
 const WRITE_CHUNK: usize = 4 << 20;
+/// The first chunk's size: chunks grow to [`WRITE_CHUNK`] as the input fills them, so a
+/// small object does not pay for zeroing a large buffer.
+const FIRST_CHUNK: usize = 64 << 10;
 
 /// Per-write options.
 #[derive(Clone, Debug, Default)]
@@ -112,8 +115,12 @@ impl Client {
         };
         // Any error before the closing frame drops the connection, which the worker takes
         // as an abort.
-        let mut buf = vec![0u8; WRITE_CHUNK];
+        let mut buf = vec![0u8; FIRST_CHUNK.min(WRITE_CHUNK)];
+        let mut filled = false;
         loop {
+            if filled && buf.len() < WRITE_CHUNK {
+                buf.resize((buf.len() * 4).min(WRITE_CHUNK), 0);
+            }
             let mut n = 0;
             while n < buf.len() {
                 let k = input.read(&mut buf[n..]).await.map_err(input_err)?;
@@ -125,6 +132,7 @@ impl Client {
             if n == 0 {
                 break;
             }
+            filled = n == buf.len();
             // The worker answers before the last chunk only to give the write up (out of
             // space, say): stop sending and return its error.
             if c.fill_buf().now_or_never().is_some_and(|r| r.is_ok_and(|b| !b.is_empty())) {
