@@ -55,6 +55,9 @@ use crate::store::{COUNTERS, INODES, Store, db_err, decode};
 /// The index writer's memory (split over its threads).
 const WRITER_HEAP: usize = 192 << 20;
 const WRITER_THREADS: usize = 2;
+/// The index's on-disk format (tantivy 0.27 with sstable term dictionaries), written
+/// to `FORMAT` in its directory; an index without it is rebuilt.
+const FORMAT: &str = "tantivy-0.27-sstable";
 /// How often the job looks at the journal.
 const TICK: Duration = Duration::from_millis(200);
 /// Uncommitted changes wait at most about this long (searches do not wait for it).
@@ -203,7 +206,21 @@ fn below(root: &str) -> (String, Option<String>) {
 impl Catalog {
     /// Open (or create) the index in `dir`, filling a fresh one from `store`.
     pub fn open(dir: &Path, store: &Store) -> Result<Catalog> {
+        let marker = dir.join("FORMAT");
+        let format = std::fs::read_to_string(&marker).unwrap_or_default();
+        if format.trim() != FORMAT && dir.join("meta.json").exists() {
+            // An index of an older build (another term dictionary): rebuilt from the
+            // namespace. Entries only an import brought in are not in the namespace.
+            tracing::warn!(
+                dir = %dir.display(),
+                "the search index has an older format: rebuilding it from the namespace (import inventories again)"
+            );
+            std::fs::remove_dir_all(dir).map_err(|e| Error::io(format!("removing {}", dir.display()), e))?;
+        }
         locus_common::security::create_private_dir(dir)?;
+        if format.trim() != FORMAT {
+            std::fs::write(&marker, FORMAT).map_err(|e| Error::io(format!("writing {}", marker.display()), e))?;
+        }
         let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(ix_err)?;
         // Small doc-store blocks: a page of hits reads entries scattered over the store.
         let settings = tantivy::IndexSettings { docstore_blocksize: 4096, ..Default::default() };

@@ -393,3 +393,22 @@ fn apply_to_model(m: &mut BTreeMap<String, pb::CatalogEntry>, c: &pb::CatalogCha
         pb::CatalogChangeKind::Unspecified => {}
     }
 }
+
+#[test]
+fn an_index_of_an_older_format_is_rebuilt_from_the_namespace() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let all = gen_entries(&mut rng, 50);
+    let (d, store, cat) = store_with(&all);
+    assert_eq!(listing(&store, &cat).len(), all.len());
+    drop(cat);
+    // Same format: reopened as it is.
+    let cat = Catalog::open(&d.path().join("search"), &store).unwrap();
+    assert_eq!(listing(&store, &cat).len(), all.len());
+    drop(cat);
+    // No format marker (an older build's index): rebuilt from the namespace, which holds
+    // none of the imported entries.
+    std::fs::remove_file(d.path().join("search/FORMAT")).unwrap();
+    let cat = Catalog::open(&d.path().join("search"), &store).unwrap();
+    assert!(listing(&store, &cat).is_empty());
+    assert!(d.path().join("search/FORMAT").exists());
+}

@@ -188,6 +188,81 @@ fn mtime_of(src: &Path, line: u64, t: &str) -> Result<i64> {
     parse_time(t).ok_or_else(|| bad(src, line, format!("last modified {t:?} is not a time")))
 }
 
+/// One JSON line of an inventory (the field names of S3 Inventory, AWS's APIs or
+/// snake case; other fields are ignored).
+#[derive(serde::Deserialize)]
+struct JsonObject<'a> {
+    #[serde(borrow, alias = "Key")]
+    key: Option<Text<'a>>,
+    #[serde(borrow, alias = "Bucket")]
+    bucket: Option<Text<'a>>,
+    #[serde(borrow, alias = "Size", alias = "content_length")]
+    size: Option<Text<'a>>,
+    #[serde(borrow, alias = "last_modified_date", alias = "LastModifiedDate", alias = "LastModified")]
+    last_modified: Option<Text<'a>>,
+    #[serde(borrow, alias = "e_tag", alias = "ETag")]
+    etag: Option<Text<'a>>,
+    #[serde(borrow, alias = "ContentType", alias = "content-type")]
+    content_type: Option<Text<'a>>,
+    #[serde(borrow, alias = "user_metadata", alias = "Metadata")]
+    metadata: Option<std::collections::HashMap<String, Text<'a>>>,
+    #[serde(borrow, alias = "Tags")]
+    tags: Option<std::collections::HashMap<String, Text<'a>>>,
+}
+
+/// A JSON scalar as inventory text: a string as it is (borrowed from the line when it
+/// has no escapes), a number or a boolean as written, null as nothing.
+struct Text<'a>(Option<std::borrow::Cow<'a, str>>);
+
+impl<'a> Text<'a> {
+    fn text<'b>(t: &'b Option<Text<'a>>) -> Option<std::borrow::Cow<'b, str>> {
+        t.as_ref().and_then(|t| t.0.as_deref()).map(std::borrow::Cow::Borrowed)
+    }
+
+    /// A map's entries with a value.
+    fn map(m: Option<std::collections::HashMap<String, Text<'a>>>) -> impl Iterator<Item = (String, String)> {
+        m.into_iter().flatten().filter_map(|(k, v)| v.0.map(|v| (k, v.into_owned())))
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use std::borrow::Cow;
+        struct V<'a>(std::marker::PhantomData<Text<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Owned(v))))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_f64<E>(self, v: f64) -> std::result::Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_bool<E>(self, v: bool) -> std::result::Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
 /// Read one source, calling `emit` per object.
 fn read_source(
     src: &Source,
@@ -238,53 +313,35 @@ fn read_source(
             }
         }
         Source::Jsonl { path, gz } => {
-            let r = open(path, *gz, n)?;
-            for (i, l) in r.lines().enumerate() {
-                let line = i as u64 + 1;
-                let l = l.map_err(|e| bad(path, line, e))?;
+            let mut r = open(path, *gz, n)?;
+            let mut l = String::new();
+            let mut line = 0u64;
+            loop {
+                l.clear();
+                if r.read_line(&mut l).map_err(|e| bad(path, line + 1, e))? == 0 {
+                    break;
+                }
+                line += 1;
                 if l.trim().is_empty() {
                     continue;
                 }
-                let v: serde_json::Value =
-                    serde_json::from_str(&l).map_err(|e| bad(path, line, format!("not JSON: {e}")))?;
-                let s = |names: &[&str]| {
-                    names.iter().find_map(|n| v.get(*n)).map(|x| match x {
-                        serde_json::Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    })
+                let o: JsonObject =
+                    serde_json::from_str(&l).map_err(|e| bad(path, line, format!("not an inventory line: {e}")))?;
+                let key = Text::text(&o.key).ok_or_else(|| bad(path, line, "no key"))?;
+                let Some(p) = path_for(under, &Text::text(&o.bucket).unwrap_or_default(), &key)
+                    .map_err(|e| bad(path, line, e))?
+                else {
+                    continue;
                 };
-                let key = s(&["key", "Key"]).ok_or_else(|| bad(path, line, "no key"))?;
-                let bucket = s(&["bucket", "Bucket"]).unwrap_or_default();
-                let Some(p) = path_for(under, &bucket, &key).map_err(|e| bad(path, line, e))? else { continue };
-                let map = |names: &[&str]| -> std::collections::HashMap<String, String> {
-                    names
-                        .iter()
-                        .find_map(|n| v.get(*n).and_then(|m| m.as_object()))
-                        .map(|o| {
-                            o.iter()
-                                .map(|(k, x)| {
-                                    (k.clone(), x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                };
-                let size = s(&["size", "Size", "content_length"]).unwrap_or_default();
                 let entry = pb::CatalogEntry {
-                    size: size_of(path, line, &size)?,
-                    mtime_ms: mtime_of(
-                        path,
-                        line,
-                        &s(&["last_modified", "last_modified_date", "LastModifiedDate", "LastModified"])
-                            .unwrap_or_default(),
-                    )?,
-                    etag: s(&["etag", "e_tag", "ETag"]).unwrap_or_default().trim_matches('"').to_string(),
-                    content_type: s(&["content_type", "ContentType", "content-type"]).unwrap_or_default(),
-                    user: map(&["metadata", "user_metadata", "Metadata"])
-                        .into_iter()
+                    size: size_of(path, line, &Text::text(&o.size).unwrap_or_default())?,
+                    mtime_ms: mtime_of(path, line, &Text::text(&o.last_modified).unwrap_or_default())?,
+                    etag: Text::text(&o.etag).unwrap_or_default().trim_matches('"').to_string(),
+                    content_type: Text::text(&o.content_type).unwrap_or_default().into_owned(),
+                    user: Text::map(o.metadata)
                         .map(|(k, v)| (k.strip_prefix("x-amz-meta-").unwrap_or(&k).to_ascii_lowercase(), v))
                         .collect(),
-                    tags: map(&["tags", "Tags"]),
+                    tags: Text::map(o.tags).collect(),
                     inode: 0,
                 };
                 emit(pb::CatalogImport { path: p, entry: Some(entry) })?;
