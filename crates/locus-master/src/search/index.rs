@@ -173,7 +173,6 @@ pub type KeyRange = (Bound<String>, Bound<String>);
 /// would cost a pass over every document.)
 pub struct KeyOrder {
     pub limit: usize,
-    pub key: Field,
     pub range: KeyRange,
 }
 
@@ -181,9 +180,6 @@ pub struct KeyOrderSeg {
     seg: u32,
     ords: (Bound<u64>, Bound<u64>),
     col: Option<tantivy::columnar::StrColumn>,
-    /// The key field's term dictionary, when it holds exactly the fast field's terms (then
-    /// an ordinal resolves through the FST, much faster than the column's sstable).
-    inv: Option<Arc<InvertedIndexReader>>,
     heap: BinaryHeap<(u64, DocId)>,
     limit: usize,
 }
@@ -194,15 +190,11 @@ impl Collector for KeyOrder {
 
     fn for_segment(&self, seg: u32, r: &SegmentReader) -> tantivy::Result<KeyOrderSeg> {
         let col = r.fast_fields().str("key")?;
-        let (inv, ords) = match &col {
-            Some(c) => {
-                let inv = r.inverted_index(self.key)?;
-                let same = inv.terms().num_terms() as u64 == c.dictionary().num_terms() as u64;
-                (same.then_some(inv), ord_bounds(c, &self.range)?)
-            }
-            None => (None, (Bound::Unbounded, Bound::Unbounded)),
+        let ords = match &col {
+            Some(c) => ord_bounds(c, &self.range)?,
+            None => (Bound::Unbounded, Bound::Unbounded),
         };
-        Ok(KeyOrderSeg { seg, ords, col, inv, heap: BinaryHeap::new(), limit: self.limit })
+        Ok(KeyOrderSeg { seg, ords, col, heap: BinaryHeap::new(), limit: self.limit })
     }
 
     fn requires_scoring(&self) -> bool {
@@ -240,15 +232,7 @@ impl SegmentCollector for KeyOrderSeg {
         let Some(col) = &self.col else { return Vec::new() };
         let found = self.heap.into_sorted_vec();
         let mut out = Vec::with_capacity(found.len());
-        if let Some(inv) = &self.inv {
-            let mut b = Vec::new();
-            for (o, d) in found {
-                if inv.terms().ord_to_term(o, &mut b).unwrap_or(false) {
-                    out.push((String::from_utf8_lossy(&b).into_owned(), DocAddress::new(self.seg, d)));
-                }
-            }
-            return out;
-        }
+        // One walk of the key column's dictionary names them all.
         let ords: Vec<u64> = found.iter().map(|(o, _)| *o).collect();
         let mut names = Vec::with_capacity(ords.len());
         let _ = col.dictionary().sorted_ords_to_term_cb(&ords, |b| names.push(String::from_utf8_lossy(b).into_owned()));

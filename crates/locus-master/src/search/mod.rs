@@ -402,7 +402,7 @@ impl Search {
             Candidates::Scan(s) => s.next_doc(),
             Candidates::Query { q, buf, after, batch, done } => {
                 if buf.is_empty() && !*done {
-                    let top = KeyOrder { limit: *batch, key: snap.f.key, range: self.scope(after) };
+                    let top = KeyOrder { limit: *batch, range: self.scope(after) };
                     let got = snap.searcher.search(&**q, &top).map_err(ix_err)?;
                     *done = got.len() < *batch;
                     if let Some((k, _)) = got.last() {
