@@ -139,8 +139,8 @@ type Translated = (Option<Box<dyn Query>>, bool);
 
 /// Where candidates come from, in key order.
 enum Candidates<'s> {
-    /// Every key in scope.
-    Scan(KeyScan<'s>),
+    /// Every key in scope (or in the ranges of its literal prefixes), range by range.
+    Scan { cur: KeyScan<'s>, rest: VecDeque<KeyRange> },
     /// A query's matches, a batch at a time (batches grow while the clause rejects them).
     Query { q: Box<dyn Query>, buf: VecDeque<(String, DocAddress)>, after: Bound<String>, batch: usize, done: bool },
 }
@@ -356,37 +356,43 @@ impl Search {
         }
     }
 
-    /// The key range a LIKE with a literal prefix confines a clause to (alone, or in an AND).
-    fn prefix_range(&self, e: &Expr) -> Option<KeyRange> {
+    /// The key ranges, in order, a LIKE with literal prefixes confines a clause to (alone,
+    /// or in an AND): one per prefix when the pattern has a few, else their common one.
+    fn prefix_ranges(&self, e: &Expr) -> Option<Vec<KeyRange>> {
+        let range = |p: &str| {
+            let lo = format!("{}{p}", self.base);
+            let hi = successor(&lo).map_or(Bound::Unbounded, Bound::Excluded);
+            (Bound::Included(lo), hi)
+        };
         match e {
-            Expr::Like { attr: Attr::Key, prefix: Some(p), .. } => {
-                let lo = format!("{}{p}", self.base);
-                let hi = successor(&lo).map_or(Bound::Unbounded, Bound::Excluded);
-                Some((Bound::Included(lo), hi))
+            Expr::Like { attr: Attr::Key, prefixes, .. } if prefixes.len() > 1 => {
+                Some(prefixes.iter().map(|p| range(p)).collect())
             }
-            Expr::And(v) => v.iter().find_map(|c| self.prefix_range(c)),
+            Expr::Like { attr: Attr::Key, prefix: Some(p), .. } => Some(vec![range(p)]),
+            Expr::And(v) => v.iter().find_map(|c| self.prefix_ranges(c)),
             _ => None,
         }
     }
 
     fn candidates<'s>(&self, snap: &'s Snapshot, q: Option<Box<dyn Query>>, exact: bool) -> Result<Candidates<'s>> {
-        let (mut lo, mut hi) = self.scope(&self.start);
-        // A clause on the key alone under a literal prefix: walking the prefix's keys is
+        let scope = self.scope(&self.start);
+        // A clause on the key alone under literal prefixes: walking the prefixes' keys is
         // cheaper than collecting the query's matches batch by batch.
-        let q = match (q, self.expr.only_key().then(|| self.prefix_range(&self.expr)).flatten()) {
-            (Some(_), Some(prefix)) => {
-                (lo, hi) = meet((lo, hi), prefix);
-                None
-            }
-            (q, _) => q,
+        let (q, mut ranges) = match (q, self.expr.only_key().then(|| self.prefix_ranges(&self.expr)).flatten()) {
+            (Some(_), Some(rs)) => (None, rs.into_iter().map(|r| meet(scope.clone(), r)).collect()),
+            (q, _) => (q, VecDeque::from([scope])),
         };
         Ok(match q {
-            None => Candidates::Scan(KeyScan::new(
-                &snap.searcher,
-                &snap.f,
-                lo.as_ref().map(String::as_str),
-                hi.as_ref().map(String::as_str),
-            )?),
+            None => {
+                let (lo, hi) = ranges.pop_front().expect("a range");
+                let cur = KeyScan::new(
+                    &snap.searcher,
+                    &snap.f,
+                    lo.as_ref().map(String::as_str),
+                    hi.as_ref().map(String::as_str),
+                )?;
+                Candidates::Scan { cur, rest: ranges }
+            }
             Some(q) => Candidates::Query {
                 q,
                 buf: VecDeque::new(),
@@ -397,9 +403,20 @@ impl Search {
         })
     }
 
-    fn next_candidate(&self, snap: &Snapshot, c: &mut Candidates<'_>) -> Result<Option<(String, DocAddress)>> {
+    fn next_candidate<'s>(&self, snap: &'s Snapshot, c: &mut Candidates<'s>) -> Result<Option<(String, DocAddress)>> {
         match c {
-            Candidates::Scan(s) => s.next_doc(),
+            Candidates::Scan { cur, rest } => loop {
+                if let Some(d) = cur.next_doc()? {
+                    return Ok(Some(d));
+                }
+                let Some((lo, hi)) = rest.pop_front() else { return Ok(None) };
+                *cur = KeyScan::new(
+                    &snap.searcher,
+                    &snap.f,
+                    lo.as_ref().map(String::as_str),
+                    hi.as_ref().map(String::as_str),
+                )?;
+            },
             Candidates::Query { q, buf, after, batch, done } => {
                 if buf.is_empty() && !*done {
                     let top = KeyOrder { limit: *batch, range: self.scope(after) };

@@ -173,8 +173,19 @@ pub enum Value {
 pub enum Expr {
     And(Vec<Expr>),
     Or(Vec<Expr>),
-    Cmp { attr: Attr, op: Op, value: Value },
-    Like { attr: Attr, re: Regex, prefix: Option<String> },
+    Cmp {
+        attr: Attr,
+        op: Op,
+        value: Value,
+    },
+    /// `prefix`: what every match starts with; `prefixes`: the few literals one of which
+    /// every match starts with, when the pattern has such (else empty).
+    Like {
+        attr: Attr,
+        re: Regex,
+        prefix: Option<String>,
+        prefixes: Vec<String>,
+    },
 }
 
 /// What an expression is evaluated against.
@@ -600,29 +611,58 @@ impl Parser<'_> {
             let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
             self.err_at(v_at, format!("not a valid regular expression: {first}"))
         })?;
-        let prefix = if flags.contains('i') || flags.contains('x') { None } else { literal_prefix(pat) };
-        Ok(Expr::Like { attr, re, prefix })
+        let literal = !flags.contains('i') && !flags.contains('x');
+        let prefix = if literal { literal_prefix(pat) } else { None };
+        let prefixes = if literal { literal_prefixes(pat) } else { Vec::new() };
+        Ok(Expr::Like { attr, re, prefix, prefixes })
     }
 }
 
-/// The literal text every match of an anchored pattern starts with (`^logs/2026-.*` →
-/// `logs/2026-`), so a search can seek to it in key order.
-pub fn literal_prefix(pat: &str) -> Option<String> {
+/// The literals one of which every match of an anchored pattern starts with, as text
+/// (`^a/(b|c)/` → `a/b/`, `a/c/`), when finitely many (`None` for an unanchored pattern).
+fn prefix_literals(pat: &str) -> Option<Vec<Vec<u8>>> {
+    use regex_syntax::hir::Look;
     use regex_syntax::hir::literal::{ExtractKind, Extractor};
-    use regex_syntax::hir::{Look, LookSet};
     let hir = regex_syntax::Parser::new().parse(pat).ok()?;
     // Only a pattern anchored at the start of the text (not of a line) has a prefix.
     if !hir.properties().look_set_prefix().contains(Look::Start) {
         return None;
     }
-    let _ = LookSet::empty();
     let seq = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
-    let lits = seq.literals()?;
+    Some(seq.literals()?.iter().map(|l| l.as_bytes().to_vec()).collect())
+}
+
+/// At most this many prefixes are scanned one by one (else their common prefix).
+const PREFIXES_MAX: usize = 64;
+
+/// The prefixes of [`prefix_literals`], sorted, none a prefix of another (each stands for
+/// a key range; empty when there are more than [`PREFIXES_MAX`] or one is empty).
+pub fn literal_prefixes(pat: &str) -> Vec<String> {
+    let Some(mut lits) = prefix_literals(pat) else { return Vec::new() };
+    lits.sort();
+    let mut out: Vec<String> = Vec::new();
+    for l in lits {
+        let Ok(s) = String::from_utf8(l) else { return Vec::new() };
+        if s.is_empty() {
+            return Vec::new();
+        }
+        if out.last().is_some_and(|p| s.starts_with(p.as_str())) {
+            continue; // (sorted: a prefix comes right before what it covers)
+        }
+        out.push(s);
+    }
+    if out.len() > PREFIXES_MAX { Vec::new() } else { out }
+}
+
+/// The literal text every match of an anchored pattern starts with (`^logs/2026-.*` →
+/// `logs/2026-`), so a search can seek to it in key order.
+pub fn literal_prefix(pat: &str) -> Option<String> {
+    let lits = prefix_literals(pat)?;
     // The longest prefix common to every alternative.
-    let first = lits.first()?.as_bytes();
+    let first = lits.first()?;
     let mut n = first.len();
     for l in &lits[1..] {
-        n = n.min(first.iter().zip(l.as_bytes()).take_while(|(a, b)| a == b).count());
+        n = n.min(first.iter().zip(l).take_while(|(a, b)| a == b).count());
     }
     let mut p = &first[..n];
     while std::str::from_utf8(p).is_err() {
@@ -786,6 +826,7 @@ mod tests {
 
     #[test]
     fn literal_prefixes() {
+        use super::literal_prefixes as prefixes;
         assert_eq!(literal_prefix("^logs/2026-.*\\.gz$").as_deref(), Some("logs/2026-"));
         assert_eq!(literal_prefix("^logs/2026-0[1-3]/").as_deref(), Some("logs/2026-0"));
         assert_eq!(literal_prefix("^abc?").as_deref(), Some("ab"));
@@ -793,6 +834,11 @@ mod tests {
         assert_eq!(literal_prefix("logs/"), None);
         assert_eq!(literal_prefix("^.*x"), None);
         assert_eq!(literal_prefix("(?m)^logs"), None);
+        assert_eq!(prefixes("^logs/2025-03-1[0-2]/h"), ["logs/2025-03-10/h", "logs/2025-03-11/h", "logs/2025-03-12/h"]);
+        assert_eq!(prefixes("^(ab|abc|b)x"), ["abcx", "abx", "bx"]);
+        assert_eq!(prefixes("^(a|ab)"), ["a"]);
+        assert!(prefixes("logs/").is_empty());
+        assert!(prefixes("^(a|.*)").is_empty());
         assert!(matches!(Expr::parse("key LIKE \"^a/b\"").unwrap(), Expr::Like { prefix: Some(p), .. } if p == "a/b"));
         assert!(matches!(Expr::parse("key LIKE \"/^a/b/i\"").unwrap(), Expr::Like { prefix: None, .. }));
     }

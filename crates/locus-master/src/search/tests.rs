@@ -64,7 +64,17 @@ fn gen_cond(rng: &mut StdRng) -> String {
         0 => format!("key {op} \"{}\"", ["logs/x1/f00010.gz", "images", "data/", "a.b", "m"][rng.random_range(0..5)]),
         1 => format!(
             "key LIKE \"{}\"",
-            ["^logs/2026-01-0[12]", "^a", "/^A-/i", "\\.png$", "^data/x.*csv$", "f000"][rng.random_range(0..6)]
+            [
+                "^logs/2026-01-0[12]",
+                "^a",
+                "/^A-/i",
+                "\\.png$",
+                "^data/x.*csv$",
+                "f000",
+                "^(logs|images)/x[1-3]",
+                "^(a|a\\.b)/",
+                "^data/(x|y\\.z)[0-2]/",
+            ][rng.random_range(0..9)]
         ),
         2 => format!("content-length {op} {}", [0, 999, 1000, 1001, 5_000_000, -3][rng.random_range(0..6)]),
         13 => format!(
