@@ -11,7 +11,12 @@
 //! so the query only prunes. Candidates come in key order:
 //! - from the query, a batch of its first matches by key at a time ([`KeyOrder`]), the
 //!   batch growing while the clause rejects candidates;
-//! - with no query, from a walk of the key dictionary over the scope ([`KeyScan`]).
+//! - with no query, from a walk of the key dictionary over the scope ([`KeyScan`]), or,
+//!   for a key LIKE whose matches start with one of a few literals, over each literal's
+//!   range in turn;
+//! - merged with both, the changes since the last commit ([`indexer::Overlay`]): the
+//!   committed candidates they hide are dropped and their entries in scope come in
+//!   order, so a search sees every acknowledged change without waiting for a commit.
 //!
 //! A count with an exact query is the index's count. A search that must check many
 //! candidates stops after a budget of entries and answers a truncated page that resumes
