@@ -612,8 +612,10 @@ impl Parser<'_> {
             self.err_at(v_at, format!("not a valid regular expression: {first}"))
         })?;
         let literal = !flags.contains('i') && !flags.contains('x');
-        let prefix = if literal { literal_prefix(pat) } else { None };
-        let prefixes = if literal { literal_prefixes(pat) } else { Vec::new() };
+        // (The pattern's literals are extracted once for both.)
+        let lits = if literal { prefix_literals(pat) } else { None };
+        let prefix = lits.as_deref().and_then(common_prefix);
+        let prefixes = lits.map(prefix_set).unwrap_or_default();
         Ok(Expr::Like { attr, re, prefix, prefixes })
     }
 }
@@ -638,7 +640,10 @@ const PREFIXES_MAX: usize = 64;
 /// The prefixes of [`prefix_literals`], sorted, none a prefix of another (each stands for
 /// a key range; empty when there are more than [`PREFIXES_MAX`] or one is empty).
 pub fn literal_prefixes(pat: &str) -> Vec<String> {
-    let Some(mut lits) = prefix_literals(pat) else { return Vec::new() };
+    prefix_literals(pat).map(prefix_set).unwrap_or_default()
+}
+
+fn prefix_set(mut lits: Vec<Vec<u8>>) -> Vec<String> {
     lits.sort();
     let mut out: Vec<String> = Vec::new();
     for l in lits {
@@ -657,7 +662,11 @@ pub fn literal_prefixes(pat: &str) -> Vec<String> {
 /// The literal text every match of an anchored pattern starts with (`^logs/2026-.*` →
 /// `logs/2026-`), so a search can seek to it in key order.
 pub fn literal_prefix(pat: &str) -> Option<String> {
-    let lits = prefix_literals(pat)?;
+    common_prefix(&prefix_literals(pat)?)
+}
+
+/// The longest text every literal starts with (`None` when empty).
+fn common_prefix(lits: &[Vec<u8>]) -> Option<String> {
     // The longest prefix common to every alternative.
     let first = lits.first()?;
     let mut n = first.len();
