@@ -389,13 +389,7 @@ impl Search {
         };
         Ok(match q {
             None => {
-                let (lo, hi) = ranges.pop_front().expect("a range");
-                let cur = KeyScan::new(
-                    &snap.searcher,
-                    &snap.f,
-                    lo.as_ref().map(String::as_str),
-                    hi.as_ref().map(String::as_str),
-                )?;
+                let cur = key_scan(snap, &ranges.pop_front().expect("a range"))?;
                 Candidates::Scan { cur, rest: ranges }
             }
             Some(q) => Candidates::Query {
@@ -414,13 +408,8 @@ impl Search {
                 if let Some(d) = cur.next_doc()? {
                     return Ok(Some(d));
                 }
-                let Some((lo, hi)) = rest.pop_front() else { return Ok(None) };
-                *cur = KeyScan::new(
-                    &snap.searcher,
-                    &snap.f,
-                    lo.as_ref().map(String::as_str),
-                    hi.as_ref().map(String::as_str),
-                )?;
+                let Some(r) = rest.pop_front() else { return Ok(None) };
+                *cur = key_scan(snap, &r)?;
             },
             Candidates::Query { q, buf, after, batch, done } => {
                 if buf.is_empty() && !*done {
@@ -552,6 +541,11 @@ impl Search {
         }
         Ok(page)
     }
+}
+
+/// A walk of the index's keys in `r`.
+fn key_scan<'s>(snap: &'s Snapshot, r: &KeyRange) -> Result<KeyScan<'s>> {
+    KeyScan::new(&snap.searcher, &snap.f, r.0.as_ref().map(String::as_str), r.1.as_ref().map(String::as_str))
 }
 
 /// A range of numbers.
