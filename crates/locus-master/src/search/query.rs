@@ -639,10 +639,6 @@ const PREFIXES_MAX: usize = 64;
 
 /// The prefixes of [`prefix_literals`], sorted, none a prefix of another (each stands for
 /// a key range; empty when there are more than [`PREFIXES_MAX`] or one is empty).
-pub fn literal_prefixes(pat: &str) -> Vec<String> {
-    prefix_literals(pat).map(prefix_set).unwrap_or_default()
-}
-
 fn prefix_set(mut lits: Vec<Vec<u8>>) -> Vec<String> {
     lits.sort();
     let mut out: Vec<String> = Vec::new();
@@ -659,13 +655,8 @@ fn prefix_set(mut lits: Vec<Vec<u8>>) -> Vec<String> {
     if out.len() > PREFIXES_MAX { Vec::new() } else { out }
 }
 
-/// The literal text every match of an anchored pattern starts with (`^logs/2026-.*` →
-/// `logs/2026-`), so a search can seek to it in key order.
-pub fn literal_prefix(pat: &str) -> Option<String> {
-    common_prefix(&prefix_literals(pat)?)
-}
-
-/// The longest text every literal starts with (`None` when empty).
+/// The longest text every literal starts with (`^logs/2026-.*` → `logs/2026-`), so a
+/// search can seek to it in key order (`None` when empty).
 fn common_prefix(lits: &[Vec<u8>]) -> Option<String> {
     // The longest prefix common to every alternative.
     let first = lits.first()?;

@@ -1,6 +1,14 @@
 //! Unit tests of the search language (`query.rs`): parsing, errors, evaluation, literal prefixes.
 
 use super::*;
+
+fn literal_prefix(pat: &str) -> Option<String> {
+    common_prefix(&prefix_literals(pat)?)
+}
+
+fn prefixes_of(pat: &str) -> Vec<String> {
+    prefix_literals(pat).map(prefix_set).unwrap_or_default()
+}
 use std::collections::BTreeMap;
 
 #[derive(Default)]
@@ -134,7 +142,7 @@ fn errors_point_at_the_problem() {
 
 #[test]
 fn literal_prefixes() {
-    use super::literal_prefixes as prefixes;
+    use prefixes_of as prefixes;
     assert_eq!(literal_prefix("^logs/2026-.*\\.gz$").as_deref(), Some("logs/2026-"));
     assert_eq!(literal_prefix("^logs/2026-0[1-3]/").as_deref(), Some("logs/2026-0"));
     assert_eq!(literal_prefix("^abc?").as_deref(), Some("ab"));
