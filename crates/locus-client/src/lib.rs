@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use locus_common::config::ClientConfig;
+use locus_common::config::{ClientConfig, Config};
 use locus_common::security::Secret;
 use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
@@ -21,12 +21,14 @@ use locus_proto::from_status;
 use parking_lot::Mutex;
 
 mod compute;
+mod file;
 mod master;
 mod read;
 mod workers;
 mod write;
 
 pub use compute::{ComputeJob, ComputeOutcome, FragmentPiece};
+pub use file::{FileReader, FileWriter};
 /// TLS of a client's connections (re-exported for the front ends).
 pub use locus_proto::tls::Tls;
 pub use read::{ReadOptions, ReadSink};
@@ -105,7 +107,66 @@ fn rpc_err(addr: &str, s: tonic::Status) -> Error {
     e
 }
 
+/// How a library front end (the Hadoop connector, the Python client) finds its cluster:
+/// the configuration file if one is named, then the `LOCUS_*` variables, then each of
+/// these that is set.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectOptions {
+    /// The master's RPC `host:port`.
+    pub master: Option<String>,
+    /// A configuration file (TOML).
+    pub config_file: Option<String>,
+    /// The file holding the cluster's client token (`security.token_file`).
+    pub token_file: Option<String>,
+    /// The CA certificate of a cluster that serves TLS (`security.tls_ca_file`).
+    pub ca_file: Option<String>,
+}
+
+impl ConnectOptions {
+    /// The configuration these options select.
+    pub fn config(&self) -> Result<Config> {
+        use figment::providers::Serialized;
+        let file = self.config_file.as_deref().filter(|f| !f.is_empty()).map(std::path::Path::new);
+        let mut flags = figment::Figment::new();
+        for (key, v) in [
+            ("master_address", &self.master),
+            ("security.token_file", &self.token_file),
+            ("security.tls_ca_file", &self.ca_file),
+        ] {
+            if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
+                flags = flags.merge(Serialized::default(key, v));
+            }
+        }
+        Config::load(file, flags)
+    }
+}
+
+/// The runtime of a library front end (the Hadoop connector, the Python client) whose
+/// host calls the client from threads of its own: 2 worker threads named `name`, each
+/// call `block_on`'d from the calling thread.
+pub fn embedded_runtime(name: &str) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("start the client's runtime", e))
+}
+
 impl Client {
+    /// A client of the configured master, presenting the configured client token (over
+    /// TLS when `security.tls_ca_file` is set). Call it inside a Tokio runtime.
+    pub fn from_config(cfg: &Config) -> Result<Client> {
+        let token = locus_common::security::client_credential(&cfg.security)?;
+        let tls = Tls::load(&cfg.security)?;
+        Client::with_tls(&cfg.master_address, cfg.client.clone(), token, tls)
+    }
+
+    /// The client's configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
     /// A client of the master at `master_address` (`host:port`), presenting `token` (the
     /// cluster's client token; see `locus_common::security::client_credential`).
     /// Connects lazily.

@@ -56,7 +56,7 @@ impl Client {
         out: &mut S,
     ) -> Result<u64> {
         if fi.is_dir {
-            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{} is a directory", fi.path)));
+            return Err(Error::new(ErrorKind::IsADirectory, format!("{} is a directory", fi.path)));
         }
         let end = offset.saturating_add(len).min(fi.length);
         let read_type = opts.read_type.unwrap_or(self.cfg.read_type);

@@ -24,10 +24,15 @@ pub enum ErrorKind {
     Unauthenticated,
     /// Out of space: a quota cannot be met because blocks are pinned or in use.
     ResourceExhausted,
-    /// The state does not allow it (not a directory, contains a mount point, ...).
+    /// The state does not allow it (contains a mount point, not yet persisted, ...).
     FailedPrecondition,
     /// A directory to remove without `recursive` has entries.
     DirectoryNotEmpty,
+    /// A file operation (open for reading, write, truncate) named a directory.
+    IsADirectory,
+    /// A path goes through a file as if it were a directory, or a directory operation
+    /// (list, remove a directory) named a file.
+    NotADirectory,
     /// A peer (master, worker, UFS) cannot be reached right now.
     Unavailable,
     /// The under file system returned an error.
@@ -53,11 +58,32 @@ impl ErrorKind {
             ErrorKind::ResourceExhausted => "resource_exhausted",
             ErrorKind::FailedPrecondition => "failed_precondition",
             ErrorKind::DirectoryNotEmpty => "directory_not_empty",
+            ErrorKind::IsADirectory => "is_a_directory",
+            ErrorKind::NotADirectory => "not_a_directory",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Ufs => "ufs",
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Io => "io",
             ErrorKind::Internal => "internal",
+        }
+    }
+
+    /// The POSIX errno of this kind: what the FUSE mount answers and what the Python
+    /// client's `OSError` carries (so Python raises `FileNotFoundError` for `ENOENT`).
+    pub fn errno(self) -> i32 {
+        match self {
+            ErrorKind::NotFound => libc::ENOENT,
+            ErrorKind::AlreadyExists => libc::EEXIST,
+            ErrorKind::InvalidArgument | ErrorKind::FailedPrecondition => libc::EINVAL,
+            ErrorKind::NameTooLong => libc::ENAMETOOLONG,
+            ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => libc::EACCES,
+            ErrorKind::ResourceExhausted => libc::ENOSPC,
+            ErrorKind::DirectoryNotEmpty => libc::ENOTEMPTY,
+            ErrorKind::IsADirectory => libc::EISDIR,
+            ErrorKind::NotADirectory => libc::ENOTDIR,
+            ErrorKind::Unavailable | ErrorKind::Ufs | ErrorKind::Corrupt | ErrorKind::Io | ErrorKind::Internal => {
+                libc::EIO
+            }
         }
     }
 
@@ -67,7 +93,7 @@ impl ErrorKind {
     }
 
     /// All kinds, for round-trip tests of the front-end mappings.
-    pub const ALL: [ErrorKind; 14] = [
+    pub const ALL: [ErrorKind; 16] = [
         ErrorKind::NotFound,
         ErrorKind::AlreadyExists,
         ErrorKind::InvalidArgument,
@@ -77,6 +103,8 @@ impl ErrorKind {
         ErrorKind::ResourceExhausted,
         ErrorKind::FailedPrecondition,
         ErrorKind::DirectoryNotEmpty,
+        ErrorKind::IsADirectory,
+        ErrorKind::NotADirectory,
         ErrorKind::Unavailable,
         ErrorKind::Ufs,
         ErrorKind::Corrupt,

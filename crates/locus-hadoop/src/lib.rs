@@ -12,7 +12,6 @@
 //! `locus-client` (and its `locus-common` and `locus-proto` types) only: never on the
 //! master, worker, block store or UFS crates.
 
-use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -20,12 +19,9 @@ use bytes::Bytes;
 use jni::JNIEnv;
 use jni::objects::{JByteArray, JByteBuffer, JClass, JObject, JString};
 use jni::sys::{jboolean, jint, jlong, jlongArray, jobjectArray};
-use locus_client::{Client, PutOptions, ReadOptions};
-use locus_common::config::Config;
+use locus_client::{Client, ConnectOptions, FileReader, FileWriter, PutOptions};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
-use parking_lot::Mutex;
-use tokio::sync::mpsc;
 
 /// A connection: the client and the runtime its futures run on. One per Hadoop
 /// `FileSystem` instance; streams hold their own reference, so closing the file system
@@ -33,131 +29,67 @@ use tokio::sync::mpsc;
 struct Ctx {
     rt: tokio::runtime::Runtime,
     client: Arc<Client>,
-    read_ahead: usize,
 }
 
 impl Ctx {
     fn connect(master: &str, config_file: &str, token_file: &str, ca_file: &str) -> Result<Ctx> {
-        use figment::providers::Serialized;
-        let file = (!config_file.is_empty()).then(|| std::path::Path::new(config_file));
-        let mut flags = figment::Figment::new();
-        if !master.is_empty() {
-            flags = flags.merge(Serialized::default("master_address", master));
-        }
-        if !token_file.is_empty() {
-            flags = flags.merge(Serialized::default("security.token_file", token_file));
-        }
-        if !ca_file.is_empty() {
-            flags = flags.merge(Serialized::default("security.tls_ca_file", ca_file));
-        }
-        let cfg = Config::load(file, flags)?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("locus-hadoop")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("start the connector's runtime", e))?;
+        let set = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        let opts = ConnectOptions {
+            master: set(master),
+            config_file: set(config_file),
+            token_file: set(token_file),
+            ca_file: set(ca_file),
+        };
+        let cfg = opts.config()?;
+        let rt = locus_client::embedded_runtime("locus-hadoop")?;
         let client = {
             let _g = rt.enter();
-            let token = locus_common::security::client_credential(&cfg.security)?;
-            let tls = locus_client::Tls::load(&cfg.security)?;
-            Arc::new(Client::with_tls(&cfg.master_address, cfg.client.clone(), token, tls)?)
+            Arc::new(Client::from_config(&cfg)?)
         };
-        Ok(Ctx { rt, client, read_ahead: cfg.client.read_ahead_blocks })
+        Ok(Ctx { rt, client })
     }
 }
 
-/// An open file: its blocks as of `open`, and the blocks whose fill this reader started.
+/// An open file: the client's reader, on the connection's runtime.
 struct Reader {
     ctx: Arc<Ctx>,
-    fi: Arc<pb::FileInfo>,
-    fetched: Mutex<HashSet<usize>>,
+    file: FileReader,
 }
 
 impl Reader {
     /// Copies up to `buf.len()` bytes at `pos` into `buf`; 0 at the end of the file.
     fn read(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
-        let fi = &self.fi;
-        if pos >= fi.length || buf.is_empty() {
-            return Ok(0);
-        }
-        let k = fi.blocks.iter().position(|b| b.offset <= pos && pos < b.offset + b.length);
-        let Some(k) = k else { return Err(Error::internal(format!("no block covers offset {pos} of {}", fi.path))) };
-        // Read-ahead, started once per block by this reader and left running when the read
-        // returns (a fill belongs to the worker, not to the request that started it).
-        for j in k + 1..=k + self.ctx.read_ahead {
-            match fi.blocks.get(j) {
-                Some(b) if b.locations.is_empty() && self.fetched.lock().insert(j) => {
-                    let (client, fi) = (self.ctx.client.clone(), fi.clone());
-                    let b = b.clone();
-                    self.ctx.rt.spawn(async move {
-                        if let Err(e) = client.load_block(&fi, &b).await {
-                            tracing::debug!(error = %e, block = b.block_id, "read-ahead failed");
-                        }
-                    });
-                }
-                _ => {}
-            }
-        }
-        let len = (buf.len() as u64).min(fi.length - pos);
-        let mut out = std::io::Cursor::new(&mut buf[..len as usize]);
-        let opts = ReadOptions { read_ahead_blocks: Some(0), ..Default::default() };
-        let n = self.ctx.rt.block_on(self.ctx.client.read_to(fi, pos, len, opts, &mut out))?;
-        Ok(n as usize)
+        self.ctx.rt.block_on(self.file.read_at(pos, buf))
     }
 }
 
-/// A file being written: chunks go to the put running on the runtime.
+/// A file being written: the client's writer, on the connection's runtime.
 struct Writer {
     ctx: Arc<Ctx>,
-    tx: Option<mpsc::Sender<std::io::Result<Bytes>>>,
-    task: Option<tokio::task::JoinHandle<Result<pb::FileInfo>>>,
+    file: FileWriter,
 }
 
 impl Writer {
     fn create(ctx: Arc<Ctx>, path: String, overwrite: bool) -> Writer {
-        let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-        let client = ctx.client.clone();
-        let task = ctx.rt.spawn(async move {
-            let mut input = tokio_util::io::StreamReader::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-            let opts = PutOptions { overwrite, ..Default::default() };
-            client.put_with(&path, &mut input, &opts, |_| Ok(pb::ObjectMeta::default())).await
-        });
-        Writer { ctx, tx: Some(tx), task: Some(task) }
+        let file = {
+            let _g = ctx.rt.enter();
+            FileWriter::create(ctx.client.clone(), path, PutOptions { overwrite, ..Default::default() })
+        };
+        Writer { ctx, file }
     }
 
     fn write(&mut self, chunk: Bytes) -> Result<()> {
-        let sent = match &self.tx {
-            Some(tx) => tx.blocking_send(Ok(chunk)).is_ok(),
-            None => return Err(Error::new(ErrorKind::FailedPrecondition, "the stream is closed")),
-        };
-        if sent {
-            return Ok(());
-        }
-        // The put ended early: its error says why.
-        self.finish().and(Err(Error::internal("the write ended before its input")))
+        self.ctx.rt.block_on(self.file.write(chunk))
     }
 
     /// Ends the input and waits for the write to be acknowledged.
     fn finish(&mut self) -> Result<()> {
-        self.tx = None;
-        match self.task.take() {
-            Some(t) => match self.ctx.rt.block_on(t) {
-                Ok(r) => r.map(|_| ()),
-                Err(e) => Err(Error::internal(format!("the write task failed: {e}"))),
-            },
-            None => Ok(()),
-        }
+        self.ctx.rt.block_on(self.file.finish()).map(|_| ())
     }
 
     /// Abandons the write: the worker drops what it received and nothing is acknowledged.
     fn abort(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.blocking_send(Err(std::io::Error::other("the writer aborted")));
-        }
-        if let Some(t) = self.task.take() {
-            let _ = self.ctx.rt.block_on(t);
-        }
+        self.ctx.rt.block_on(self.file.abort())
     }
 }
 
@@ -477,7 +409,8 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_open<'l>(
             return Err(Error::not_found(format!("{p} is a directory")));
         }
         let length = fi.length as i64;
-        let reader = new_stream(Reader { ctx: c, fi: Arc::new(fi), fetched: Mutex::new(HashSet::new()) });
+        let file = FileReader::from_info(c.client.clone(), fi);
+        let reader = new_stream(Reader { ctx: c, file });
         // Java never sees the handle if the answer cannot be made.
         long_array(env, &[reader, length]).inspect_err(|_| drop(free_stream::<Reader>(reader)))
     })
@@ -498,7 +431,7 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_read<'l>(
         if pos < 0 || len < 0 {
             return Err(Error::invalid(format!("bad read: position {pos}, length {len}")));
         }
-        if pos as u64 >= r.fi.length {
+        if pos as u64 >= r.file.info().length {
             return Ok(-1);
         }
         let addr = env.get_direct_buffer_address(&buf).map_err(jni_err)?;

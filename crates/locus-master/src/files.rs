@@ -91,14 +91,14 @@ impl Master {
         m.ufs.check_name(&rel, false)?;
         if let Some(rec) = self.resolve_with(&path, true).await? {
             if rec.is_dir {
-                return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
+                return Err(Error::new(ErrorKind::IsADirectory, format!("{path} is a directory")));
             }
             if !overwrite {
                 return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists")));
             }
         }
         let (parent_path, _) = lpath::split_parent(&path).unwrap();
-        self.create_directory(parent_path, true).await?;
+        self.ensure_parent(parent_path).await?;
         let (m, rel) = self.writable(&path)?;
         let wt = write_type.or(m.info.write_type().typed()).unwrap_or(self.inner.cfg.write_type);
         if wt.writes_ufs() {
@@ -161,7 +161,7 @@ impl Master {
         let mut tries = 0;
         loop {
             // The parent (or an ancestor) may go again between any two of these steps.
-            let r = match self.create_directory(parent_path, true).await {
+            let r = match self.ensure_parent(parent_path).await {
                 Ok(_) => match self.must_resolve(parent_path).await {
                     Ok(parent) => {
                         let (req, path, m, rel) = (req.clone(), path.clone(), m.clone(), rel.clone());
@@ -233,7 +233,7 @@ impl Master {
             Some(id) => {
                 let old = load_inode(w, id)?.ok_or_else(|| Error::internal("dangling child"))?;
                 if old.is_dir {
-                    return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} is a directory")));
+                    return Err(Error::new(ErrorKind::IsADirectory, format!("{path} is a directory")));
                 }
                 self.drop_version(w, &old, fx)?;
                 old

@@ -100,7 +100,7 @@ impl Master {
             let (parent_path, _) = lpath::split_parent(&path).unwrap();
             let parent = self.must_resolve(parent_path).await?;
             if !parent.is_dir {
-                return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
+                return Err(Error::new(ErrorKind::NotADirectory, format!("{parent_path} is not a directory")));
             }
             match self.resolve(&path).await {
                 Ok(Some(_)) => {

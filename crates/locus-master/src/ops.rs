@@ -80,6 +80,18 @@ impl Master {
         Ok(())
     }
 
+    /// Makes `path` and its missing ancestors, as the parent of something to create: a
+    /// file in the way is `NotADirectory` (as `mkdir -p a/b` answers when `a` is a file).
+    pub(crate) async fn ensure_parent(&self, path: &str) -> Result<()> {
+        self.create_directory(path, true).await.map_err(|e| {
+            if e.kind() == ErrorKind::AlreadyExists {
+                Error::new(ErrorKind::NotADirectory, format!("{path} is not a directory"))
+            } else {
+                e
+            }
+        })
+    }
+
     pub async fn create_directory(&self, path: &str, recursive: bool) -> Result<()> {
         let mut tries = 0;
         loop {
@@ -108,11 +120,11 @@ impl Master {
             if !recursive {
                 return Err(Error::not_found(format!("parent {parent_path} does not exist")));
             }
-            Box::pin(self.create_directory(parent_path, true)).await?;
+            Box::pin(self.ensure_parent(parent_path)).await?;
         }
         let parent = self.must_resolve(parent_path).await?;
         if !parent.is_dir {
-            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{parent_path} is not a directory")));
+            return Err(Error::new(ErrorKind::NotADirectory, format!("{parent_path} is not a directory")));
         }
         let (m, rel) = self.writable(&path)?;
         let op = pb::PersistOp { kind: pb::PersistOpKind::Mkdir.into(), ..self.op_for(&m, &rel, &path) };
@@ -219,7 +231,7 @@ impl Master {
         let (dparent_path, dname) = lpath::split_parent(&dst).unwrap();
         let dparent = self.must_resolve(dparent_path).await?;
         if !dparent.is_dir {
-            return Err(Error::new(ErrorKind::FailedPrecondition, format!("{dparent_path} is not a directory")));
+            return Err(Error::new(ErrorKind::NotADirectory, format!("{dparent_path} is not a directory")));
         }
         let (sm, srel) = self.writable(&src)?;
         let (dm, drel) = self.writable(&dst)?;

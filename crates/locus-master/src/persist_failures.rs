@@ -30,6 +30,8 @@ fn permanent(kind: ErrorKind) -> bool {
         ErrorKind::NameTooLong
             | ErrorKind::InvalidArgument
             | ErrorKind::FailedPrecondition
+            | ErrorKind::IsADirectory
+            | ErrorKind::NotADirectory
             | ErrorKind::PermissionDenied
     )
 }

@@ -20,6 +20,8 @@ impl From<ErrorKind> for pb::ErrorKind {
             ErrorKind::ResourceExhausted => pb::ErrorKind::ResourceExhausted,
             ErrorKind::FailedPrecondition => pb::ErrorKind::FailedPrecondition,
             ErrorKind::DirectoryNotEmpty => pb::ErrorKind::DirectoryNotEmpty,
+            ErrorKind::IsADirectory => pb::ErrorKind::IsADirectory,
+            ErrorKind::NotADirectory => pb::ErrorKind::NotADirectory,
             ErrorKind::Unavailable => pb::ErrorKind::Unavailable,
             ErrorKind::Ufs => pb::ErrorKind::Ufs,
             ErrorKind::Corrupt => pb::ErrorKind::Corrupt,
@@ -41,6 +43,8 @@ impl From<pb::ErrorKind> for ErrorKind {
             pb::ErrorKind::ResourceExhausted => ErrorKind::ResourceExhausted,
             pb::ErrorKind::FailedPrecondition => ErrorKind::FailedPrecondition,
             pb::ErrorKind::DirectoryNotEmpty => ErrorKind::DirectoryNotEmpty,
+            pb::ErrorKind::IsADirectory => ErrorKind::IsADirectory,
+            pb::ErrorKind::NotADirectory => ErrorKind::NotADirectory,
             pb::ErrorKind::Unavailable => ErrorKind::Unavailable,
             pb::ErrorKind::Ufs => ErrorKind::Ufs,
             pb::ErrorKind::Corrupt => ErrorKind::Corrupt,
@@ -258,5 +262,18 @@ mod tests {
             assert_eq!(k.as_str_name().strip_prefix("PERSIST_OP_KIND_"), Some(k.name()));
             assert_eq!(pb::PersistOpKind::parse(k.name()), Some(k));
         }
+    }
+}
+
+impl pb::FileInfo {
+    /// Bytes of the file whose block some worker caches (blocks listed with a location;
+    /// `status(path, true)` lists them).
+    pub fn cached_bytes(&self) -> u64 {
+        self.blocks.iter().filter(|b| !b.locations.is_empty()).map(|b| b.length).sum()
+    }
+
+    /// [`cached_bytes`](pb::FileInfo::cached_bytes) over the length (0 for an empty file).
+    pub fn cached_fraction(&self) -> f64 {
+        if self.length == 0 { 0.0 } else { self.cached_bytes() as f64 / self.length as f64 }
     }
 }

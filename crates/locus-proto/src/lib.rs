@@ -71,7 +71,10 @@ fn kind_to_code(kind: ErrorKind) -> tonic::Code {
         ErrorKind::PermissionDenied => Code::PermissionDenied,
         ErrorKind::Unauthenticated => Code::Unauthenticated,
         ErrorKind::ResourceExhausted => Code::ResourceExhausted,
-        ErrorKind::FailedPrecondition | ErrorKind::DirectoryNotEmpty => Code::FailedPrecondition,
+        ErrorKind::FailedPrecondition
+        | ErrorKind::DirectoryNotEmpty
+        | ErrorKind::IsADirectory
+        | ErrorKind::NotADirectory => Code::FailedPrecondition,
         ErrorKind::Unavailable => Code::Unavailable,
         ErrorKind::Ufs => Code::Aborted,
         ErrorKind::Corrupt => Code::DataLoss,

@@ -231,7 +231,10 @@ pub(crate) fn s3_error(e: Error, not_found: S3ErrorCode) -> S3Error {
         ErrorKind::InvalidArgument => S3ErrorCode::InvalidArgument,
         ErrorKind::NameTooLong => S3ErrorCode::KeyTooLongError,
         ErrorKind::PermissionDenied => S3ErrorCode::AccessDenied,
-        ErrorKind::FailedPrecondition | ErrorKind::DirectoryNotEmpty => S3ErrorCode::InvalidRequest,
+        ErrorKind::FailedPrecondition
+        | ErrorKind::DirectoryNotEmpty
+        | ErrorKind::IsADirectory
+        | ErrorKind::NotADirectory => S3ErrorCode::InvalidRequest,
         ErrorKind::ResourceExhausted | ErrorKind::Unavailable => S3ErrorCode::ServiceUnavailable,
         // The gateway's own credential was refused: its configuration, not the caller's request.
         ErrorKind::Unauthenticated | ErrorKind::Ufs | ErrorKind::Corrupt | ErrorKind::Io | ErrorKind::Internal => {

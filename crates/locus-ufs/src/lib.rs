@@ -62,21 +62,26 @@ fn ufs_err(ctx: impl std::fmt::Display, e: opendal::Error) -> Error {
         opendal::ErrorKind::NotFound => ErrorKind::NotFound,
         opendal::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
         opendal::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
-        opendal::ErrorKind::IsADirectory | opendal::ErrorKind::NotADirectory => ErrorKind::FailedPrecondition,
+        opendal::ErrorKind::IsADirectory => ErrorKind::IsADirectory,
+        opendal::ErrorKind::NotADirectory => ErrorKind::NotADirectory,
         opendal::ErrorKind::ConfigInvalid | opendal::ErrorKind::Unsupported => ErrorKind::InvalidArgument,
         opendal::ErrorKind::RateLimited => ErrorKind::Unavailable,
         // OpenDAL's `fs` reports most OS errors as temporary `Unexpected` ones; those that
         // no retry can mend are told apart here, so the persist queue gives them up.
         _ if os_error(&e) == Some(libc::ENAMETOOLONG) => ErrorKind::NameTooLong,
-        _ if os_error(&e)
-            .is_some_and(|c| [libc::EISDIR, libc::ENOTDIR, libc::ENOTEMPTY, libc::EEXIST].contains(&c)) =>
-        {
+        _ if os_error(&e) == Some(libc::EISDIR) => ErrorKind::IsADirectory,
+        _ if os_error(&e) == Some(libc::ENOTDIR) => ErrorKind::NotADirectory,
+        _ if os_error(&e).is_some_and(|c| [libc::ENOTEMPTY, libc::EEXIST].contains(&c)) => {
             ErrorKind::FailedPrecondition
         }
         _ if e.is_temporary() => ErrorKind::Unavailable,
         _ => ErrorKind::Ufs,
     };
-    let retryable = e.is_temporary() && !matches!(kind, ErrorKind::NameTooLong | ErrorKind::FailedPrecondition);
+    let retryable = e.is_temporary()
+        && !matches!(
+            kind,
+            ErrorKind::NameTooLong | ErrorKind::FailedPrecondition | ErrorKind::IsADirectory | ErrorKind::NotADirectory
+        );
     // The OpenDAL error stays the source: its kind, status and context remain reachable
     // (`std::error::Error::source`), and `Display` still reads "ctx: error".
     Error::new(kind, ctx.to_string()).with_source(e).set_retryable(retryable)

@@ -13,7 +13,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use cli::{Global, admin, bench, fs, local, server, sql};
+use cli::{Global, admin, bench, fs, fuse, local, server, sql};
 
 #[derive(Parser)]
 #[command(name = "locus", version, about = "Locus: a data orchestration layer between compute and storage")]
@@ -39,6 +39,8 @@ enum Cmd {
     },
     /// File system commands (like `alluxio fs`).
     Fs(fs::FsArgs),
+    /// Mount the namespace as a POSIX file system (FUSE) until Ctrl-C or SIGTERM.
+    Fuse(fuse::FuseArgs),
     /// Run SQL over Locus files (CSV, JSON lines, Parquet): FROM 'locus:///logs/*.csv'.
     Sql(sql::SqlArgs),
     /// Benchmarks that print medians and ratios measured side by side in one run.
@@ -93,6 +95,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gateway(a) => server::gateway(g, a),
         Cmd::Local { cmd } => local::run(g, cmd),
         Cmd::Fs(a) => fs::run(g, a),
+        Cmd::Fuse(a) => fuse::run(g, a),
         Cmd::Sql(a) => sql::run(g, a),
         Cmd::Bench { cmd } => bench::run(cmd),
         Cmd::Report { json } => admin::report(g, *json),

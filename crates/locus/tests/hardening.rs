@@ -134,12 +134,12 @@ async fn a_failing_persist_is_given_up_reported_and_retried_or_dropped() {
         ]
     );
     for f in &r.persist_failed {
-        assert_eq!(f.last_error_kind(), pb::ErrorKind::FailedPrecondition, "{f:?}");
+        assert_eq!(f.last_error_kind(), pb::ErrorKind::IsADirectory, "{f:?}");
         assert!(!f.last_error.is_empty() && f.failed_ms > 0, "{f:?}");
     }
     let j = locus_proto::report_json(&r, &[]);
     assert_eq!(j["persist_failed"]["ops"], 2);
-    assert_eq!(j["persist_failed"]["operations"][0]["error_kind"], "failed_precondition");
+    assert_eq!(j["persist_failed"]["operations"][0]["error_kind"], "is_a_directory");
     let metrics = locus_master::render_metrics(c.master());
     assert!(metrics.contains("locus_persist_failed_paths 2"), "{metrics}");
     assert_eq!(cl.status("/blk/f1", false).await.unwrap().persist_state(), pb::PersistState::ToBePersisted);

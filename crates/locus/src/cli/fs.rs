@@ -244,13 +244,12 @@ fn entry_json(e: &pb::FileInfo) -> serde_json::Value {
 }
 
 fn stat_json(fi: &pb::FileInfo, workers: &HashMap<u64, String>) -> serde_json::Value {
-    let cached: u64 = fi.blocks.iter().filter(|b| !b.locations.is_empty()).map(|b| b.length).sum();
     json!({
         "path": fi.path, "name": fi.name, "is_dir": fi.is_dir, "length": fi.length,
         "block_size": fi.block_size, "fingerprint": fi.fingerprint, "mtime_ms": fi.mtime_ms,
         "pinned": fi.pinned, "mount_point": fi.mount_point, "ufs_path": fi.ufs_path,
         "persist_state": fi.persist_state().name(), "replication_min": fi.replication_min, "replication_max": fi.replication_max,
-        "cached_fraction": if fi.length == 0 { 0.0 } else { cached as f64 / fi.length as f64 },
+        "cached_fraction": fi.cached_fraction(),
         "blocks": fi.blocks.iter().map(|b| json!({
             "id": b.block_id, "offset": b.offset, "length": b.length,
             "locations": b.locations.iter().map(|l| json!({"worker_id": l.worker_id, "host": workers.get(&l.worker_id).cloned().unwrap_or_default(), "tier": l.tier().name()})).collect::<Vec<_>>(),

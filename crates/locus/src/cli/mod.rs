@@ -6,6 +6,7 @@ pub mod admin;
 pub mod bench;
 pub mod compute;
 pub mod fs;
+pub mod fuse;
 pub mod inventory;
 pub mod local;
 pub mod search;
@@ -88,9 +89,7 @@ impl Global {
 /// A client of the configured master, presenting the configured client token (over TLS
 /// when `security.tls_ca_file` is set).
 pub fn client(cfg: &Config) -> Result<locus_client::Client> {
-    let token = locus_common::security::client_credential(&cfg.security)?;
-    let tls = locus_client::Tls::load(&cfg.security)?;
-    Ok(locus_client::Client::with_tls(&cfg.master_address, cfg.client.clone(), token, tls)?)
+    Ok(locus_client::Client::from_config(cfg)?)
 }
 
 /// How a worker of this binary runs SQL fragments (`locus_sql::remote`): with a client

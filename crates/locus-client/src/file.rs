@@ -1,0 +1,211 @@
+//! Open files for the front ends that read and write a file piece by piece from their
+//! own threads (the Hadoop connector, the Python client, the FUSE mount): a
+//! [`FileReader`] reads any range of a file as it was when opened, starting the fill of
+//! the blocks ahead once each; a [`FileWriter`] feeds a new file's bytes to one put
+//! running on the client's runtime. Both are async; a blocking front end runs them with
+//! its runtime's `block_on`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use crate::{Client, PutOptions, ReadOptions};
+
+/// A file open for reading: its blocks as of the open, and the blocks whose fill this
+/// reader started (read-ahead, once per block).
+pub struct FileReader {
+    client: Arc<Client>,
+    fi: Arc<pb::FileInfo>,
+    read_ahead: usize,
+    fetched: Mutex<HashSet<usize>>,
+}
+
+impl FileReader {
+    /// Opens `path` (one master call: its status with its blocks). A directory is
+    /// `NotFound` for a reader, as in HDFS; the front end names it in its own terms.
+    pub async fn open(client: Arc<Client>, path: &str) -> Result<FileReader> {
+        let fi = client.status(path, true).await?;
+        if fi.is_dir {
+            return Err(Error::new(ErrorKind::IsADirectory, format!("{path} is a directory")));
+        }
+        Ok(FileReader::from_info(client, fi))
+    }
+
+    /// A reader of a file whose status (with its blocks) the caller holds already.
+    pub fn from_info(client: Arc<Client>, fi: pb::FileInfo) -> FileReader {
+        let read_ahead = client.cfg.read_ahead_blocks;
+        FileReader { client, fi: Arc::new(fi), read_ahead, fetched: Mutex::new(HashSet::new()) }
+    }
+
+    /// The file's status as of the open.
+    pub fn info(&self) -> &pb::FileInfo {
+        &self.fi
+    }
+
+    /// Copies up to `buf.len()` bytes at `pos` into `buf`; 0 at or past the end.
+    pub async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        let fi = &self.fi;
+        if pos >= fi.length || buf.is_empty() {
+            return Ok(0);
+        }
+        let k = fi.blocks.iter().position(|b| b.offset <= pos && pos < b.offset + b.length);
+        let Some(k) = k else { return Err(Error::internal(format!("no block covers offset {pos} of {}", fi.path))) };
+        // Read-ahead, started once per block by this reader and left running when the read
+        // returns (a fill belongs to the worker, not to the request that started it).
+        for j in k + 1..=k + self.read_ahead {
+            match fi.blocks.get(j) {
+                Some(b) if b.locations.is_empty() && self.fetched.lock().insert(j) => {
+                    let (client, fi) = (self.client.clone(), fi.clone());
+                    let b = b.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = client.load_block(&fi, &b).await {
+                            tracing::debug!(error = %e, block = b.block_id, "read-ahead failed");
+                        }
+                    });
+                }
+                _ => {}
+            }
+        }
+        let len = (buf.len() as u64).min(fi.length - pos);
+        let mut out = std::io::Cursor::new(&mut buf[..len as usize]);
+        let opts = ReadOptions { read_ahead_blocks: Some(0), ..Default::default() };
+        let n = self.client.read_to(fi, pos, len, opts, &mut out).await?;
+        Ok(n as usize)
+    }
+}
+
+/// A new file being written: its chunks go, in order, to the put that
+/// [`create`](FileWriter::create) started on the current runtime. Nothing is visible
+/// until [`finish`](FileWriter::finish) returns; [`abort`](FileWriter::abort) (or a
+/// drop without `finish`) leaves no file.
+pub struct FileWriter {
+    rt: tokio::runtime::Handle,
+    /// Fires when the put first reads its input: the master created the file and the
+    /// workers' pipeline is open.
+    started: Option<tokio::sync::oneshot::Receiver<()>>,
+    tx: Option<mpsc::Sender<std::io::Result<Bytes>>>,
+    task: Option<tokio::task::JoinHandle<Result<pb::FileInfo>>>,
+    written: u64,
+}
+
+impl FileWriter {
+    /// Starts writing `path` (on the current Tokio runtime).
+    pub fn create(client: Arc<Client>, path: String, opts: PutOptions) -> FileWriter {
+        let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let stream = tokio_util::io::StreamReader::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+            let mut input = FirstRead { inner: stream, started: Some(started_tx) };
+            client.put_with(&path, &mut input, &opts, |_| Ok(pb::ObjectMeta::default())).await
+        });
+        FileWriter {
+            rt: tokio::runtime::Handle::current(),
+            started: Some(started),
+            tx: Some(tx),
+            task: Some(task),
+            written: 0,
+        }
+    }
+
+    /// Waits until the file is open for writing (the master created it and the
+    /// pipeline to the workers is up), so that a refusal (a read-only mount, a file that
+    /// exists, a path through a file) is known before any byte is written.
+    pub async fn ready(&mut self) -> Result<()> {
+        let Some(started) = self.started.take() else { return Ok(()) };
+        let Some(task) = self.task.as_mut() else { return Ok(()) };
+        let ended = tokio::select! {
+            r = started => match r {
+                Ok(()) => return Ok(()),
+                // The put dropped its input unread: it ended, and its result says why.
+                Err(_) => task.await,
+            },
+            r = &mut *task => r,
+        };
+        self.tx = None;
+        self.task = None;
+        match ended {
+            Ok(Ok(_)) => Err(Error::internal("the write ended before its input")),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(Error::internal(format!("the write task failed: {e}"))),
+        }
+    }
+
+    /// Bytes handed to [`write`](FileWriter::write) so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Appends `chunk`. Fails with the put's own error when the put ended early.
+    pub async fn write(&mut self, chunk: Bytes) -> Result<()> {
+        let n = chunk.len() as u64;
+        let sent = match &self.tx {
+            Some(tx) => tx.send(Ok(chunk)).await.is_ok(),
+            None => return Err(Error::new(ErrorKind::FailedPrecondition, "the file is closed")),
+        };
+        if sent {
+            self.written += n;
+            return Ok(());
+        }
+        // The put ended early: its error says why.
+        self.finish().await.and(Err(Error::internal("the write ended before its input")))
+    }
+
+    /// Ends the input and waits for the write to be acknowledged (per its write type).
+    pub async fn finish(&mut self) -> Result<Option<pb::FileInfo>> {
+        self.tx = None;
+        match self.task.take() {
+            Some(t) => match t.await {
+                Ok(r) => r.map(Some),
+                Err(e) => Err(Error::internal(format!("the write task failed: {e}"))),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// Abandons the write: the worker drops what it received and nothing is acknowledged.
+    pub async fn abort(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Err(std::io::Error::other("the writer aborted"))).await;
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+/// An input that tells, once, when it is first read.
+struct FirstRead<R> {
+    inner: R,
+    started: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstRead<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if let Some(tx) = self.started.take() {
+            let _ = tx.send(());
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        // Dropped without `finish`: end the input with an error, so the put is abandoned
+        // rather than completed with what it got (a plain drop of the sender would read
+        // as the end of the file).
+        if let Some(tx) = self.tx.take() {
+            self.rt.spawn(async move {
+                let _ = tx.send(Err(std::io::Error::other("the writer was dropped"))).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! The Python client's native module, `locus._native`: a thin pyo3 binding over
+//! [`locus_client::Client`]. The `locus` package's fsspec filesystem
+//! (`python/locus/fsspec.py`) is written over it; nothing here decides more than how a
+//! Python call becomes a client call.
+//!
+//! - Every call releases the GIL while it waits (`Python::detach`), so many Python
+//!   threads read and write at once.
+//! - Reads land in the `bytes` object Python gets back (one buffer, filled by the
+//!   client's short-circuit or network read).
+//! - A client made before `fork` works in the child: the child builds its own runtime
+//!   and connections on first use (the parent's threads do not exist there), and leaves
+//!   the parent's alone.
+//! - A Locus error becomes the `OSError` subclass of its errno in one place ([`py_err`]).
+//!
+//! Depends on `locus-client` (and its `locus-common` and `locus-proto` types) only.
+
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use locus_client::{Client as Core, ConnectOptions, FileReader, FileWriter, PutOptions};
+use locus_common::config::{Config, WriteType};
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb;
+use parking_lot::Mutex;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{
+    PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError, PyNotADirectoryError, PyOSError, PyPermissionError,
+    PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+/// The one place a Locus error becomes a Python exception: the `OSError` subclass of
+/// its errno (`FileNotFoundError`, `FileExistsError`, `IsADirectoryError`,
+/// `NotADirectoryError`, `PermissionError`), `ValueError` for a malformed argument, and
+/// `OSError(errno, message)` otherwise.
+fn py_err(e: Error) -> PyErr {
+    let (errno, msg) = (e.kind().errno(), e.to_string());
+    match e.kind() {
+        ErrorKind::NotFound => PyFileNotFoundError::new_err((errno, msg)),
+        ErrorKind::AlreadyExists => PyFileExistsError::new_err((errno, msg)),
+        ErrorKind::IsADirectory => PyIsADirectoryError::new_err((errno, msg)),
+        ErrorKind::NotADirectory => PyNotADirectoryError::new_err((errno, msg)),
+        ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => PyPermissionError::new_err((errno, msg)),
+        ErrorKind::InvalidArgument => PyValueError::new_err(msg),
+        _ => PyOSError::new_err((errno, msg)),
+    }
+}
+
+/// A runtime and a client of it, made in process `pid`.
+struct Conn {
+    pid: u32,
+    rt: ManuallyDrop<tokio::runtime::Runtime>,
+    client: ManuallyDrop<Arc<Core>>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Only the process that made the runtime may shut it down: in a forked child
+        // (where a parent's object can be collected, say in a `preexec_fn`) its threads do
+        // not exist, and a shutdown would wait for them for ever. There it is leaked.
+        if self.pid == std::process::id() {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe {
+                ManuallyDrop::drop(&mut self.client);
+                ManuallyDrop::drop(&mut self.rt);
+            }
+        }
+    }
+}
+
+impl Conn {
+    fn new(cfg: &Config) -> Result<Conn> {
+        let rt = locus_client::embedded_runtime("locus-py")?;
+        let client = {
+            let _g = rt.enter();
+            Arc::new(Core::from_config(cfg)?)
+        };
+        Ok(Conn { pid: std::process::id(), rt: ManuallyDrop::new(rt), client: ManuallyDrop::new(client) })
+    }
+
+    fn run<T>(&self, f: impl Future<Output = Result<T>>) -> PyResult<T> {
+        self.rt.block_on(f).map_err(py_err)
+    }
+}
+
+/// A connection to a Locus cluster.
+///
+/// `Client(master=None, config_file=None, token_file=None, ca_file=None)`: each argument
+/// that is given overrides the configuration file and the `LOCUS_*` variables (the
+/// master defaults to `LOCUS_MASTER`, else 127.0.0.1:19998).
+#[pyclass(module = "locus._native", frozen)]
+struct Client {
+    cfg: Config,
+    conn: Mutex<Arc<Conn>>,
+}
+
+impl Client {
+    /// This process's connection (a child of `fork` makes its own on first use; the
+    /// parent's is leaked there, see `Conn`'s drop).
+    fn conn(&self) -> PyResult<Arc<Conn>> {
+        let mut g = self.conn.lock();
+        if g.pid != std::process::id() {
+            *g = Arc::new(Conn::new(&self.cfg).map_err(py_err)?);
+        }
+        Ok(g.clone())
+    }
+
+    /// Runs `f` on this process's client, without the GIL.
+    fn call<T: Send, F>(&self, py: Python<'_>, f: impl FnOnce(Arc<Core>) -> F + Send) -> PyResult<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        let c = self.conn()?;
+        py.detach(|| c.run(f(Arc::clone(&c.client))))
+    }
+}
+
+/// A file's or directory's attributes as fsspec's `info` returns them, plus Locus's
+/// own: `cached_fraction`, `persist_state`, `pinned`, `block_size`, `mount_point`,
+/// `content_type`, `etag`, `metadata` and `tags`.
+fn info<'py>(py: Python<'py>, fi: &pb::FileInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &fi.path)?;
+    d.set_item("size", fi.length)?;
+    d.set_item("type", if fi.is_dir { "directory" } else { "file" })?;
+    d.set_item("mtime", fi.mtime_ms as f64 / 1000.0)?;
+    d.set_item("block_size", fi.block_size)?;
+    d.set_item("cached_fraction", fi.cached_fraction())?;
+    d.set_item("persist_state", fi.persist_state().name())?;
+    d.set_item("pinned", fi.pinned)?;
+    d.set_item("mount_point", &fi.mount_point)?;
+    d.set_item("fingerprint", &fi.fingerprint)?;
+    let m = fi.meta.clone().unwrap_or_default();
+    d.set_item("content_type", m.content_type)?;
+    d.set_item("etag", m.etag)?;
+    d.set_item("metadata", m.user.into_iter().collect::<std::collections::BTreeMap<_, _>>())?;
+    d.set_item("tags", m.tags.into_iter().collect::<std::collections::BTreeMap<_, _>>())?;
+    Ok(d)
+}
+
+fn write_type(s: Option<&str>) -> PyResult<Option<WriteType>> {
+    s.map(|s| WriteType::parse_or_err(s).map_err(py_err)).transpose()
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (master=None, config_file=None, token_file=None, ca_file=None))]
+    fn new(
+        master: Option<String>,
+        config_file: Option<String>,
+        token_file: Option<String>,
+        ca_file: Option<String>,
+    ) -> PyResult<Client> {
+        let cfg = ConnectOptions { master, config_file, token_file, ca_file }.config().map_err(py_err)?;
+        let conn = Conn::new(&cfg).map_err(py_err)?;
+        Ok(Client { cfg, conn: Mutex::new(Arc::new(conn)) })
+    }
+
+    /// The master's RPC address this client talks to.
+    #[getter]
+    fn master(&self) -> String {
+        self.cfg.master_address.clone()
+    }
+
+    /// The attributes of `path` (see `info`).
+    fn stat<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyDict>> {
+        let fi = self.call(py, |c| async move { c.status(&path, true).await })?;
+        info(py, &fi)
+    }
+
+    /// The entries of directory `path` (of a file: the file), or with `recursive` every
+    /// file and directory under it.
+    #[pyo3(signature = (path, recursive=false))]
+    fn ls<'py>(&self, py: Python<'py>, path: String, recursive: bool) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let all = self.call(py, |c| async move {
+            let mut v = Vec::new();
+            c.list_each(&path, recursive, |fi| v.push(fi.clone())).await?;
+            Ok(v)
+        })?;
+        all.iter().map(|fi| info(py, fi)).collect()
+    }
+
+    /// Creates directory `path` (with `parents`, and its missing parents; an existing
+    /// directory is then no error).
+    #[pyo3(signature = (path, parents=true))]
+    fn mkdir(&self, py: Python<'_>, path: String, parents: bool) -> PyResult<()> {
+        self.call(py, |c| async move { c.mkdir(&path, parents).await })
+    }
+
+    /// Removes `path` (a directory with entries only with `recursive`).
+    #[pyo3(signature = (path, recursive=false))]
+    fn rm(&self, py: Python<'_>, path: String, recursive: bool) -> PyResult<()> {
+        self.call(py, |c| async move { c.delete(&path, recursive).await })
+    }
+
+    /// Renames `src` to `dst`.
+    fn mv(&self, py: Python<'_>, src: String, dst: String) -> PyResult<()> {
+        self.call(py, |c| async move { c.rename(&src, &dst).await })
+    }
+
+    /// Opens file `path` for reading.
+    fn open(slf: &Bound<'_, Client>, path: String) -> PyResult<Reader> {
+        let c = slf.get().conn()?;
+        let file = slf.py().detach(|| c.run(FileReader::open(Arc::clone(&c.client), &path)))?;
+        Ok(Reader { owner: slf.clone().unbind(), state: Mutex::new((c, Arc::new(file))) })
+    }
+
+    /// Creates file `path` for writing (`write_type`: MUST_CACHE, CACHE_THROUGH, THROUGH
+    /// or ASYNC_THROUGH; the mount's or the cluster's when None). Nothing is visible
+    /// until `close()`.
+    #[pyo3(signature = (path, overwrite=true, write_type=None))]
+    fn create(&self, py: Python<'_>, path: String, overwrite: bool, write_type: Option<&str>) -> PyResult<Writer> {
+        let opts = PutOptions { overwrite, write_type: self::write_type(write_type)?, ..Default::default() };
+        let c = self.conn()?;
+        let mut file = {
+            let _g = c.rt.enter();
+            FileWriter::create(Arc::clone(&c.client), path, opts)
+        };
+        // A refused create (an existing file without `overwrite`, a read-only mount)
+        // raises here, not at the first write.
+        py.detach(|| c.run(file.ready()))?;
+        Ok(Writer { conn: c, file: Mutex::new(Some(file)) })
+    }
+
+    /// Fills the cache with every block of `path` (a directory: every file under it).
+    /// Returns the bytes of the files loaded.
+    fn load(&self, py: Python<'_>, path: String) -> PyResult<u64> {
+        self.call(py, |c| async move {
+            let mut files = Vec::new();
+            c.list_each(&path, true, |fi| {
+                if !fi.is_dir {
+                    files.push(fi.path.clone())
+                }
+            })
+            .await?;
+            let mut bytes = 0;
+            for p in files {
+                let fi = c.status(&p, true).await?;
+                c.load(&fi, |_| {}).await?;
+                bytes += fi.length;
+            }
+            Ok(bytes)
+        })
+    }
+
+    /// Drops the cached blocks of `path` (persisted, unpinned files). Returns how many
+    /// files were freed.
+    #[pyo3(signature = (path, recursive=false))]
+    fn free(&self, py: Python<'_>, path: String, recursive: bool) -> PyResult<u64> {
+        self.call(py, |c| async move { c.free(&path, recursive).await })
+    }
+
+    /// Pins (or unpins) `path` in the cache. Returns how many files changed.
+    #[pyo3(signature = (path, pinned=true, recursive=false))]
+    fn pin(&self, py: Python<'_>, path: String, pinned: bool, recursive: bool) -> PyResult<u64> {
+        self.call(py, |c| async move { c.set_pinned(&path, pinned, recursive).await })
+    }
+}
+
+/// A file open for reading, as it was when opened. Safe to share between threads.
+#[pyclass(module = "locus._native", frozen)]
+struct Reader {
+    owner: Py<Client>,
+    state: Mutex<(Arc<Conn>, Arc<FileReader>)>,
+}
+
+impl Reader {
+    /// The reader of this process (after `fork`, one over the child's connection).
+    fn file(&self) -> PyResult<(Arc<Conn>, Arc<FileReader>)> {
+        let mut g = self.state.lock();
+        if g.0.pid != std::process::id() {
+            let c = self.owner.get().conn()?;
+            let f = Arc::new(FileReader::from_info(Arc::clone(&c.client), g.1.info().clone()));
+            *g = (c, f);
+        }
+        Ok(g.clone())
+    }
+}
+
+#[pymethods]
+impl Reader {
+    /// The file's length in bytes.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.state.lock().1.info().length
+    }
+
+    /// The file's attributes as of the open (see `Client.stat`).
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        info(py, self.state.lock().1.info())
+    }
+
+    /// Up to `length` bytes from `offset` (fewer only at the end of the file).
+    fn read<'py>(&self, py: Python<'py>, offset: u64, length: u64) -> PyResult<Bound<'py, PyBytes>> {
+        let (c, f) = self.file()?;
+        let n = length.min(f.info().length.saturating_sub(offset)) as usize;
+        PyBytes::new_with(py, n, |buf| {
+            py.detach(|| {
+                let mut done = 0;
+                while done < buf.len() {
+                    let got = c.run(f.read_at(offset + done as u64, &mut buf[done..]))?;
+                    if got == 0 {
+                        return Err(PyOSError::new_err((libc_eio(), "the file ended early")));
+                    }
+                    done += got;
+                }
+                Ok(())
+            })
+        })
+    }
+}
+
+fn libc_eio() -> i32 {
+    ErrorKind::Io.errno()
+}
+
+/// A new file being written. `close()` completes it; `abort()` (or losing it
+/// unclosed) leaves no file.
+#[pyclass(module = "locus._native", frozen)]
+struct Writer {
+    conn: Arc<Conn>,
+    file: Mutex<Option<FileWriter>>,
+}
+
+impl Writer {
+    fn with<T: Send>(&self, py: Python<'_>, f: impl AsyncFnOnce(&mut FileWriter) -> Result<T> + Send) -> PyResult<T> {
+        if self.conn.pid != std::process::id() {
+            return Err(py_err(Error::new(ErrorKind::FailedPrecondition, "a file opened for writing before fork")));
+        }
+        py.detach(|| {
+            let mut g = self.file.lock();
+            let Some(w) = g.as_mut() else {
+                return Err(py_err(Error::new(ErrorKind::FailedPrecondition, "the file is closed")));
+            };
+            self.conn.run(f(w))
+        })
+    }
+}
+
+#[pymethods]
+impl Writer {
+    /// Appends `data` (any bytes-like object: bytes, bytearray, memoryview, NumPy...).
+    fn write(&self, py: Python<'_>, data: PyBuffer<u8>) -> PyResult<usize> {
+        let mut v = vec![0u8; data.item_count()];
+        data.copy_to_slice(py, &mut v)?;
+        let chunk = Bytes::from(v);
+        let n = chunk.len();
+        self.with(py, async move |w: &mut FileWriter| w.write(chunk).await)?;
+        Ok(n)
+    }
+
+    /// Bytes written so far.
+    #[getter]
+    fn written(&self) -> u64 {
+        self.file.lock().as_ref().map_or(0, FileWriter::written)
+    }
+
+    /// Completes the file (acknowledged per its write type) and returns its attributes
+    /// (None when it was closed already).
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        if self.file.lock().is_none() {
+            return Ok(None);
+        }
+        let r = self.with(py, async |w: &mut FileWriter| w.finish().await);
+        *self.file.lock() = None;
+        r?.map(|fi| info(py, &fi)).transpose()
+    }
+
+    /// Abandons the file: nothing of it becomes visible.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        if self.file.lock().is_none() {
+            return Ok(());
+        }
+        let r = self.with(py, async |w: &mut FileWriter| {
+            w.abort().await;
+            Ok(())
+        });
+        *self.file.lock() = None;
+        r
+    }
+}
+
+/// The module: `Client`, `Reader`, `Writer`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    m.add_class::<Reader>()?;
+    m.add_class::<Writer>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
