@@ -15,6 +15,8 @@
 //! - Errors are the errno of the Locus error's kind ([`ErrorKind::errno`]; `EROFS` for
 //!   writes a read-only mount refuses), mapped in one place ([`errno`]).
 //!
+//! Modules: [`inodes`] (inode numbers and paths), [`writes`] (the write path).
+//!
 //! Inode numbers are the master's inode ids (plus 2; the root is 1), so they stay put
 //! across renames and listings need no table; the table here maps the inodes the
 //! kernel holds to their paths.
@@ -22,21 +24,21 @@
 //! Depends on `locus-client` (and its `locus-common` and `locus-proto` types) only.
 
 mod inodes;
+mod writes;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use locus_client::{Client, FileReader, FileWriter, PutOptions};
+use locus_client::{Client, FileReader, FileWriter};
 use locus_common::config::WriteType;
 use locus_common::path as lpath;
 use locus_common::{Error, ErrorKind, Result};
@@ -44,6 +46,7 @@ use locus_proto::pb;
 use parking_lot::Mutex;
 
 use inodes::{Inodes, ROOT};
+use writes::Writing;
 
 /// Options of a mount (`locus fuse --help`).
 #[derive(Clone, Debug)]
@@ -95,18 +98,6 @@ enum Handle {
     Read(Arc<FileReader>),
     Write(Arc<Mutex<Writing>>),
     Dir(Arc<Mutex<Listing>>),
-}
-
-/// A file being written through a handle.
-struct Writing {
-    ino: u64,
-    path: String,
-    file: Option<FileWriter>,
-    /// Writes that arrived ahead of the end, by offset.
-    pending: BTreeMap<u64, Vec<u8>>,
-    pending_bytes: usize,
-    /// How the write ended (`flush`, `fsync` or a failure): later calls answer it.
-    outcome: Option<std::result::Result<(), Errno>>,
 }
 
 /// A directory being listed: the entries read so far and where the next page starts.
@@ -219,102 +210,6 @@ impl LocusFs {
 
     fn refuse_change(&self) -> std::result::Result<(), Errno> {
         if self.opts.read_only { Err(Errno::EROFS) } else { Ok(()) }
-    }
-
-    /// Starts writing `path` (inode `ino`), waiting until the master accepted it.
-    fn start_write(&self, ino: u64, path: &str, overwrite: bool) -> std::result::Result<Arc<Mutex<Writing>>, Errno> {
-        let opts = PutOptions { overwrite, write_type: self.opts.write_type, ..Default::default() };
-        let mut file = {
-            let _g = self.rt.enter();
-            FileWriter::create(self.client.clone(), path.to_string(), opts)
-        };
-        self.run(file.ready()).map_err(|e| errno(&e, true))?;
-        let w = Arc::new(Mutex::new(Writing {
-            ino,
-            path: path.to_string(),
-            file: Some(file),
-            pending: BTreeMap::new(),
-            pending_bytes: 0,
-            outcome: None,
-        }));
-        self.writing.lock().insert(ino, w.clone());
-        Ok(w)
-    }
-
-    /// Completes the write (once): later calls answer how it ended.
-    fn finish(&self, w: &Arc<Mutex<Writing>>) -> std::result::Result<(), Errno> {
-        let mut g = w.lock();
-        if let Some(o) = g.outcome {
-            return o;
-        }
-        let outcome = if g.pending.is_empty() {
-            let mut file = g.file.take().expect("an unfinished write has its file");
-            self.run(file.finish()).map(|_| ()).map_err(|e| errno(&e, true))
-        } else {
-            // A hole that no write filled: nothing of it is kept.
-            if let Some(mut file) = g.file.take() {
-                self.rt.block_on(file.abort());
-            }
-            Err(Errno::EIO)
-        };
-        g.outcome = Some(outcome);
-        let ino = g.ino;
-        drop(g);
-        self.writing.lock().remove(&ino);
-        self.opened.lock().remove(&ino);
-        outcome
-    }
-
-    fn write_at(&self, w: &Arc<Mutex<Writing>>, offset: u64, data: &[u8]) -> std::result::Result<u32, Errno> {
-        let mut g = w.lock();
-        if let Some(o) = g.outcome {
-            // Written to after its close or fsync: the file is complete.
-            return Err(o.err().unwrap_or(Errno::EPERM));
-        }
-        let end = g.file.as_ref().map_or(0, FileWriter::written);
-        if offset < end {
-            return Err(Errno::EPERM); // rewriting what was written: files are written once
-        }
-        if offset > end {
-            if g.pending_bytes + data.len() > MAX_PENDING {
-                return Err(Errno::EPERM); // a sparse write, not a reordering
-            }
-            g.pending_bytes += data.len();
-            g.pending.insert(offset, data.to_vec());
-            return Ok(data.len() as u32);
-        }
-        let file = g.file.as_mut().expect("an unfinished write has its file");
-        let r = self.run(file.write(Bytes::copy_from_slice(data)));
-        if let Err(e) = r {
-            let n = errno(&e, true);
-            g.outcome = Some(Err(n));
-            return Err(n);
-        }
-        // Writes that waited for this one.
-        loop {
-            let at = g.file.as_ref().map_or(0, FileWriter::written);
-            let Some(chunk) = g.pending.remove(&at) else { break };
-            g.pending_bytes -= chunk.len();
-            let file = g.file.as_mut().expect("an unfinished write has its file");
-            if let Err(e) = self.run(file.write(Bytes::from(chunk))) {
-                let n = errno(&e, true);
-                g.outcome = Some(Err(n));
-                return Err(n);
-            }
-        }
-        Ok(data.len() as u32)
-    }
-
-    /// Answers `flush` and `fsync`: the file written through `fh` (if any) completed.
-    fn complete(&self, fh: FileHandle, reply: ReplyEmpty) {
-        let w = match self.handles.lock().get(&fh.0) {
-            Some(Handle::Write(w)) => w.clone(),
-            _ => return reply.ok(),
-        };
-        match self.finish(&w) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
     }
 
     /// Fills `l` up to entry `want` (or its end).
