@@ -192,7 +192,7 @@ impl LocusFs {
         FileAttr { ino: INodeNo(w.ino), ..self.attr(&fi) }
     }
 
-    /// `path`'s status; a file being written here answers for itself.
+    /// `path`'s status (without its blocks).
     fn stat(&self, path: &str) -> Result<pb::FileInfo> {
         self.run(self.client.status(path, false))
     }
@@ -341,7 +341,6 @@ impl Filesystem for LocusFs {
         };
         match self.stat(&path) {
             Ok(fi) if size.is_some_and(|s| s != fi.length) => {
-                let _ = fi;
                 reply.error(if self.opts.read_only { Errno::EROFS } else { Errno::EPERM })
             }
             Ok(fi) => reply.attr(&self.opts.attr_timeout, &FileAttr { ino, ..self.attr(&fi) }),

@@ -303,7 +303,7 @@ impl Reader {
                 while done < buf.len() {
                     let got = c.run(f.read_at(offset + done as u64, &mut buf[done..]))?;
                     if got == 0 {
-                        return Err(PyOSError::new_err((libc_eio(), "the file ended early")));
+                        return Err(PyOSError::new_err((ErrorKind::Io.errno(), "the file ended early")));
                     }
                     done += got;
                 }
@@ -311,10 +311,6 @@ impl Reader {
             })
         })
     }
-}
-
-fn libc_eio() -> i32 {
-    ErrorKind::Io.errno()
 }
 
 /// A new file being written. `close()` completes it; `abort()` (or losing it
