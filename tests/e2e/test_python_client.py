@@ -224,3 +224,38 @@ def test_fork(fs, cluster):
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=90)
     assert p.returncode == 0 and p.stdout.strip() == b"ok", p.stderr.decode()[-2000:]
     assert fs.cat_file("/f/child.bin") == b"from the child"
+
+
+def test_compute_and_search_from_python(fs, cluster):
+    """`compute` runs the operators on the workers (the same answers as plain Python over
+    the same text, every row counted once across 8 MiB blocks) and `search` finds files
+    by their metadata, page after page; bad input is a ValueError."""
+    import random
+
+    rnd = random.Random(5)
+    rows = [(i, rnd.uniform(-100, 100), rnd.randint(0, 9)) for i in range(400_000)]
+    text = "id,x,y\n" + "".join(f"{i},{x!r},{y}\n" for i, x, y in rows)
+    assert len(text) > 8 * MiB  # more than one block
+    fs.pipe_file("/calc/a.csv", text.encode())
+    r = fs.compute("count,stats", "locus:///calc/a.csv", columns="x,y")
+    assert r["rows"] == len(rows) and r["count"] == {"lines": len(rows) + 1, "rows": len(rows)}, r
+    xs = [x for _, x, _ in rows]
+    sx = r["stats"]["x"]
+    assert sx["count"] == len(xs)
+    assert abs(sx["sum"] - sum(xs)) <= 1e-9 * sum(abs(x) for x in xs), sx
+    assert (sx["min"], sx["max"]) == (min(xs), max(xs))
+    assert r["stats"]["y"]["sum"] == sum(y for _, _, y in rows)
+    with pytest.raises(ValueError):
+        fs.compute("nonsense", "/calc/a.csv")
+    with pytest.raises(FileNotFoundError):
+        fs.compute("count", "/calc/none.csv")
+
+    for i in range(1500):
+        fs.pipe_file(f"/found/f{i:04d}.bin", b"x" * (i % 7))
+    hits = list(fs.search("/found", "size > 5"))
+    want = [f"f{i:04d}.bin" for i in range(1500) if i % 7 > 5]
+    assert [h["key"].rsplit("/", 1)[-1] for h in hits] == want
+    assert all(h["size"] == 6 and h["type"] == "file" for h in hits)
+    assert len(list(fs.search("/found", "size >= 0", limit=1200))) == 1200  # two pages
+    with pytest.raises(ValueError):
+        list(fs.search("/found", "size >>> 3"))

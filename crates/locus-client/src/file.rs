@@ -5,7 +5,7 @@
 //! running on the client's runtime. Both are async; a blocking front end runs them with
 //! its runtime's `block_on`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -16,13 +16,35 @@ use tokio::sync::mpsc;
 
 use crate::{Client, PutOptions, ReadOptions};
 
-/// A file open for reading: its blocks as of the open, and the blocks whose fill this
-/// reader started (read-ahead, once per block).
+/// A file open for reading: its blocks as of the open, the blocks whose fill this
+/// reader started (read-ahead, once per block) and where they landed, and a
+/// short-circuit lease on the block it reads now.
 pub struct FileReader {
     client: Arc<Client>,
     fi: Arc<pb::FileInfo>,
     read_ahead: usize,
     fetched: Mutex<HashSet<usize>>,
+    /// Block index → the worker its read-ahead filled it on (the open's locations
+    /// predate the fill).
+    landed: Arc<Mutex<HashMap<usize, u64>>>,
+    /// The block this reader reads short-circuit now, held for as long as it reads it.
+    leased: Mutex<Option<Arc<Leased>>>,
+    /// Blocks no co-located worker would lease: read through the client's read path.
+    unleased: Mutex<HashSet<usize>>,
+}
+
+/// A block leased from a co-located worker for the reads that follow: its file stays in
+/// place, and open here, until the connection that took the lease closes (when the
+/// reader moves to another block or is dropped). A read then costs one `pread` straight
+/// into the caller's buffer, where the client's read path pays a connection, a lease and
+/// an open per call.
+struct Leased {
+    block: usize,
+    file: std::fs::File,
+    length: u64,
+    /// A plain socket, not a Tokio one: it may be dropped on any thread, or in a forked
+    /// child whose runtime never ran.
+    _conn: std::os::unix::net::UnixStream,
 }
 
 impl FileReader {
@@ -39,7 +61,15 @@ impl FileReader {
     /// A reader of a file whose status (with its blocks) the caller holds already.
     pub fn from_info(client: Arc<Client>, fi: pb::FileInfo) -> FileReader {
         let read_ahead = client.cfg.read_ahead_blocks;
-        FileReader { client, fi: Arc::new(fi), read_ahead, fetched: Mutex::new(HashSet::new()) }
+        FileReader {
+            client,
+            fi: Arc::new(fi),
+            read_ahead,
+            fetched: Mutex::new(HashSet::new()),
+            landed: Arc::default(),
+            leased: Mutex::new(None),
+            unleased: Mutex::new(HashSet::new()),
+        }
     }
 
     /// The file's status as of the open.
@@ -47,35 +77,110 @@ impl FileReader {
         &self.fi
     }
 
-    /// Copies up to `buf.len()` bytes at `pos` into `buf`; 0 at or past the end.
+    /// Copies `min(buf.len(), length - pos)` bytes at `pos` into `buf` (fewer only on an
+    /// error); 0 at or past the end.
     pub async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
         let fi = &self.fi;
         if pos >= fi.length || buf.is_empty() {
             return Ok(0);
         }
-        let k = fi.blocks.iter().position(|b| b.offset <= pos && pos < b.offset + b.length);
-        let Some(k) = k else { return Err(Error::internal(format!("no block covers offset {pos} of {}", fi.path))) };
-        // Read-ahead, started once per block by this reader and left running when the read
-        // returns (a fill belongs to the worker, not to the request that started it).
+        let len = (buf.len() as u64).min(fi.length - pos) as usize;
+        let mut done = 0;
+        while done < len {
+            let at = pos + done as u64;
+            let k = fi.blocks.iter().position(|b| b.offset <= at && at < b.offset + b.length);
+            let Some(k) = k else { return Err(Error::internal(format!("no block covers offset {at} of {}", fi.path))) };
+            self.read_ahead_from(k);
+            let b = &fi.blocks[k];
+            let n = ((b.offset + b.length - at) as usize).min(len - done);
+            let piece = &mut buf[done..done + n];
+            if !self.read_leased(k, at - b.offset, piece).await {
+                let mut out = std::io::Cursor::new(&mut *piece);
+                let opts = ReadOptions { read_ahead_blocks: Some(0), ..Default::default() };
+                let got = self.client.read_to(fi, at, n as u64, opts, &mut out).await?;
+                if got != n as u64 {
+                    return Err(Error::internal(format!("read {got} of {n} bytes at {at} of {}", fi.path)));
+                }
+            }
+            done += n;
+        }
+        Ok(len)
+    }
+
+    /// Read-ahead: the fill of the blocks after block `k`, started once per block by this
+    /// reader and left running when the read returns (a fill belongs to the worker, not
+    /// to the request that started it).
+    fn read_ahead_from(&self, k: usize) {
+        let fi = &self.fi;
         for j in k + 1..=k + self.read_ahead {
             match fi.blocks.get(j) {
                 Some(b) if b.locations.is_empty() && self.fetched.lock().insert(j) => {
-                    let (client, fi) = (self.client.clone(), fi.clone());
+                    let (client, fi, landed) = (self.client.clone(), fi.clone(), self.landed.clone());
                     let b = b.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = client.load_block(&fi, &b).await {
-                            tracing::debug!(error = %e, block = b.block_id, "read-ahead failed");
+                        match client.load_block(&fi, &b).await {
+                            Ok(w) => {
+                                landed.lock().insert(j, w);
+                            }
+                            Err(e) => tracing::debug!(error = %e, block = b.block_id, "read-ahead failed"),
                         }
                     });
                 }
                 _ => {}
             }
         }
-        let len = (buf.len() as u64).min(fi.length - pos);
-        let mut out = std::io::Cursor::new(&mut buf[..len as usize]);
-        let opts = ReadOptions { read_ahead_blocks: Some(0), ..Default::default() };
-        let n = self.client.read_to(fi, pos, len, opts, &mut out).await?;
-        Ok(n as usize)
+    }
+
+    /// Reads `buf.len()` bytes at `off` of block `k` from the block's file, under a lease
+    /// this reader holds (taking one from a co-located holder first). False where there
+    /// is none to take; the caller then uses the client's read path.
+    async fn read_leased(&self, k: usize, off: u64, buf: &mut [u8]) -> bool {
+        use std::os::unix::fs::FileExt;
+        let held = self.leased.lock().clone().filter(|l| l.block == k);
+        let lease = match held {
+            Some(l) => l,
+            None => match self.take_lease(k).await {
+                Some(l) => l,
+                None => return false,
+            },
+        };
+        if off + buf.len() as u64 <= lease.length && lease.file.read_exact_at(buf, off).is_ok() {
+            return true;
+        }
+        // A short or failed read of a leased file: let it go, and read another way.
+        self.leased.lock().take_if(|l| Arc::ptr_eq(l, &lease));
+        self.unleased.lock().insert(k);
+        false
+    }
+
+    async fn take_lease(&self, k: usize) -> Option<Arc<Leased>> {
+        let c = &self.client;
+        if !c.cfg.short_circuit || self.unleased.lock().contains(&k) {
+            return None;
+        }
+        let b = &self.fi.blocks[k];
+        let landed = self.landed.lock().get(&k).copied();
+        let holders: Vec<u64> = b.locations.iter().map(|l| l.worker_id).chain(landed).collect();
+        if holders.is_empty() {
+            // Not cached as of the open: the read path fills it (a later read may lease
+            // it once its read-ahead has landed).
+            return None;
+        }
+        for w in c.workers(false).await.ok()?.iter().filter(|w| holders.contains(&w.worker_id)) {
+            if !c.is_local(w).await {
+                continue;
+            }
+            let Ok((conn, r)) = c.lease(w, b.block_id, b.length, c.cfg.read_type).await else { continue };
+            // Opened inline, as the client's own short-circuit read does: the worker has
+            // just leased this file, so the open is a lookup in the kernel's caches.
+            let (Ok(file), Ok(conn)) = (std::fs::File::open(&r.path), conn.into_std()) else { continue };
+            let l = Arc::new(Leased { block: k, file, length: r.length, _conn: conn });
+            // The lease it replaces is let go once its last read ends.
+            *self.leased.lock() = Some(l.clone());
+            return Some(l);
+        }
+        self.unleased.lock().insert(k);
+        None
     }
 }
 

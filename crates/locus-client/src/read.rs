@@ -221,16 +221,30 @@ impl Client {
         out: &mut S,
         done: &mut u64,
     ) -> Result<()> {
-        let mut s = self.uds_connect(&w.uds_path).await?;
-        let promote = read_type == ReadType::CachePromote;
-        let r =
-            exchange(&mut s, pb::data_request::Req::Lease(pb::LeaseRequest { block_id, length: len, promote })).await?;
+        let (s, r) = self.lease(w, block_id, len, read_type).await?;
         if off + len > r.length {
             return Err(Error::new(ErrorKind::Corrupt, "leased block is shorter than the read"));
         }
         copy_leased(&r.path, off, len, out, done).await?;
         drop(s); // releases the lease
         Ok(())
+    }
+
+    /// A short-circuit lease on block `block_id` from co-located worker `w`: the worker
+    /// keeps the block's file (the answer's `path`, `length` bytes) in place for as long
+    /// as the returned connection stays open and asks nothing else.
+    pub(crate) async fn lease(
+        &self,
+        w: &pb::WorkerAddress,
+        block_id: u64,
+        len: u64,
+        read_type: ReadType,
+    ) -> Result<(tokio::net::UnixStream, pb::DataResponse)> {
+        let mut s = self.uds_connect(&w.uds_path).await?;
+        let promote = read_type == ReadType::CachePromote;
+        let r =
+            exchange(&mut s, pb::data_request::Req::Lease(pb::LeaseRequest { block_id, length: len, promote })).await?;
+        Ok((s, r))
     }
 
     /// A read through the co-located worker's Unix socket: the worker leases the block,

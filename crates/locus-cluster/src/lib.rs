@@ -159,10 +159,14 @@ impl LocalCluster {
             Some(s) => Some(s),
         };
         cfg.master.meta_dir = data_dir.join("master");
-        // The credentials live in the data dir unless configured elsewhere.
+        // The credentials live in the data dir unless configured elsewhere, each on its
+        // own (a token file named for the clients must not leave the secret in the
+        // working directory).
         let d = SecurityConfig::default();
-        if cfg.security.secret_file == d.secret_file && cfg.security.token_file == d.token_file {
+        if cfg.security.secret_file == d.secret_file {
             cfg.security.secret_file = data_dir.join("cluster.secret");
+        }
+        if cfg.security.token_file == d.token_file {
             cfg.security.token_file = data_dir.join("client.token");
         }
         let security = cfg.security.clone();

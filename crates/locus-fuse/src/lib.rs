@@ -35,8 +35,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use locus_client::{Client, FileReader, FileWriter};
 use locus_common::config::WriteType;
@@ -103,7 +104,7 @@ enum Handle {
 /// A directory being listed: the entries read so far and where the next page starts.
 struct Listing {
     path: String,
-    entries: Vec<(u64, FileType, String)>,
+    entries: Vec<(FileAttr, String)>,
     after: Option<String>,
 }
 
@@ -212,6 +213,51 @@ impl LocusFs {
         if self.opts.read_only { Err(Errno::EROFS) } else { Ok(()) }
     }
 
+    /// The entries of directory handle `fh` after `offset`, handed to `add` (their offset,
+    /// attributes and name) until it says its reply is full. Offsets: 1 is ".", 2 is
+    /// "..", 3 + i is entry i.
+    fn list_from(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut add: impl FnMut(u64, &FileAttr, &str) -> bool,
+    ) -> std::result::Result<(), Errno> {
+        let l = match self.handles.lock().get(&fh.0) {
+            Some(Handle::Dir(l)) => l.clone(),
+            _ => return Err(Errno::EBADF),
+        };
+        let mut l = l.lock();
+        let dir = |ino: u64| FileAttr {
+            ino: INodeNo(ino),
+            ..self.attr(&pb::FileInfo { is_dir: true, ..Default::default() })
+        };
+        let mut at = offset;
+        if at == 0 {
+            if add(1, &dir(ino.0), ".") {
+                return Ok(());
+            }
+            at = 1;
+        }
+        if at == 1 {
+            let parent = lpath::split_parent(&l.path).map_or(ROOT, |(p, _)| self.inodes.known(p).unwrap_or(ROOT));
+            if add(2, &dir(parent), "..") {
+                return Ok(());
+            }
+            at = 2;
+        }
+        let mut i = (at - 2) as usize;
+        loop {
+            self.list_to(&mut l, i + 1).map_err(|e| errno(&e, false))?;
+            let Some((attr, name)) = l.entries.get(i) else { break };
+            if add(3 + i as u64, attr, name) {
+                break;
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
     /// Fills `l` up to entry `want` (or its end).
     fn list_to(&self, l: &mut Listing, want: usize) -> Result<()> {
         while l.entries.len() < want {
@@ -219,8 +265,7 @@ impl LocusFs {
             let (page, more) = self.run(self.client.list_page(&l.path, &after, false, DIR_PAGE))?;
             l.after = if more { page.last().map(|f| f.name.clone()) } else { None };
             for fi in &page {
-                let kind = if fi.is_dir { FileType::Directory } else { FileType::RegularFile };
-                l.entries.push((inodes::ino_of(fi), kind, fi.name.clone()));
+                l.entries.push((self.attr(fi), fi.name.clone()));
             }
             if page.is_empty() {
                 l.after = None;
@@ -261,6 +306,7 @@ impl Filesystem for LocusFs {
                 | InitFlags::FUSE_ASYNC_READ
                 | InitFlags::FUSE_BIG_WRITES
                 | InitFlags::FUSE_PARALLEL_DIROPS
+                | InitFlags::FUSE_DO_READDIRPLUS
                 | InitFlags::FUSE_MAX_PAGES,
         );
         let _ = config.set_max_readahead(MAX_IO);
@@ -467,16 +513,23 @@ impl Filesystem for LocusFs {
             None => return reply.error(Errno::EBADF),
         };
         let len = (size as u64).min(reader.info().length.saturating_sub(offset)) as usize;
-        let mut buf = vec![0u8; len];
-        let mut done = 0;
-        while done < len {
-            match self.run(reader.read_at(offset + done as u64, &mut buf[done..])) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) => return reply.error(errno(&e, false)),
+        // One buffer per answering thread, reused (zeroing a fresh MiB per request
+        // costs more than the copy the kernel then makes of it).
+        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        BUF.with_borrow_mut(|buf| {
+            if buf.len() < len {
+                buf.resize(len, 0);
             }
-        }
-        reply.data(&buf[..done]);
+            let mut done = 0;
+            while done < len {
+                match self.run(reader.read_at(offset + done as u64, &mut buf[done..len])) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) => return reply.error(errno(&e, false)),
+                }
+            }
+            reply.data(&buf[..done]);
+        });
     }
 
     fn write(
@@ -517,7 +570,9 @@ impl Filesystem for LocusFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if let Some(Handle::Write(w)) = self.handles.lock().remove(&fh.0) {
+        // A reader's handle goes with its lease (the block it held may be evicted again).
+        let h = self.handles.lock().remove(&fh.0);
+        if let Some(Handle::Write(w)) = h {
             let _ = self.finish(&w);
         }
         reply.ok();
@@ -544,38 +599,32 @@ impl Filesystem for LocusFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let l = match self.handles.lock().get(&fh.0) {
-            Some(Handle::Dir(l)) => l.clone(),
-            _ => return reply.error(Errno::EBADF),
+        match self.list_from(ino, fh, offset, |off, a, name| reply.add(a.ino, off, a.kind, name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// A listing with each entry's attributes (`ls -l`, `find -size` need no lookup per
+    /// entry): the kernel keeps each entry as if looked up.
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let dir = match self.path(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
         };
-        let mut l = l.lock();
-        // Offsets: 1 is ".", 2 is "..", 3 + i is entry i.
-        let mut at = offset;
-        if at == 0 {
-            if reply.add(ino, 1, FileType::Directory, ".") {
-                return reply.ok();
+        let ttl = self.opts.attr_timeout;
+        let r = self.list_from(ino, fh, offset, |off, a, name| {
+            let full = reply.add(a.ino, off, name, &ttl, a, Generation(0));
+            if !full && off > 2 {
+                // The kernel counts a lookup of every entry but "." and "..".
+                self.inodes.remember(a.ino.0, &lpath::join(&dir, name));
             }
-            at = 1;
+            full
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        if at == 1 {
-            let parent = lpath::split_parent(&l.path).map_or(ROOT, |(p, _)| self.inodes.known(p).unwrap_or(ROOT));
-            if reply.add(INodeNo(parent), 2, FileType::Directory, "..") {
-                return reply.ok();
-            }
-            at = 2;
-        }
-        let mut i = (at - 2) as usize;
-        loop {
-            if let Err(e) = self.list_to(&mut l, i + 1) {
-                return reply.error(errno(&e, false));
-            }
-            let Some((child, kind, name)) = l.entries.get(i) else { break };
-            if reply.add(INodeNo(*child), 3 + i as u64, *kind, name) {
-                break;
-            }
-            i += 1;
-        }
-        reply.ok();
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {

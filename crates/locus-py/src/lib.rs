@@ -12,7 +12,8 @@
 //!   the parent's alone.
 //! - A Locus error becomes the `OSError` subclass of its errno in one place ([`py_err`]).
 //!
-//! Depends on `locus-client` (and its `locus-common` and `locus-proto` types) only.
+//! Depends on `locus-client` (and its `locus-common`, `locus-proto` and `locus-compute`
+//! types) only.
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -258,6 +259,89 @@ impl Client {
     fn pin(&self, py: Python<'_>, path: String, pinned: bool, recursive: bool) -> PyResult<u64> {
         self.call(py, |c| async move { c.set_pinned(&path, pinned, recursive).await })
     }
+
+    /// Near-data compute (as `locus fs compute`): the operators `ops` (comma-separated:
+    /// count, stats, modsum, stddev, normalize, gram, digits, entropy, or all) over the CSV
+    /// files `paths` name (files, directories, globs), each block's partial computed by
+    /// the worker that holds it and merged here. Returns what `locus fs compute --json`
+    /// prints, as a dict.
+    #[pyo3(signature = (ops, paths, columns="", text_column=None, k=1.0, m=10.0, delimiter=",", quote="\"",
+                        quoting=true, header=true, parallelism=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn compute<'py>(
+        &self,
+        py: Python<'py>,
+        ops: &str,
+        paths: Vec<String>,
+        columns: &str,
+        text_column: Option<String>,
+        k: f64,
+        m: f64,
+        delimiter: &str,
+        quote: &str,
+        quoting: bool,
+        header: bool,
+        parallelism: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let one = |s: &str, what: &str| match s.as_bytes() {
+            [b] if b.is_ascii() => Ok(u32::from(*b)),
+            _ => Err(PyValueError::new_err(format!("{what} must be one ASCII character, not {s:?}"))),
+        };
+        let request = locus_compute::Request {
+            ops: locus_compute::parse_ops(ops).map_err(py_err)?,
+            columns: columns.to_string(),
+            text_column,
+            k,
+            m,
+            csv: pb::CsvFormat {
+                delimiter: one(delimiter, "delimiter")?,
+                quote: one(quote, "quote")?,
+                no_quoting: !quoting,
+                header,
+            },
+        };
+        let job = locus_client::ComputeJob { request, parallelism };
+        let out = self.call(py, |c| async move { c.compute(&paths, &job).await })?;
+        let json = serde_json::to_string(&out).map_err(|e| PyOSError::new_err(format!("the results: {e}")))?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// Metadata search (as `locus fs search`): one page of up to `limit` (at most 1,000)
+    /// files under `path` matching `query` (`size > 1000000 AND tag.project = 'p1'`), in
+    /// key order from after key `after`. Returns `{"hits": [...], "truncated": bool,
+    /// "next_after": str}`; a hit is `stat`'s dict plus `key`, `cached` (the fraction in
+    /// the cache) and `tier`.
+    #[pyo3(signature = (path, query, limit=1000, after=String::new()))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        query: String,
+        limit: u32,
+        after: String,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if query.trim().is_empty() {
+            return Err(PyValueError::new_err("the search is empty"));
+        }
+        let req = pb::SearchRequest { path, r#where: query, after, limit: limit.min(1000), ..Default::default() };
+        let r = self.call(py, |c| async move { c.search(req).await })?;
+        let hits = r
+            .hits
+            .iter()
+            .map(|h| {
+                let d = info(py, h.info.as_ref().unwrap_or(&pb::FileInfo::default()))?;
+                d.set_item("key", &h.key)?;
+                d.set_item("cached", h.cached)?;
+                d.set_item("tier", &h.tier)?;
+                Ok(d)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let d = PyDict::new(py);
+        d.set_item("hits", hits)?;
+        d.set_item("truncated", r.truncated)?;
+        d.set_item("next_after", r.next_after)?;
+        Ok(d)
+    }
 }
 
 /// A file open for reading, as it was when opened. Safe to share between threads.
@@ -297,19 +381,29 @@ impl Reader {
     fn read<'py>(&self, py: Python<'py>, offset: u64, length: u64) -> PyResult<Bound<'py, PyBytes>> {
         let (c, f) = self.file()?;
         let n = length.min(f.info().length.saturating_sub(offset)) as usize;
-        PyBytes::new_with(py, n, |buf| {
-            py.detach(|| {
-                let mut done = 0;
-                while done < buf.len() {
-                    let got = c.run(f.read_at(offset + done as u64, &mut buf[done..]))?;
-                    if got == 0 {
-                        return Err(PyOSError::new_err((ErrorKind::Io.errno(), "the file ended early")));
-                    }
-                    done += got;
+        // A `bytes` object left unfilled (`PyBytes::new_with` would zero it first: 8 MiB
+        // of memset per read, as much as a read from a tmpfs block costs), filled below
+        // with every byte before anything else can see it, or dropped on an error.
+        // SAFETY: CPython's documented way to build a bytes object in place; the pointer
+        // is to its `n` bytes, and the object is not shared until it is returned.
+        let (bytes, buf) = unsafe {
+            let p = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), n as pyo3::ffi::Py_ssize_t);
+            let bytes = Bound::from_owned_ptr_or_err(py, p)?.cast_into_unchecked::<PyBytes>();
+            let buf = std::slice::from_raw_parts_mut(pyo3::ffi::PyBytes_AsString(p).cast::<u8>(), n);
+            (bytes, buf)
+        };
+        py.detach(|| {
+            let mut done = 0;
+            while done < buf.len() {
+                let got = c.run(f.read_at(offset + done as u64, &mut buf[done..]))?;
+                if got == 0 {
+                    return Err(PyOSError::new_err((ErrorKind::Io.errno(), "the file ended early")));
                 }
-                Ok(())
-            })
-        })
+                done += got;
+            }
+            Ok(())
+        })?;
+        Ok(bytes)
     }
 }
 

@@ -288,6 +288,20 @@ fn text_at(a: Option<&datafusion::arrow::array::StringArray>, i: usize) -> &str 
     a.filter(|a| !a.is_null(i)).map(|a| a.value(i)).unwrap_or("")
 }
 
+/// The columns [`read_parquet`] reads (names lower-cased, without underscores).
+const CATALOG_COLUMNS: &[&str] = &[
+    "key",
+    "bucket",
+    "etag",
+    "contenttype",
+    "size",
+    "lastmodifieddate",
+    "lastmodified",
+    "metadata",
+    "usermetadata",
+    "tags",
+];
+
 /// Read an S3 Inventory Parquet file (columns `bucket`, `key`, `size`,
 /// `last_modified_date`, `e_tag`, and optionally `content_type` and the maps `metadata`
 /// and `tags`; names compared without case or underscores), calling `f(bucket, key, entry)`
@@ -299,12 +313,20 @@ pub fn read_parquet(path: &Path, f: &mut dyn FnMut(&str, &str, pb::CatalogEntry)
     let file = std::fs::File::open(path)
         .map_err(|e| Error::new(locus_common::ErrorKind::NotFound, format!("{}: {e}", path.display())))?;
     let bad = |e: &dyn std::fmt::Display| Error::invalid(format!("{}: {e}", path.display()));
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| bad(&e))?
-        .with_batch_size(8192)
-        .build()
-        .map_err(|e| bad(&e))?;
     let norm = |s: &str| s.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| bad(&e))?;
+    // Only the columns read below are decoded (an inventory, or an export meant for other
+    // engines too, may carry many more).
+    let used = builder
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, fl)| CATALOG_COLUMNS.contains(&norm(fl.name()).as_str()))
+        .map(|(i, _)| i)
+        .collect::<Vec<_>>();
+    let mask = datafusion::parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), used);
+    let reader = builder.with_projection(mask).with_batch_size(8192).build().map_err(|e| bad(&e))?;
     for b in reader {
         let b = b.map_err(|e| bad(&e))?;
         let col = |names: &[&str]| -> Option<ArrayRef> {

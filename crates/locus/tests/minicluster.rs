@@ -1005,3 +1005,43 @@ async fn the_report_lists_every_background_job() {
     assert!(jobs[3]["on"].as_str().unwrap().starts_with("worker "));
     c.shutdown().await;
 }
+
+/// A `FileReader` (what the Python client, the FUSE mount and the Hadoop connector read
+/// through) reads a cached block short-circuit under one lease however many reads it
+/// makes of it, moving the lease along with its reads: every byte matches, and the worker
+/// granted one lease per block, not one per read. A reader on the data path instead
+/// (short-circuit off) reads the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_reader_holds_one_lease_per_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1, 64 << 20, false).await;
+    let data = random(2 * BLOCK as usize + 777);
+    let local = std::sync::Arc::new(client(&c, Locality::Auto));
+    put_as(&local, "/r.bin", &data, WriteType::MustCache).await.unwrap();
+    let len = data.len();
+    let read_in_pieces = |r: locus_client::FileReader| async move {
+        let mut got = vec![0u8; len];
+        let mut pos = 0;
+        while pos < got.len() {
+            // 1000-byte pieces: some straddle a block boundary, and are read whole.
+            let end = (pos + 1000).min(got.len());
+            let n = r.read_at(pos as u64, &mut got[pos..end]).await.unwrap();
+            assert_eq!(n, end - pos, "a short read at {pos}");
+            pos = end;
+        }
+        got
+    };
+    let before = settled(&local).await;
+    let got = read_in_pieces(locus_client::FileReader::open(local.clone(), "/r.bin").await.unwrap()).await;
+    assert_eq!(sha(&got), sha(&data));
+    let after = settled(&local).await;
+    assert_eq!(after.cache_hits - before.cache_hits, 3, "one lease per block, not per read: {after:?}");
+    assert!(after.short_circuit - before.short_circuit >= data.len() as u64, "{after:?}");
+
+    let remote = std::sync::Arc::new(c.client(ClientConfig { short_circuit: false, ..Default::default() }).unwrap());
+    let got = read_in_pieces(locus_client::FileReader::open(remote, "/r.bin").await.unwrap()).await;
+    assert_eq!(sha(&got), sha(&data));
+    let last = settled(&local).await;
+    assert_eq!(last.short_circuit, after.short_circuit, "no lease with short-circuit off");
+    assert!(last.local_worker + last.remote_worker > after.local_worker + after.remote_worker);
+}

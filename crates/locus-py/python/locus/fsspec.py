@@ -29,7 +29,8 @@ class LocusFileSystem(AbstractFileSystem):
     or ``ASYNC_THROUGH``; else the mount's or the cluster's).
 
     Besides fsspec's calls: ``stat`` (``info`` with ``cached_fraction`` and
-    ``persist_state``), ``load`` and ``free``, and ``pin``.
+    ``persist_state``), ``load`` and ``free``, ``pin``, and near the data ``compute``
+    (operators on the workers) and ``search`` (metadata search).
     """
 
     protocol = "locus"
@@ -213,6 +214,32 @@ class LocusFileSystem(AbstractFileSystem):
     def pin(self, path, pinned=True, recursive=False):
         """Keep ``path`` in the cache (or release it, ``pinned=False``)."""
         return self.client.pin(self._strip_protocol(path), pinned=pinned, recursive=recursive)
+
+    # ---------------------------------------------------------------- near the data
+
+    def compute(self, ops, path, **kwargs):
+        """Run operators on the workers that hold the blocks (``locus fs compute``):
+        ``fs.compute("stats,stddev", "/logs/", columns="c0..c3")``. ``path`` is a file, a
+        directory, a glob, or a list of them; keywords: ``columns``, ``text_column``,
+        ``k``, ``m``, ``delimiter``, ``quote``, ``quoting``, ``header``,
+        ``parallelism``. Returns the results as a dict."""
+        paths = [path] if isinstance(path, str) else list(path)
+        return self.client.compute(ops, [self._strip_protocol(p) for p in paths], **kwargs)
+
+    def search(self, path, query, limit=None):
+        """The files under ``path`` whose metadata matches ``query`` (``locus fs search``:
+        ``"size > 1000000 AND tag.project = 'p1'"``), in key order, page after page (up
+        to ``limit``). Each is ``stat``'s dict plus ``key``, ``cached`` and ``tier``."""
+        after, left = "", limit
+        while left is None or left > 0:
+            page = self.client.search(self._strip_protocol(path), query, limit=1000 if left is None else min(left, 1000),
+                                      after=after)
+            yield from page["hits"]
+            if left is not None:
+                left -= len(page["hits"])
+            if not page["truncated"]:
+                return
+            after = page["next_after"]
 
 
 class _Writing:
