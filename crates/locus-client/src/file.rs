@@ -5,7 +5,7 @@
 //! running on the client's runtime. Both are async; a blocking front end runs them with
 //! its runtime's `block_on`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,7 +18,7 @@ use crate::{Client, PutOptions, ReadOptions};
 
 /// A file open for reading: its blocks as of the open, the blocks whose fill this
 /// reader started (read-ahead, once per block) and where they landed, and a
-/// short-circuit lease on the block it reads now.
+/// short-circuit lease on each of the blocks it read most recently.
 pub struct FileReader {
     client: Arc<Client>,
     fi: Arc<pb::FileInfo>,
@@ -27,11 +27,17 @@ pub struct FileReader {
     /// Block index → the worker its read-ahead filled it on (the open's locations
     /// predate the fill).
     landed: Arc<Mutex<HashMap<usize, u64>>>,
-    /// The block this reader reads short-circuit now, held for as long as it reads it.
-    leased: Mutex<Option<Arc<Leased>>>,
+    /// The blocks this reader read short-circuit most recently (up to [`LEASES_HELD`],
+    /// the most recent last), each held until it is the oldest of too many.
+    leased: Mutex<VecDeque<Arc<Leased>>>,
     /// Blocks no co-located worker would lease: read through the client's read path.
     unleased: Mutex<HashSet<usize>>,
 }
+
+/// Blocks a reader keeps leased at most: random reads over a file of up to this many
+/// blocks (1 GiB of 64 MiB blocks) pay one lease per block, not one per read, and an
+/// open file keeps no more than this many blocks from eviction.
+const LEASES_HELD: usize = 16;
 
 /// A block leased from a co-located worker for the reads that follow: its file stays in
 /// place, and open here, until the connection that took the lease closes (when the
@@ -67,7 +73,7 @@ impl FileReader {
             read_ahead,
             fetched: Mutex::new(HashSet::new()),
             landed: Arc::default(),
-            leased: Mutex::new(None),
+            leased: Mutex::new(VecDeque::new()),
             unleased: Mutex::new(HashSet::new()),
         }
     }
@@ -136,7 +142,7 @@ impl FileReader {
     /// is none to take; the caller then uses the client's read path.
     async fn read_leased(&self, k: usize, off: u64, buf: &mut [u8]) -> bool {
         use std::os::unix::fs::FileExt;
-        let held = self.leased.lock().clone().filter(|l| l.block == k);
+        let held = self.leased.lock().iter().find(|l| l.block == k).cloned();
         let lease = match held {
             Some(l) => l,
             None => match self.take_lease(k).await {
@@ -148,7 +154,7 @@ impl FileReader {
             return true;
         }
         // A short or failed read of a leased file: let it go, and read another way.
-        self.leased.lock().take_if(|l| Arc::ptr_eq(l, &lease));
+        self.leased.lock().retain(|l| !Arc::ptr_eq(l, &lease));
         self.unleased.lock().insert(k);
         false
     }
@@ -175,8 +181,12 @@ impl FileReader {
             // just leased this file, so the open is a lookup in the kernel's caches.
             let (Ok(file), Ok(conn)) = (std::fs::File::open(&r.path), conn.into_std()) else { continue };
             let l = Arc::new(Leased { block: k, file, length: r.length, _conn: conn });
-            // The lease it replaces is let go once its last read ends.
-            *self.leased.lock() = Some(l.clone());
+            // The oldest lease beyond the limit is let go once its last read ends.
+            let mut held = self.leased.lock();
+            held.push_back(l.clone());
+            if held.len() > LEASES_HELD {
+                held.pop_front();
+            }
             return Some(l);
         }
         self.unleased.lock().insert(k);

@@ -764,11 +764,28 @@ pub fn mount(fs: LocusFs, mountpoint: &Path) -> Result<fuser::BackgroundSession>
     }
     config.n_threads = Some(fs.opts.threads.max(1));
     config.clone_fd = true;
-    fuser::spawn_mount(fs, mountpoint, &config).map_err(|e| {
+    let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(|e| {
         Error::new(ErrorKind::Io, format!("cannot mount at {}: {e}", mountpoint.display()))
             .with_source(e)
             .set_retryable(false)
-    })
+    })?;
+    raise_read_ahead(mountpoint);
+    Ok(session)
+}
+
+/// The kernel reads a FUSE file ahead by its mount's `read_ahead_kb` (128 KiB by
+/// default), whatever `max_readahead` the file system asked for: raised to [`MAX_IO`]
+/// where this process may (as root), so a sequential read is 1 MiB requests, not 128 KiB
+/// ones. Best effort: elsewhere the reads are smaller, not wrong.
+fn raise_read_ahead(mountpoint: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(mountpoint) else { return };
+    let dev = m.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let knob = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    if let Err(e) = std::fs::write(&knob, format!("{}", MAX_IO / 1024)) {
+        tracing::debug!(error = %e, knob, "cannot raise the mount's read-ahead");
+    }
 }
 
 #[cfg(test)]
