@@ -48,9 +48,23 @@ struct Leased {
     block: usize,
     file: std::fs::File,
     length: u64,
+    /// Bytes read under the lease: told to the worker when it ends (it counts them as
+    /// short-circuit; the grant counted none).
+    read: std::sync::atomic::AtomicU64,
     /// A plain socket, not a Tokio one: it may be dropped on any thread, or in a forked
     /// child whose runtime never ran.
-    _conn: std::os::unix::net::UnixStream,
+    conn: std::os::unix::net::UnixStream,
+}
+
+impl Drop for Leased {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let bytes_read = self.read.load(std::sync::atomic::Ordering::Relaxed);
+        let end = pb::DataRequest { req: Some(pb::data_request::Req::LeaseEnd(pb::LeaseEnd { bytes_read })) };
+        // A few bytes into an idle socket's buffer: never blocks. A worker that is gone
+        // has nothing left to count.
+        let _ = (&self.conn).write_all(&locus_proto::frame(&end));
+    }
 }
 
 impl FileReader {
@@ -151,6 +165,7 @@ impl FileReader {
             },
         };
         if off + buf.len() as u64 <= lease.length && lease.file.read_exact_at(buf, off).is_ok() {
+            lease.read.fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
             return true;
         }
         // A short or failed read of a leased file: let it go, and read another way.
@@ -176,11 +191,12 @@ impl FileReader {
             if !c.is_local(w).await {
                 continue;
             }
-            let Ok((conn, r)) = c.lease(w, b.block_id, b.length, c.cfg.read_type).await else { continue };
+            // Length 0: the reads are counted when the lease ends (`Leased`'s drop).
+            let Ok((conn, r)) = c.lease(w, b.block_id, 0, c.cfg.read_type).await else { continue };
             // Opened inline, as the client's own short-circuit read does: the worker has
             // just leased this file, so the open is a lookup in the kernel's caches.
             let (Ok(file), Ok(conn)) = (std::fs::File::open(&r.path), conn.into_std()) else { continue };
-            let l = Arc::new(Leased { block: k, file, length: r.length, _conn: conn });
+            let l = Arc::new(Leased { block: k, file, length: r.length, read: Default::default(), conn });
             // The oldest lease beyond the limit is let go once its last read ends.
             let mut held = self.leased.lock();
             held.push_back(l.clone());

@@ -18,11 +18,16 @@ pub const MAX_ANSWER: usize = 256 << 20;
 
 /// Write one length-prefixed message.
 pub async fn write_frame<W: AsyncWrite + Unpin, M: Message>(w: &mut W, m: &M) -> Result<()> {
+    w.write_all(&frame(m)).await.map_err(|e| Error::io("write frame", e))
+}
+
+/// One length-prefixed message's bytes (for a caller that writes them itself).
+pub fn frame<M: Message>(m: &M) -> Vec<u8> {
     let len = m.encoded_len();
     let mut buf = Vec::with_capacity(4 + len);
     buf.extend_from_slice(&(len as u32).to_be_bytes());
-    m.encode(&mut buf).map_err(|e| Error::internal(format!("encode: {e}")))?;
-    w.write_all(&buf).await.map_err(|e| Error::io("write frame", e))
+    m.encode(&mut buf).expect("a Vec grows to fit");
+    buf
 }
 
 /// Read one length-prefixed message. `Ok(None)` on a clean end of stream before a frame.

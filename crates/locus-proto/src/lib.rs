@@ -16,8 +16,8 @@ mod enums;
 pub mod tls;
 
 pub use data::{
-    MAX_FRAME, RECV_LOWAT, accept_auth, authenticate, end_chunks, exchange, expect_bytes, read_frame, read_response,
-    send_request, write_chunk, write_frame,
+    MAX_FRAME, RECV_LOWAT, accept_auth, authenticate, end_chunks, exchange, expect_bytes, frame, read_frame,
+    read_response, send_request, write_chunk, write_frame,
 };
 use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind};

@@ -58,7 +58,7 @@ async fn serve_conn(inner: Arc<Inner>, s: &mut DataStream) {
             Some(pb::data_request::Req::Compute(c)) => inner.handle_compute(s, c).await,
             Some(pb::data_request::Req::Fragment(f)) => inner.handle_fragment(s, f).await,
             Some(pb::data_request::Req::Hello(_)) => write_frame(s, &inner.hello()).await,
-            Some(pb::data_request::Req::Lease(_)) => {
+            Some(pb::data_request::Req::Lease(_) | pb::data_request::Req::LeaseEnd(_)) => {
                 Err(Error::invalid("leases are granted over the Unix socket only"))
             }
             Some(pb::data_request::Req::Auth(_)) => Err(Error::invalid("a connection authenticates once, first")),
@@ -132,6 +132,11 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
                 Err(e) => pb::DataResponse::error(&e),
             },
             Some(pb::data_request::Req::Hello(_)) => inner.hello(),
+            Some(pb::data_request::Req::LeaseEnd(e)) => {
+                // The reads of a lease held for many (its grant counted none of them).
+                inner.counters.short_circuit.fetch_add(e.bytes_read, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
             _ => pb::DataResponse::error(&Error::invalid("only reads, leases and hello on the Unix socket")),
         };
         if write_frame(sock, &resp).await.is_err() {
