@@ -42,6 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import netstage  # noqa: E402
+from seed_csd import Stage as CsdStage  # noqa: E402
 
 BUCKET = "bench"
 MOUNT = "/bench"
@@ -138,24 +139,13 @@ def fio(path: str, rw: str, bs: str, jobs: int, seconds: int) -> dict:
     return {"iops": j["iops"], "gib_s": j["bw_bytes"] / (1 << 30)}
 
 
-class Stage:
-    """Everything one run starts, torn down in reverse order by close()."""
+class Stage(CsdStage):
+    """Everything one run starts (the seed-csd harness's stage: its work and tmpfs
+    directories, torn down in reverse order by close()), plus FUSE mounts."""
 
     def __init__(self, a):
-        self.a = a
-        self.work = Path(tempfile.mkdtemp(prefix="locus-clients-", dir=a.work_dir or None))
-        self.shm = Path(tempfile.mkdtemp(prefix="locus-clients-", dir="/dev/shm"))
-        self.cleanups: list = [("tmpfs copies", lambda: shutil.rmtree(self.shm, ignore_errors=True))]
+        super().__init__(a, prefix="locus-clients-")
         self.env = dict(os.environ)
-
-    def close(self):
-        while self.cleanups:
-            name, fn = self.cleanups.pop()
-            try:
-                fn()
-            except BaseException as e:  # keep tearing down
-                print(f"teardown of {name} failed: {e}", file=sys.stderr)
-        shutil.rmtree(self.work, ignore_errors=True)
 
     def spawn(self, name: str, cmd: list[str], env=None) -> subprocess.Popen:
         logf = open(self.work / f"{name}.log", "wb")

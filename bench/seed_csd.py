@@ -318,10 +318,10 @@ def duckdb_engine(a):
 class Stage:
     """Everything one harness run starts, torn down in reverse order by close()."""
 
-    def __init__(self, a):
+    def __init__(self, a, prefix: str = "locus-csd-"):
         self.a = a
-        self.work = Path(tempfile.mkdtemp(prefix="locus-csd-", dir=a.work_dir or None))
-        self.shm = Path(tempfile.mkdtemp(prefix="locus-csd-", dir="/dev/shm"))
+        self.work = Path(tempfile.mkdtemp(prefix=prefix, dir=a.work_dir or None))
+        self.shm = Path(tempfile.mkdtemp(prefix=prefix, dir="/dev/shm"))
         self.cleanups: list = [("tmpfs copies", lambda: shutil.rmtree(self.shm, ignore_errors=True))]
         self.locus_env = None
 
