@@ -106,16 +106,18 @@ def spawn(cmd: list[str], log: Path, env: dict | None = None) -> int:
     return p.pid
 
 
-def up(profile: str, minio: str, data: Path, state_file: Path) -> dict:
+def up(profile: str, minio: str, data: Path, state_file: Path, listen_host: str = "127.0.0.1") -> dict:
+    """Start the stage; its endpoint listens on `listen_host` (loopback by default; the
+    address of a bridge of simulated hosts, bench/cluster.py, for clients in them)."""
     shape = PROFILES[profile]
     data.mkdir(parents=True, exist_ok=True)
     st: dict = {"profile": profile, "pids": []}
     env = dict(os.environ, MINIO_ROOT_USER="minioadmin", MINIO_ROOT_PASSWORD="minioadmin", MINIO_BROWSER="off")
     if shape is None:
         port = free_port()
-        st["pids"].append(spawn([minio, "server", str(data / "minio"), "--address", f"127.0.0.1:{port}",
+        st["pids"].append(spawn([minio, "server", str(data / "minio"), "--address", f"{listen_host}:{port}",
                                  "--console-address", f"127.0.0.1:{free_port()}", "--quiet"], data / "minio.log", env))
-        st["endpoint"] = f"http://127.0.0.1:{port}"
+        st["endpoint"] = f"http://{listen_host}:{port}"
         state_file.write_text(json.dumps(st))
         wait_http(f"{st['endpoint']}/minio/health/live")
         return st
@@ -149,11 +151,11 @@ def up(profile: str, minio: str, data: Path, state_file: Path) -> dict:
     st["pids"].append(spawn([toxiproxy_bin(), "-host", "127.0.0.1", "-port", str(api_port)], data / "toxiproxy.log"))
     state_file.write_text(json.dumps(st))
     wait_http(f"http://127.0.0.1:{api_port}/version")
-    api(api_port, "/proxies", {"name": "minio", "listen": f"127.0.0.1:{listen}", "upstream": f"{ns_ip}:9000"})
+    api(api_port, "/proxies", {"name": "minio", "listen": f"{listen_host}:{listen}", "upstream": f"{ns_ip}:9000"})
     for stream in ("upstream", "downstream"):
         api(api_port, "/proxies/minio/toxics", {"name": f"delay-{stream}", "type": "latency", "stream": stream,
                                                 "attributes": {"latency": shape["delay_ms"], "jitter": 0}})
-    st["endpoint"] = f"http://127.0.0.1:{listen}"
+    st["endpoint"] = f"http://{listen_host}:{listen}"
     st["direct_endpoint"] = f"http://{ns_ip}:9000"
     state_file.write_text(json.dumps(st))
     wait_http(f"{st['endpoint']}/minio/health/live")

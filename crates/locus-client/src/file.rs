@@ -166,6 +166,7 @@ impl FileReader {
         };
         if off + buf.len() as u64 <= lease.length && lease.file.read_exact_at(buf, off).is_ok() {
             lease.read.fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            self.client.count_read(locus_common::metrics::ReadReason::ShortCircuit, buf.len() as u64);
             return true;
         }
         // A short or failed read of a leased file: let it go, and read another way.

@@ -10,10 +10,11 @@
 //! Depends only on `locus-common`, `locus-proto` and `locus-compute` (pure computation);
 //! never on the master, worker or UFS crates.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use locus_common::config::{ClientConfig, Config};
+use locus_common::metrics::ReadReason;
 use locus_common::security::Secret;
 use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
@@ -46,6 +47,8 @@ pub struct Client {
     tls: Tls,
     workers: Mutex<WorkerCache>,
     conns: Mutex<HashMap<String, Vec<DataConn>>>,
+    /// This client's block reads and bytes by why they were (or were not) short-circuit.
+    reasons: Mutex<BTreeMap<ReadReason, (u64, u64)>>,
 }
 
 /// When a master call that failed may be sent again.
@@ -190,7 +193,22 @@ impl Client {
             tls,
             workers: Mutex::new(WorkerCache::default()),
             conns: Mutex::new(HashMap::new()),
+            reasons: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// The block reads this client made, and their bytes, by why they were or were not
+    /// short-circuit ([`ReadReason::ShortCircuit`] for those that were), since it was
+    /// made. The workers count the same by host for the cluster (`locus doctor --reads`).
+    pub fn read_reasons(&self) -> BTreeMap<ReadReason, (u64, u64)> {
+        self.reasons.lock().clone()
+    }
+
+    pub(crate) fn count_read(&self, reason: ReadReason, bytes: u64) {
+        let mut m = self.reasons.lock();
+        let e = m.entry(reason).or_default();
+        e.0 += 1;
+        e.1 += bytes;
     }
 
     fn m(&self) -> AuthedMasterClient {

@@ -1,6 +1,8 @@
 //! The master's RPCs: metadata, the namespace and its mounts, pins, replication, the
 //! report, metadata search, and creating empty files (no worker involved).
 
+use std::time::Duration;
+
 use locus_common::Result;
 use locus_common::config::WriteType;
 use locus_proto::pb;
@@ -144,6 +146,18 @@ impl Client {
 
     pub async fn report(&self) -> Result<pb::Report> {
         self.rpc(Retry::Idempotent, pb::Empty {}, |mut m, r| async move { m.get_report(r).await }).await
+    }
+
+    /// Client reads by host, source and reason over the last `since` (zero: all the
+    /// master keeps), of host `host` only unless it is empty.
+    pub async fn reads(&self, since: Duration, host: &str) -> Result<pb::ReadsResponse> {
+        let r = pb::ReadsRequest { since_ms: since.as_millis() as u64, host: host.into() };
+        self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.get_reads(r).await }).await
+    }
+
+    /// Whether each mount's UFS answers the master.
+    pub async fn check_ufs(&self) -> Result<Vec<pb::UfsCheck>> {
+        Ok(self.rpc(Retry::Idempotent, pb::Empty {}, |mut m, r| async move { m.check_ufs(r).await }).await?.mounts)
     }
 
     /// Create an empty file: one master call, no worker involved.

@@ -9,7 +9,8 @@ use std::pin::Pin;
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use locus_common::config::ReadType;
+use locus_common::config::{Locality, ReadType};
+use locus_common::metrics::ReadReason;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{exchange, pb, read_response, send_request};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
@@ -142,12 +143,19 @@ impl Client {
                 }
             }
             holders.sort_by_key(|h| (h.0, h.1.worker_id));
+            let mut refused = false;
             if self.cfg.short_circuit {
                 if let Some((_, w, true)) = holders.first() {
                     match self.short_circuit(w, b.block_id, off + done, len - done, read_type, out, &mut done).await {
-                        Ok(()) => return Ok(()),
+                        Ok(()) => {
+                            self.count_read(ReadReason::ShortCircuit, len);
+                            return Ok(());
+                        }
                         Err(e) if e.is_retryable() || e.kind() == ErrorKind::NotFound => {
                             tracing::debug!(worker = w.worker_id, error = %e, "short-circuit read failed; using the data path");
+                            // The worker's own answer (the block gone from its cache), not
+                            // a failure on this side (a socket or a block file it cannot open).
+                            refused = e.kind() == ErrorKind::NotFound;
                         }
                         Err(e) => return Err(e),
                     }
@@ -172,6 +180,12 @@ impl Client {
                 },
             };
             let local = self.is_local(&w).await;
+            let holder = b.locations.iter().any(|l| l.worker_id == w.worker_id);
+            let reason = match () {
+                _ if refused => ReadReason::LeaseRefused,
+                _ if !holder => self.why_not_local(&workers, ReadReason::NotCached).await,
+                _ => self.why_not_local(&workers, ReadReason::CachedElsewhere).await,
+            };
             let req = pb::ReadBlockRequest {
                 block_id: b.block_id,
                 offset: off + done,
@@ -181,13 +195,21 @@ impl Client {
                 mount_id: fi.mount_id,
                 ufs_path: fi.ufs_path.clone(),
                 read_type: pb::ReadType::from(read_type).into(),
-                client_local: local,
+                // Attribution only: a worker whose socket this client cannot reach but
+                // that names this client's host still serves it from the same host.
+                client_local: local || w.host == self.cfg.host,
                 load_only: false,
                 fingerprint: fi.fingerprint.clone(),
+                client_host: self.cfg.host.clone(),
+                reason: pb::ReadReason::from(reason).into(),
             };
             if local && self.cfg.short_circuit {
                 match self.follow_read(&w, req.clone(), out, &mut done).await {
-                    Ok(()) => return Ok(()),
+                    Ok(cached) => {
+                        // A fill the client followed: its bytes came from the UFS.
+                        self.count_read(if cached { ReadReason::ShortCircuit } else { reason }, len);
+                        return Ok(());
+                    }
                     Err(e)
                         if e.is_retryable()
                             || matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ResourceExhausted) =>
@@ -199,7 +221,10 @@ impl Client {
             }
             let req = pb::ReadBlockRequest { offset: off + done, length: len - done, ..req };
             match self.remote_read(&w.data_address, req, out, &mut done).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.count_read(reason, len);
+                    return Ok(());
+                }
                 Err(e) if e.is_retryable() => {
                     tracing::warn!(worker = w.worker_id, error = %e, done, "worker failed mid-read; trying another source");
                     failed.insert(w.worker_id);
@@ -209,6 +234,27 @@ impl Client {
             }
         }
         Err(last_err.unwrap_or_else(|| Error::unavailable("no worker could serve the block")))
+    }
+
+    /// Why a read that a worker serves over the data path is not short-circuit, given
+    /// `otherwise`, the reason when a worker of this host answers on its socket (the
+    /// block was in no cache, or cached on another host only). Short-circuit is decided
+    /// by the socket alone; the host names here only tell "no worker on this host" from
+    /// "a worker here whose socket this client cannot reach".
+    async fn why_not_local(&self, workers: &[pb::WorkerAddress], otherwise: ReadReason) -> ReadReason {
+        if !self.cfg.short_circuit || self.cfg.locality == Locality::Remote {
+            return ReadReason::Disabled;
+        }
+        for w in workers {
+            if self.is_local(w).await {
+                return otherwise;
+            }
+        }
+        if workers.iter().any(|w| w.host == self.cfg.host) {
+            ReadReason::SocketNotVisible
+        } else {
+            ReadReason::NoLocalWorker
+        }
     }
 
     async fn short_circuit<S: ReadSink>(
@@ -242,29 +288,40 @@ impl Client {
     ) -> Result<(tokio::net::UnixStream, pb::DataResponse)> {
         let mut s = self.uds_connect(&w.uds_path).await?;
         let promote = read_type == ReadType::CachePromote;
-        let r =
-            exchange(&mut s, pb::data_request::Req::Lease(pb::LeaseRequest { block_id, length: len, promote })).await?;
+        let r = exchange(
+            &mut s,
+            pb::data_request::Req::Lease(pb::LeaseRequest {
+                block_id,
+                length: len,
+                promote,
+                client_host: self.cfg.host.clone(),
+            }),
+        )
+        .await?;
         Ok((s, r))
     }
 
     /// A read through the co-located worker's Unix socket: the worker leases the block,
     /// or fills it from the UFS, and this client reads the block's file itself, as it
     /// grows, while the worker tells how far it has (no bytes through a socket).
+    /// Returns whether the block was cached (a lease) rather than filled.
     async fn follow_read<S: ReadSink>(
         &self,
         w: &pb::WorkerAddress,
         req: pb::ReadBlockRequest,
         out: &mut S,
         done: &mut u64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut s = self.uds_connect(&w.uds_path).await?;
         let (mut pos, end) = (req.offset, req.offset + req.length);
+        let mut cached = false;
         send_request(&mut s, pb::data_request::Req::Read(req)).await?;
         let mut file = None;
         let mut buf = vec![0u8; SHORT_CIRCUIT_BUF];
         while pos < end {
             let r = read_response(&mut s).await?;
             if file.is_none() {
+                cached = r.cached;
                 // The fill's file, or the block's once committed (the worker holds it).
                 let (path, block_path) = (r.path.clone(), r.block_path.clone());
                 let f = open_blocking(move || std::fs::File::open(path).or_else(|_| std::fs::File::open(block_path)))
@@ -280,7 +337,7 @@ impl Client {
             }
         }
         drop(s); // lets the block go
-        Ok(())
+        Ok(cached)
     }
 
     async fn remote_read<S: ReadSink>(
@@ -389,6 +446,9 @@ pub(crate) fn whole_block(fi: &pb::FileInfo, b: &pb::BlockInfo) -> pb::ReadBlock
         client_local: false,
         load_only: false,
         fingerprint: fi.fingerprint.clone(),
+        // Loads and near-data scans send no bytes to the client: not counted by host.
+        client_host: String::new(),
+        reason: pb::ReadReason::Unspecified.into(),
     }
 }
 

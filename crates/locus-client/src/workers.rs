@@ -63,6 +63,37 @@ impl Client {
         v
     }
 
+    /// Whether worker `w`'s short-circuit socket answers this client as that worker, and
+    /// why not, in words, when it does not (for `locus doctor`: a missing path, a
+    /// permission, nobody listening, another worker's socket).
+    pub async fn probe_socket(&self, w: &pb::WorkerAddress) -> std::result::Result<(), String> {
+        if w.uds_path.is_empty() {
+            return Err("the worker has no short-circuit socket (worker.uds_path is empty)".into());
+        }
+        let path = std::path::Path::new(&w.uds_path);
+        let mut s = match UnixStream::connect(path).await {
+            Ok(s) => s,
+            Err(e) => {
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => "no such file: the path is not visible from this process (another host, container or mount namespace)".to_string(),
+                    std::io::ErrorKind::PermissionDenied => "permission denied: this user may not open it".to_string(),
+                    std::io::ErrorKind::ConnectionRefused => "connection refused: nobody listens on it (a stale socket of a stopped worker)".to_string(),
+                    _ => e.to_string(),
+                };
+                return Err(format!("{}: {why}", w.uds_path));
+            }
+        };
+        authenticate(&mut s, &self.token).await.map_err(|e| format!("{}: {e}", w.uds_path))?;
+        match exchange(&mut s, pb::data_request::Req::Hello(pb::Empty {})).await {
+            Ok(r) if r.worker_id == w.worker_id => Ok(()),
+            Ok(r) => Err(format!(
+                "{} answers as worker {}, not {} (another worker's socket at the same path, as on another host)",
+                w.uds_path, r.worker_id, w.worker_id
+            )),
+            Err(e) => Err(format!("{}: {e}", w.uds_path)),
+        }
+    }
+
     /// Worker to fill a block that no worker holds: a co-located one if any, else one
     /// chosen by hashing the block id (so repeated reads meet the same cache).
     pub(crate) async fn pick_worker(&self, block_id: u64, exclude: &HashSet<u64>) -> Result<pb::WorkerAddress> {
@@ -76,9 +107,33 @@ impl Client {
                 return Ok(w.clone());
             }
         }
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        block_id.hash(&mut h);
-        Ok(ws[(h.finish() % ws.len() as u64) as usize].clone())
+        Ok(fill_worker(block_id, &ws).expect("not empty").clone())
+    }
+
+    /// Where the blocks of `fi` overlapping `[start, end)` are, for schedulers (the
+    /// Hadoop connector's `getFileBlockLocations`): each block's offset, length and the
+    /// host names of the live workers caching it. A block no worker caches names the
+    /// worker a read would fill it on when no worker shares the reader's host, so a
+    /// first run already places its tasks where the data will land (and a task placed
+    /// there fills on that host's worker). `fi` must carry its blocks.
+    pub async fn block_hosts(&self, fi: &pb::FileInfo, start: u64, end: u64) -> Result<Vec<(u64, u64, Vec<String>)>> {
+        let workers = self.workers(false).await?;
+        let mut out = Vec::new();
+        for b in fi.blocks.iter().filter(|b| b.offset < end && b.offset + b.length > start) {
+            let mut hosts: Vec<String> = b
+                .locations
+                .iter()
+                .filter_map(|l| workers.iter().find(|w| w.worker_id == l.worker_id))
+                .map(|w| w.host.clone())
+                .collect();
+            if hosts.is_empty() && fi.persist_state().is_persisted() {
+                hosts.extend(fill_worker(b.block_id, &workers).map(|w| w.host.clone()));
+            }
+            hosts.sort();
+            hosts.dedup();
+            out.push((b.offset, b.length, hosts));
+        }
+        Ok(out)
     }
 
     /// Workers for a write that must end on `copies` of them (0 = min(2, live)): a
@@ -165,4 +220,16 @@ impl Client {
             v.push(c);
         }
     }
+}
+
+/// The worker that fills block `block_id` when no worker shares the reader's host: one
+/// chosen by hashing the block id, so repeated reads meet the same cache. `None` when
+/// there are no workers.
+pub(crate) fn fill_worker(block_id: u64, workers: &[pb::WorkerAddress]) -> Option<&pb::WorkerAddress> {
+    if workers.is_empty() {
+        return None;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    block_id.hash(&mut h);
+    workers.get((h.finish() % workers.len() as u64) as usize)
 }

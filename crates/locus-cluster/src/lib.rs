@@ -36,7 +36,13 @@ pub struct LocalCluster {
     gateway: Option<RunningGateway>,
     /// How workers run SQL fragments (none: they refuse them; callers run them).
     fragments: Option<FragmentFactory>,
+    /// Per-worker changes to the shared worker configuration, applied at each start of
+    /// that worker ([`LocalCluster::configure_worker`]).
+    overrides: std::collections::HashMap<usize, WorkerOverride>,
 }
+
+/// A change to one worker's configuration.
+type WorkerOverride = Box<dyn Fn(&mut locus_common::config::WorkerConfig) + Send + Sync>;
 
 struct RunningGateway {
     addr: SocketAddr,
@@ -185,6 +191,7 @@ impl LocalCluster {
             workers: Vec::new(),
             gateway: None,
             fragments,
+            overrides: Default::default(),
         };
         c.start_master().await?;
         for _ in 0..workers {
@@ -261,7 +268,20 @@ impl LocalCluster {
                 t.dir = t.dir.join(format!("w{i}"));
             }
         }
+        if let Some(f) = self.overrides.get(&i) {
+            f(&mut w);
+        }
         w
+    }
+
+    /// Change worker `i`'s configuration from its next start on (a test's other host:
+    /// another `host` name, no short-circuit socket).
+    pub fn configure_worker(
+        &mut self,
+        i: usize,
+        f: impl Fn(&mut locus_common::config::WorkerConfig) + Send + Sync + 'static,
+    ) {
+        self.overrides.insert(i, Box::new(f));
     }
 
     /// The tiers of worker `i` (directory and quota), as it runs them.

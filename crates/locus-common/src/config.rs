@@ -355,6 +355,12 @@ pub struct ClientConfig {
     pub short_circuit: bool,
     /// Which workers count as local. Default `auto`.
     pub locality: Locality,
+    /// The host name this client reports with its reads, so that they are counted by host
+    /// (`locus report --by-host`, `locus doctor --reads`) and a read that is not
+    /// short-circuit can tell "no worker here" from "a worker here whose socket is not
+    /// visible". Default: this machine's host name. Short-circuit itself never compares
+    /// host names: a worker is local when its socket answers.
+    pub host: String,
     /// Time limit of one master RPC. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub rpc_timeout: Duration,
@@ -382,6 +388,7 @@ impl Default for ClientConfig {
             read_type: ReadType::Cache,
             short_circuit: true,
             locality: Locality::Auto,
+            host: default_host(),
             rpc_timeout: Duration::from_secs(30),
             master_retry: Duration::from_secs(30),
             write_type: None,

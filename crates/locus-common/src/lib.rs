@@ -40,6 +40,13 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
+/// This process's soft limit on open files (`RLIMIT_NOFILE`); 0 when unknown.
+pub fn open_files_limit() -> u64 {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 { l.rlim_cur } else { 0 }
+}
+
 pub fn block_id(version: u64, index: u64) -> u64 {
     (version << BLOCK_INDEX_BITS) | index
 }

@@ -306,9 +306,10 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_list<'l>(
     })
 }
 
-/// Where the blocks of a file overlapping `[start, start+len)` are cached, for schedulers:
-/// `{String[] hosts per block (comma-separated worker hosts; empty where no worker holds
-/// it), long[] (offset, length) per block}`.
+/// Where the blocks of a file overlapping `[start, start+len)` are, for schedulers:
+/// `{String[] hosts per block (comma-separated worker hosts: those caching it, or the
+/// worker a read would fill it on), long[] (offset, length) per block}`
+/// (`Client::block_hosts`).
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_locus_hadoop_LocusNative_blockLocations<'l>(
     mut env: JNIEnv<'l>,
@@ -319,24 +320,16 @@ pub extern "system" fn Java_io_locus_hadoop_LocusNative_blockLocations<'l>(
     len: jlong,
 ) -> jobjectArray {
     on_path(&mut env, h, &path, |env, c, p| {
-        let (fi, workers) = c.rt.block_on(async {
+        let start = start.max(0) as u64;
+        let end = start.saturating_add(len.max(0) as u64);
+        let blocks = c.rt.block_on(async {
             let fi = c.client.status(&p, true).await?;
-            Ok::<_, Error>((fi, c.client.workers(false).await?))
+            c.client.block_hosts(&fi, start, end).await
         })?;
-        let end = (start.max(0) as u64).saturating_add(len.max(0) as u64);
-        let blocks: Vec<&pb::BlockInfo> =
-            fi.blocks.iter().filter(|b| b.offset < end && b.offset + b.length > start.max(0) as u64).collect();
         let mut spans = Vec::with_capacity(blocks.len() * 2);
         let mut hosts = Vec::with_capacity(blocks.len());
-        for b in &blocks {
-            spans.extend_from_slice(&[b.offset as i64, b.length as i64]);
-            let mut hs: Vec<&str> = b
-                .locations
-                .iter()
-                .filter_map(|l| workers.iter().find(|w| w.worker_id == l.worker_id))
-                .map(|w| w.host.as_str())
-                .collect();
-            hs.dedup();
+        for (offset, length, hs) in blocks {
+            spans.extend_from_slice(&[offset as i64, length as i64]);
             hosts.push(hs.join(","));
         }
         strings_and_longs(env, &hosts, &spans)

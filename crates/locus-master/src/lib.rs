@@ -23,6 +23,7 @@ mod ops;
 mod persist;
 mod persist_failures;
 mod persist_tracker;
+mod reads;
 mod replication;
 mod resolve;
 mod search;
@@ -68,6 +69,8 @@ pub(crate) struct Inner {
     catalog: search::indexer::Catalog,
     mounts: RwLock<Vec<MountEntry>>,
     workers: Mutex<HashMap<u64, WorkerState>>,
+    /// Client reads by host, source and reason, from the workers' heartbeats.
+    reads: Mutex<reads::ReadLog>,
     metrics: Metrics,
     /// The persist queue's pending operations (mirrored from redb) and their run state.
     persist: Mutex<persist::Tracker>,
@@ -123,6 +126,7 @@ impl MasterBuilder {
             catalog,
             mounts: RwLock::new(Vec::new()),
             workers: Mutex::new(HashMap::new()),
+            reads: Mutex::new(reads::ReadLog::default()),
             metrics: Metrics::new(),
             persist: Mutex::new(persist::Tracker::default()),
             persist_wake: tokio::sync::Notify::new(),

@@ -127,6 +127,8 @@ impl Master {
                 tiers: s.tiers.clone(),
                 counters: Some(s.counters),
                 jobs: s.jobs.clone(),
+                clock_skew_ms: s.clock_skew_ms,
+                open_files_limit: s.open_files_limit,
             });
         }
         rep.workers.sort_by_key(|w| w.address.as_ref().map(|a| a.worker_id));
@@ -154,6 +156,8 @@ impl Master {
         rep.persist_queue_ops = b.ops;
         rep.jobs = self.inner.jobs.lock().iter().map(|j| j.status().into()).collect();
         (rep.persist_failed_ops, rep.persist_failed) = self.failed_persists();
+        rep.by_host = self.inner.reads.lock().totals();
+        rep.now_ms = locus_common::now_ms();
         rep
     }
 

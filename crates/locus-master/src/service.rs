@@ -158,4 +158,10 @@ impl pb::master_server::Master for Master {
     async fn import_catalog(&self, r: Request<pb::ImportCatalogRequest>) -> R<pb::CountResponse> {
         ok(Master::import_catalog(self, r.into_inner()).await)
     }
+    async fn get_reads(&self, r: Request<pb::ReadsRequest>) -> R<pb::ReadsResponse> {
+        ok(Ok(self.reads(r.get_ref())))
+    }
+    async fn check_ufs(&self, _: Request<pb::Empty>) -> R<pb::UfsCheckResponse> {
+        ok(Ok(Master::check_ufs(self).await))
+    }
 }

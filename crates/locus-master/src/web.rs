@@ -150,6 +150,26 @@ async fn index(State(m): State<Master>) -> Html<String> {
             r.persist_failed_ops
         )
     };
+    let mut hosts = String::new();
+    for h in locus_proto::by_host_json(&r.by_host).as_array().into_iter().flatten() {
+        let b = |k: &str| bytesize(h["bytes_by_source"][k].as_u64().unwrap_or(0));
+        let why: Vec<String> = h["not_short_circuit"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k} {}", bytesize(v["bytes"].as_u64().unwrap_or(0))))
+            .collect();
+        hosts.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td></tr>",
+            esc(h["host"].as_str().unwrap_or("")),
+            b("short_circuit"),
+            b("local_worker"),
+            b("remote_worker"),
+            b("ufs"),
+            h["short_circuit_share"].as_f64().unwrap_or(0.0) * 100.0,
+            esc(&why.join(", "))
+        ));
+    }
     let mut mounts = String::new();
     for mi in m.mount_table(false) {
         mounts.push_str(&format!(
@@ -165,6 +185,7 @@ async fn index(State(m): State<Master>) -> Html<String> {
 <body><h1>Locus</h1><h2>Workers</h2><table><tr><th>id</th><th>host</th><th>data</th><th>state</th><th>tiers</th></tr>{rows}</table>\
 <h2>Bytes read by source</h2><table><tr><th>short_circuit</th><th>local_worker</th><th>remote_worker</th><th>ufs</th><th>hit ratio</th></tr>\
 <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td></tr></table>\
+<h2>Client reads by host</h2><p>Why not short-circuit: <code>locus doctor --reads</code>.</p><table><tr><th>host</th><th>short-circuit</th><th>local worker</th><th>remote worker</th><th>UFS</th><th>short-circuit share</th><th>not short-circuit, by reason</th></tr>{hosts}</table>\
 <h2>Mounts</h2><table><tr><th>path</th><th>uri</th><th>read-only</th></tr>{mounts}</table>\
 <h2>Background jobs</h2><table><tr><th>on</th><th>job</th><th>state</th><th>runs</th><th>failures</th><th>last run</th><th>backlog</th><th>last error</th></tr>{jobs}</table>{failed}\
 <p><a href=/metrics>/metrics</a> · <a href=/api/report>/api/report</a></p></body></html>",

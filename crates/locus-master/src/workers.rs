@@ -26,6 +26,14 @@ pub(crate) struct WorkerState {
     pub(crate) beats: u64,
     /// The pin epoch the worker last reported.
     pub(crate) pin_epoch: u64,
+    /// The client reads by host it last reported (cumulative; see `reads`), with the run
+    /// of the worker that counted them; `None` until its first heartbeat since this
+    /// master started.
+    pub(crate) host_reads: Option<crate::reads::Baseline>,
+    /// Its clock minus the master's at its last heartbeat (ms).
+    pub(crate) clock_skew_ms: i64,
+    /// Its soft limit on open files (0: not told).
+    pub(crate) open_files_limit: u64,
 }
 
 impl Master {
@@ -107,6 +115,7 @@ impl Master {
         let id = addr.worker_id;
         let mut ws = self.inner.workers.lock();
         let counters = ws.get(&id).map(|s| s.counters).unwrap_or_default();
+        let host_reads = ws.get_mut(&id).and_then(|s| s.host_reads.take());
         ws.insert(
             id,
             WorkerState {
@@ -119,6 +128,9 @@ impl Master {
                 pending_retire: Vec::new(),
                 beats: 0,
                 pin_epoch: 0,
+                host_reads,
+                clock_skew_ms: 0,
+                open_files_limit: 0,
             },
         );
         tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = nblocks, "worker registered");
@@ -127,6 +139,8 @@ impl Master {
 
     pub fn heartbeat(&self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse> {
         let mut resp = pb::HeartbeatResponse::default();
+        // Made before the registry's lock is taken (up to 4,096 rows).
+        let rows = crate::reads::rows_of(&req.host_reads);
         {
             let mut ws = self.inner.workers.lock();
             let Some(s) = ws.get_mut(&req.worker_id) else {
@@ -154,6 +168,11 @@ impl Master {
                 m.compute_bytes.with_label_values(&["returned"]).inc_by(d(c.compute_returned, old.compute_returned));
                 s.counters = c;
             }
+            s.host_reads = Some(self.inner.reads.lock().record(s.host_reads.take(), req.boot_id, rows));
+            if req.clock_ms != 0 {
+                s.clock_skew_ms = req.clock_ms - locus_common::now_ms();
+            }
+            s.open_files_limit = req.open_files_limit;
             resp.remove_blocks = std::mem::take(&mut s.pending_remove);
             resp.retire_blocks = std::mem::take(&mut s.pending_retire);
         }

@@ -5,6 +5,7 @@
 use locus_common::ErrorKind;
 use locus_common::config::{ReadType, TierAlias, WriteType};
 use locus_common::job::{JobState, JobStatus};
+use locus_common::metrics::{ReadReason, ReadSource};
 
 use crate::pb;
 
@@ -219,6 +220,61 @@ impl From<JobStatus> for pb::JobInfo {
     }
 }
 
+impl From<ReadSource> for pb::ReadSource {
+    fn from(s: ReadSource) -> Self {
+        match s {
+            ReadSource::ShortCircuit => pb::ReadSource::ShortCircuit,
+            ReadSource::LocalWorker => pb::ReadSource::LocalWorker,
+            ReadSource::RemoteWorker => pb::ReadSource::RemoteWorker,
+            ReadSource::Ufs => pb::ReadSource::Ufs,
+        }
+    }
+}
+
+impl pb::ReadSource {
+    /// The Rust enum; `None` for UNSPECIFIED.
+    pub fn typed(self) -> Option<ReadSource> {
+        match self {
+            pb::ReadSource::Unspecified => None,
+            pb::ReadSource::ShortCircuit => Some(ReadSource::ShortCircuit),
+            pb::ReadSource::LocalWorker => Some(ReadSource::LocalWorker),
+            pb::ReadSource::RemoteWorker => Some(ReadSource::RemoteWorker),
+            pb::ReadSource::Ufs => Some(ReadSource::Ufs),
+        }
+    }
+}
+
+impl From<ReadReason> for pb::ReadReason {
+    fn from(r: ReadReason) -> Self {
+        match r {
+            ReadReason::ShortCircuit => pb::ReadReason::ShortCircuit,
+            ReadReason::NoLocalWorker => pb::ReadReason::NoLocalWorker,
+            ReadReason::SocketNotVisible => pb::ReadReason::SocketNotVisible,
+            ReadReason::NotCached => pb::ReadReason::NotCached,
+            ReadReason::CachedElsewhere => pb::ReadReason::CachedElsewhere,
+            ReadReason::LeaseRefused => pb::ReadReason::LeaseRefused,
+            ReadReason::Disabled => pb::ReadReason::Disabled,
+            ReadReason::Unknown => pb::ReadReason::Unspecified,
+        }
+    }
+}
+
+impl From<pb::ReadReason> for ReadReason {
+    /// UNSPECIFIED (a client that did not say) reads as `Unknown`.
+    fn from(r: pb::ReadReason) -> Self {
+        match r {
+            pb::ReadReason::Unspecified => ReadReason::Unknown,
+            pb::ReadReason::ShortCircuit => ReadReason::ShortCircuit,
+            pb::ReadReason::NoLocalWorker => ReadReason::NoLocalWorker,
+            pb::ReadReason::SocketNotVisible => ReadReason::SocketNotVisible,
+            pb::ReadReason::NotCached => ReadReason::NotCached,
+            pb::ReadReason::CachedElsewhere => ReadReason::CachedElsewhere,
+            pb::ReadReason::LeaseRefused => ReadReason::LeaseRefused,
+            pb::ReadReason::Disabled => ReadReason::Disabled,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +295,12 @@ mod tests {
             assert_eq!(pb::ReadType::from(r).as_str_name().strip_prefix("READ_TYPE_"), Some(r.as_str()));
         }
         assert_eq!(ReadType::from(pb::ReadType::Unspecified), ReadType::Cache);
+        for r in ReadReason::ALL {
+            assert_eq!(ReadReason::from(pb::ReadReason::from(r)), r);
+        }
+        for s in ReadSource::ALL {
+            assert_eq!(pb::ReadSource::from(s).typed(), Some(s));
+        }
         for t in [TierAlias::Mem, TierAlias::Ssd, TierAlias::Hdd] {
             assert_eq!(pb::Tier::from(t).typed(), Some(t));
             assert_eq!(pb::Tier::from(t).name(), t.as_str());

@@ -183,6 +183,49 @@ fn jobs_json(r: &pb::Report) -> Vec<serde_json::Value> {
 
 /// The cluster report as JSON: the stable shape of `locus report --json` and
 /// `/api/report`.
+/// Client reads by host (`Report.by_host`, `ReadsResponse.rows`) as JSON: one object per
+/// host, in host order, with its bytes by source, its share read short-circuit, and its
+/// reads and bytes by reason for those that were not.
+pub fn by_host_json(rows: &[pb::HostReads]) -> serde_json::Value {
+    use locus_common::metrics::ReadReason;
+    use serde_json::json;
+    let mut hosts: std::collections::BTreeMap<&str, serde_json::Value> = Default::default();
+    for r in rows {
+        let Some(source) = r.source().typed() else { continue };
+        let h = hosts.entry(r.host.as_str()).or_insert_with(|| {
+            json!({
+                "host": r.host, "reads": 0u64, "bytes": 0u64,
+                "bytes_by_source": ReadSource::ALL.iter().map(|s| (s.as_str().to_string(), json!(0u64))).collect::<serde_json::Map<_, _>>(),
+                "not_short_circuit": {},
+            })
+        });
+        let add = |v: &mut serde_json::Value, n: u64| *v = json!(v.as_u64().unwrap_or(0) + n);
+        add(&mut h["reads"], r.reads);
+        add(&mut h["bytes"], r.bytes);
+        add(&mut h["bytes_by_source"][source.as_str()], r.bytes);
+        let reason = ReadReason::from(r.reason());
+        if reason != ReadReason::ShortCircuit {
+            let e = h["not_short_circuit"]
+                .as_object_mut()
+                .expect("an object")
+                .entry(reason.as_str())
+                .or_insert_with(|| json!({"reads": 0u64, "bytes": 0u64}));
+            add(&mut e["reads"], r.reads);
+            add(&mut e["bytes"], r.bytes);
+        }
+    }
+    let v: Vec<serde_json::Value> = hosts
+        .into_values()
+        .map(|mut h| {
+            let total = h["bytes"].as_u64().unwrap_or(0);
+            let sc = h["bytes_by_source"]["short_circuit"].as_u64().unwrap_or(0);
+            h["short_circuit_share"] = json!(if total == 0 { 0.0 } else { sc as f64 / total as f64 });
+            h
+        })
+        .collect();
+    json!(v)
+}
+
 pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Value {
     use serde_json::json;
     let t = r.totals.unwrap_or_default();
@@ -202,6 +245,7 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
             json!({
                 "id": a.worker_id, "host": a.host, "data_address": a.data_address, "live": w.live,
                 "last_heartbeat_ms_ago": w.last_heartbeat_ms_ago,
+                "clock_skew_ms": w.clock_skew_ms, "open_files_limit": w.open_files_limit,
                 "tiers": w.tiers.iter().map(|t| json!({"alias": t.alias().name(), "capacity": t.capacity, "used": t.used, "blocks": t.blocks, "pooled": t.pooled})).collect::<Vec<_>>(),
             })
         })
@@ -216,6 +260,8 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
         "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type().typed().map(|w| w.as_str())})).collect::<Vec<_>>(),
         "persist_backlog": {"files": r.persist_backlog_files, "bytes": r.persist_backlog_bytes, "oldest_age_ms": r.persist_oldest_age_ms, "queued_ops": r.persist_queue_ops},
         "jobs": jobs_json(r),
+        "by_host": by_host_json(&r.by_host),
+        "now_ms": r.now_ms,
         "persist_failed": {
             "ops": r.persist_failed_ops,
             "operations": r.persist_failed.iter().map(|f| json!({
@@ -230,6 +276,31 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_by_host_add_up_per_host() {
+        let row = |host: &str, source: pb::ReadSource, reason: pb::ReadReason, bytes| pb::HostReads {
+            host: host.into(),
+            source: source.into(),
+            reason: reason.into(),
+            reads: 1,
+            bytes,
+        };
+        let rows = [
+            row("a", pb::ReadSource::ShortCircuit, pb::ReadReason::ShortCircuit, 300),
+            row("a", pb::ReadSource::RemoteWorker, pb::ReadReason::CachedElsewhere, 100),
+            row("b", pb::ReadSource::Ufs, pb::ReadReason::NoLocalWorker, 50),
+            row("b", pb::ReadSource::Ufs, pb::ReadReason::NoLocalWorker, 50),
+        ];
+        let j = by_host_json(&rows);
+        assert_eq!(j[0]["host"], "a");
+        assert_eq!(j[0]["bytes"], 400);
+        assert_eq!(j[0]["short_circuit_share"], 0.75);
+        assert_eq!(j[0]["not_short_circuit"]["cached_elsewhere"]["bytes"], 100);
+        assert_eq!(j[1]["bytes_by_source"]["ufs"], 100);
+        assert_eq!(j[1]["not_short_circuit"]["no_local_worker"]["reads"], 2);
+        assert_eq!(j[1]["short_circuit_share"], 0.0);
+    }
 
     #[test]
     fn every_kind_survives_grpc() {

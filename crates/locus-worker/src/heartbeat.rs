@@ -20,8 +20,28 @@ impl Inner {
                 used: u.used,
                 blocks: u.blocks,
                 pooled: u.pooled,
+                ..Default::default()
             })
             .collect()
+    }
+
+    /// [`Inner::tier_usage`] with the free space of each tier's file system (statvfs, on
+    /// a blocking thread: a tier may sit on a slow or hung mount).
+    async fn tier_usage_with_space(&self) -> Vec<pb::TierUsage> {
+        let dirs: Vec<_> = self.cfg.tiers.iter().map(|t| (t.alias, t.dir.clone())).collect();
+        let free = crate::blocking(move || {
+            dirs.into_iter().filter_map(|(a, d)| fs_available(&d).map(|f| (a, f))).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut v = self.tier_usage();
+        for t in &mut v {
+            if let Some((_, f)) = free.iter().find(|(a, _)| pb::Tier::from(*a) == t.alias()) {
+                t.fs_available = *f;
+                t.fs_known = true;
+            }
+        }
+        v
     }
 
     /// Register with the master and send the full block report. Blocks written under
@@ -93,7 +113,7 @@ impl Inner {
         let c = &self.counters;
         let req = pb::HeartbeatRequest {
             worker_id: self.id.load(Relaxed),
-            tiers: self.tier_usage(),
+            tiers: self.tier_usage_with_space().await,
             counters: Some(pb::ReadCounters {
                 short_circuit: c.short_circuit.load(Relaxed),
                 local_worker: c.local_worker.load(Relaxed),
@@ -108,6 +128,10 @@ impl Inner {
             }),
             pin_epoch: self.pin_epoch.load(Relaxed),
             jobs: self.jobs.lock().iter().map(|j| j.status().into()).collect(),
+            host_reads: c.host_reads(),
+            clock_ms: locus_common::now_ms(),
+            open_files_limit: locus_common::open_files_limit(),
+            boot_id: self.boot_id,
         };
         let resp = self.master().worker_heartbeat(req).await.map_err(from_status)?.into_inner();
         if resp.reregister {
@@ -162,4 +186,14 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// Bytes free to unprivileged users on the file system holding `dir`.
+fn fs_available(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, for which all zeroes is a valid value; `c` is a
+    // NUL-terminated path and `st` the struct for the call to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }

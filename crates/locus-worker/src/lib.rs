@@ -20,6 +20,7 @@ use std::time::Duration;
 use locus_blockstore::BlockStore;
 use locus_common::config::{TierAlias, TierConfig, WorkerConfig};
 use locus_common::job::Job;
+use locus_common::metrics::{OTHER_HOSTS, ReadReason, ReadSource};
 use locus_common::security::{Secret, Verifier};
 use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
@@ -55,6 +56,55 @@ struct Counters {
     /// Near-data compute: block bytes scanned, and partial-result bytes sent back.
     compute_scanned: AtomicU64,
     compute_returned: AtomicU64,
+    /// Client reads by the client's host, the bytes' source and why they were not
+    /// short-circuit (cumulative, sent whole with each heartbeat).
+    by_host: Mutex<HashMap<HostKey, (u64, u64)>>,
+}
+
+/// A client host, where its bytes came from, and why they were not short-circuit.
+type HostKey = (String, ReadSource, ReadReason);
+
+/// Distinct (host, source, reason) rows a worker keeps; reads of hosts past it are
+/// counted under [`OTHER_HOSTS`], so a caller naming random hosts cannot grow the map.
+const MAX_HOST_ROWS: usize = 4096;
+/// The longest host name counted as itself (a DNS name's limit).
+const MAX_HOST_NAME: usize = 253;
+
+impl Counters {
+    /// Count one client read of `bytes` from `source` for `host`, which the client gave
+    /// `reason` for (an empty host, a service's own read, is not counted by host).
+    fn count_host(&self, host: &str, source: ReadSource, reason: ReadReason, bytes: u64) {
+        if host.is_empty() {
+            return;
+        }
+        // A name no host has (longer than DNS allows) is counted under OTHER_HOSTS too.
+        let host = if host.len() > MAX_HOST_NAME { OTHER_HOSTS } else { host };
+        let mut m = self.by_host.lock();
+        let key = (host.to_string(), source, reason);
+        let key = if m.len() >= MAX_HOST_ROWS && !m.contains_key(&key) {
+            (OTHER_HOSTS.to_string(), source, reason)
+        } else {
+            key
+        };
+        let e = m.entry(key).or_default();
+        e.0 += 1;
+        e.1 += bytes;
+    }
+
+    /// The rows as the heartbeat sends them.
+    fn host_reads(&self) -> Vec<pb::HostReads> {
+        self.by_host
+            .lock()
+            .iter()
+            .map(|((host, source, reason), (reads, bytes))| pb::HostReads {
+                host: host.clone(),
+                source: pb::ReadSource::from(*source).into(),
+                reason: pb::ReadReason::from(*reason).into(),
+                reads: *reads,
+                bytes: *bytes,
+            })
+            .collect()
+    }
 }
 
 /// The state every handler shares: the block store, the master, the mounts' UFSes and
@@ -86,6 +136,9 @@ struct Inner {
     committing: tokio::sync::Mutex<()>,
     /// Runs SQL plan fragments, when the binary has SQL.
     fragments: Option<Arc<dyn FragmentRunner>>,
+    /// This run of the worker (its cumulative counters start at zero with each), so the
+    /// master tells a restart from a count that merely grew.
+    boot_id: u64,
 }
 
 /// Runs SQL plan fragments sent to this worker (`pb::SqlFragmentRequest`): `locus-sql`
@@ -196,6 +249,7 @@ impl WorkerBuilder {
             inflight: Mutex::new(HashMap::new()),
             jobs: Mutex::new(Vec::new()),
             committing: tokio::sync::Mutex::new(()),
+            boot_id: (locus_common::now_ms() as u64) << 20 ^ std::process::id() as u64 ^ local.port() as u64,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use locus_blockstore::{Lease, TempBlock};
 use locus_common::config::ReadType;
+use locus_common::metrics::{ReadReason, ReadSource};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::tls::DataStream;
 use locus_proto::{pb, write_frame};
@@ -150,6 +151,17 @@ impl Inner {
         }
     }
 
+    /// Count a data-path read by its client's host, once it is served: from this
+    /// worker's cache (`cached`) or from the UFS. The reason is the client's.
+    fn count_by_host(&self, r: &pb::ReadBlockRequest, cached: bool, bytes: u64) {
+        let source = match (cached, r.client_local) {
+            (false, _) => ReadSource::Ufs,
+            (true, true) => ReadSource::LocalWorker,
+            (true, false) => ReadSource::RemoteWorker,
+        };
+        self.counters.count_host(&r.client_host, source, ReadReason::from(r.reason()), bytes);
+    }
+
     /// Lease a cached block (see [`locus_blockstore::BlockStore::lease`]). A MEM-tier block
     /// is leased inline ([`lease_now`](locus_blockstore::BlockStore::lease_now): the state
     /// mutex only, no file work); anything else (a promotion, a disk tier's checksum check,
@@ -168,12 +180,20 @@ impl Inner {
     /// the client to read itself, and the lease that keeps it in place meanwhile.
     pub(crate) async fn grant_lease(&self, l: &pb::LeaseRequest) -> Result<(pb::DataResponse, Held)> {
         let (id, promote) = (l.block_id, l.promote);
+        locus_common::fail::fail_point!("worker.lease.refuse", |_| Err(Error::not_found(format!(
+            "block {id}: lease refused (fault point worker.lease.refuse)"
+        ))));
         let lease = self
             .lease(id, promote)
             .await?
             .ok_or_else(|| Error::not_found(format!("block {} is not cached here", l.block_id)))?;
         self.counters.cache_hits.fetch_add(1, Relaxed);
         self.counters.short_circuit.fetch_add(l.length.min(lease.len), Relaxed);
+        if l.length > 0 {
+            // A lease held for many reads (length 0) is counted when it ends (`LeaseEnd`).
+            let n = l.length.min(lease.len);
+            self.counters.count_host(&l.client_host, ReadSource::ShortCircuit, ReadReason::ShortCircuit, n);
+        }
         let r = pb::DataResponse { path: lease.path.display().to_string(), length: lease.len, ..Default::default() };
         Ok((r, Held::Lease(lease)))
     }
@@ -304,6 +324,10 @@ impl Inner {
     /// or until it hangs up.
     pub(crate) async fn follow_read(self: &Arc<Self>, sock: &mut UnixStream, r: pb::ReadBlockRequest) -> Result<Held> {
         let end = read_end(&r)?;
+        locus_common::fail::fail_point!("worker.lease.refuse", |_| Err(Error::not_found(format!(
+            "block {}: lease refused (fault point worker.lease.refuse)",
+            r.block_id
+        ))));
         let read_type = ReadType::from(r.read_type());
         let (mut first, mut raced) = (true, false);
         let (id, promote) = (r.block_id, read_type == ReadType::CachePromote);
@@ -319,6 +343,7 @@ impl Inner {
                     self.counters.cache_hits.fetch_add(1, Relaxed);
                 }
                 self.counters.short_circuit.fetch_add(r.length, Relaxed);
+                self.counters.count_host(&r.client_host, ReadSource::ShortCircuit, ReadReason::ShortCircuit, r.length);
                 let path = lease.path.display().to_string();
                 let resp = pb::DataResponse {
                     filled: lease.len,
@@ -373,6 +398,13 @@ impl Inner {
                 told = filled;
             }
             self.counters.short_circuit.fetch_add(r.length, Relaxed);
+            // By host, each byte once, by where it came from: the UFS. (A client whose
+            // lease was refused, the block gone meanwhile, says so.)
+            let why = match ReadReason::from(r.reason()) {
+                ReadReason::LeaseRefused => ReadReason::LeaseRefused,
+                _ => ReadReason::NotCached,
+            };
+            self.counters.count_host(&r.client_host, ReadSource::Ufs, why, r.length);
             // The fill's lease (taken at its commit) lives as long as this receiver.
             return Ok(Held::Fill(rx));
         }
@@ -468,6 +500,7 @@ impl Inner {
             pos += n;
             self.count_served(r.client_local, n);
         }
+        self.count_by_host(r, false, r.length);
         Ok(true)
     }
 
@@ -517,6 +550,7 @@ impl Inner {
             left -= n;
             self.count_served(r.client_local, n);
         }
+        self.count_by_host(r, true, r.length);
         drop(lease);
         Ok(())
     }
@@ -548,6 +582,7 @@ impl Inner {
         if sent != r.length {
             return Err(Error::new(ErrorKind::Ufs, format!("UFS returned {sent} of {} bytes (changed?)", r.length)));
         }
+        self.count_by_host(r, false, sent);
         Ok(())
     }
 

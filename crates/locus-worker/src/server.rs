@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use locus_common::metrics::{ReadReason, ReadSource};
 use locus_common::{Error, ErrorKind};
 use locus_proto::tls::{DataStream, refuse_plain};
 use locus_proto::{accept_auth, pb, read_frame, write_frame};
@@ -109,6 +110,8 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
     // request or until it closes the connection (which also covers a client crash). It
     // is dropped off the runtime: the last lease of a removed block deletes its file.
     let mut held: Option<DropOffRuntime<Held>> = None;
+    // The host of the client holding a lease for many reads, counted when it ends.
+    let mut lease_host = String::new();
     loop {
         let req: pb::DataRequest = match read_frame(sock).await {
             Ok(Some(r)) => r,
@@ -127,6 +130,7 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
             Some(pb::data_request::Req::Lease(l)) => match inner.grant_lease(&l).await {
                 Ok((r, lease)) => {
                     held = Some(DropOffRuntime::new(lease));
+                    lease_host = l.client_host;
                     r
                 }
                 Err(e) => pb::DataResponse::error(&e),
@@ -135,6 +139,12 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
             Some(pb::data_request::Req::LeaseEnd(e)) => {
                 // The reads of a lease held for many (its grant counted none of them).
                 inner.counters.short_circuit.fetch_add(e.bytes_read, std::sync::atomic::Ordering::Relaxed);
+                inner.counters.count_host(
+                    &lease_host,
+                    ReadSource::ShortCircuit,
+                    ReadReason::ShortCircuit,
+                    e.bytes_read,
+                );
                 return;
             }
             _ => pb::DataResponse::error(&Error::invalid("only reads, leases and hello on the Unix socket")),

@@ -13,7 +13,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use cli::{Global, admin, bench, fs, fuse, local, server, sql};
+use cli::{Global, admin, bench, doctor, fs, fuse, local, server, sql};
 
 #[derive(Parser)]
 #[command(name = "locus", version, about = "Locus: a data orchestration layer between compute and storage")]
@@ -53,7 +53,16 @@ enum Cmd {
         /// One JSON object (the same as the status page's /api/report).
         #[arg(long)]
         json: bool,
+        /// Only the client reads by client host: bytes by source (short-circuit, local
+        /// worker, remote worker, UFS) and the share read short-circuit.
+        #[arg(long)]
+        by_host: bool,
     },
+    /// Check the cluster from this host and say what is wrong and how to fix it (master,
+    /// workers, UFS per mount, clocks, free space, open-file limits, the client token,
+    /// the local worker and a short-circuit test read); --reads explains recent reads
+    /// that were not short-circuit. Exits 1 when a check fails.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() {
@@ -98,6 +107,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Fuse(a) => fuse::run(g, a),
         Cmd::Sql(a) => sql::run(g, a),
         Cmd::Bench { cmd } => bench::run(cmd),
-        Cmd::Report { json } => admin::report(g, *json),
+        Cmd::Report { json, by_host } => admin::report(g, *json, *by_host),
+        Cmd::Doctor(a) => doctor::run(g, a),
     }
 }

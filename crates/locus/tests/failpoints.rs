@@ -578,3 +578,54 @@ async fn a_block_stored_while_the_worker_registers_reaches_the_master() {
     assert!(out == data);
     c.shutdown().await;
 }
+
+/// A lease the local worker refuses (the block evicted or moved under the reader, made
+/// to happen by `worker.lease.refuse`): the read goes on over the data path, and both the
+/// client and the worker's count by host say why it was not short-circuit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_lease_is_read_over_the_data_path_and_told() {
+    use locus_common::metrics::ReadReason;
+    use locus_proto::pb;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(16));
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+    std::fs::write(c.data_dir().join("ufs/f.bin"), &data).unwrap();
+    let cl = c.client(ClientConfig { host: "reader".into(), ..Default::default() }).unwrap();
+    let read = || async {
+        let fi = cl.status("/f.bin", true).await.unwrap();
+        let mut out = Vec::new();
+        cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+        out
+    };
+    assert_eq!(read().await, data); // cached now, on the local worker
+    // The fill's commit reaches the master just after the reader's last byte.
+    for _ in 0..100 {
+        if !cl.status("/f.bin", true).await.unwrap().blocks[0].locations.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fail::cfg("worker.lease.refuse", "return").unwrap();
+    assert_eq!(read().await, data);
+    fail::remove("worker.lease.refuse");
+    let n = data.len() as u64;
+    assert_eq!(cl.read_reasons().get(&ReadReason::LeaseRefused), Some(&(1, n)));
+    assert_eq!(cl.read_reasons().get(&ReadReason::ShortCircuit), None);
+    for _ in 0..100 {
+        let r = cl.reads(Duration::ZERO, "reader").await.unwrap();
+        let refused: u64 = r
+            .rows
+            .iter()
+            .filter(|r| r.reason() == pb::ReadReason::LeaseRefused && r.source() == pb::ReadSource::LocalWorker)
+            .map(|r| r.bytes)
+            .sum();
+        if refused == n {
+            c.shutdown().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the worker did not count the refused lease: {:?}", cl.reads(Duration::ZERO, "reader").await.unwrap());
+}

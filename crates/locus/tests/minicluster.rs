@@ -17,6 +17,7 @@ use locus_client::{Client, PutOptions, ReadOptions};
 use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
 use locus_common::config::{ClientConfig, Locality, ReadType, TierAlias, TierConfig, WriteType};
+use locus_common::metrics::ReadReason;
 use locus_proto::pb;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWrite;
@@ -1064,4 +1065,115 @@ async fn a_file_reader_holds_one_lease_per_block() {
     let last = settled(&local).await;
     assert_eq!(last.short_circuit, after.short_circuit, "no lease with short-circuit off");
     assert!(last.local_worker + last.remote_worker > after.local_worker + after.remote_worker);
+}
+
+/// The master's rows for client host `host` once they satisfy `f` (workers send them
+/// with their heartbeats).
+async fn host_rows(
+    c: &Client,
+    host: &str,
+    f: impl Fn(&std::collections::HashMap<(pb::ReadSource, pb::ReadReason), u64>) -> bool,
+) -> std::collections::HashMap<(pb::ReadSource, pb::ReadReason), u64> {
+    let mut last = Default::default();
+    for _ in 0..100 {
+        let r = c.reads(Duration::ZERO, host).await.unwrap();
+        assert!(r.rows.iter().all(|row| row.host == host), "rows of other hosts: {:?}", r.rows);
+        last = r.rows.iter().map(|row| ((row.source(), row.reason()), row.bytes)).collect();
+        if f(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for the reads of {host}: {last:?}");
+}
+
+/// The bytes a client's own account gives `reason`.
+fn told(c: &Client, reason: ReadReason) -> u64 {
+    c.read_reasons().get(&reason).map(|t| t.1).unwrap_or(0)
+}
+
+/// Every reason a read is not short-circuit is told by the client and counted by the
+/// workers under the client's host: a worker on "another host" (its own host name, no
+/// socket this client can reach) beside a local one, each reason made to happen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_reason_a_read_is_not_short_circuit_is_told_and_counted_by_host() {
+    use ReadReason::*;
+    use pb::ReadSource as S;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c =
+        LocalCluster::start(config(dir.path(), 64 << 20, false), &dir.path().join("data"), 2, None).await.unwrap();
+    // Worker 1 lives on "host-b": another name, and no socket visible from here.
+    c.stop_worker(1).await;
+    c.configure_worker(1, |w| {
+        w.host = "host-b".into();
+        w.uds_path = Some("".into());
+    });
+    c.start_worker(1).await.unwrap();
+    c.worker(1).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    let (a, b) = (random(BLOCK as usize), random(BLOCK as usize));
+    std::fs::write(ufs_dir(&c).join("a.bin"), &a).unwrap();
+    std::fs::write(ufs_dir(&c).join("b.bin"), &b).unwrap();
+    let n = BLOCK;
+
+    // Host "here" reads a.bin cold (the local worker fills it: from the UFS), then warm.
+    let here = c.client(ClientConfig { host: "here".into(), ..Default::default() }).unwrap();
+    assert_eq!(sha(&read_all(&here, "/a.bin").await), sha(&a));
+    assert_eq!(told(&here, NotCached), n);
+    assert_eq!(sha(&read_all(&here, "/a.bin").await), sha(&a));
+    assert_eq!(told(&here, ShortCircuit), n);
+    host_rows(&here, "here", |m| {
+        m.get(&(S::Ufs, pb::ReadReason::NotCached)) == Some(&n)
+            && m.get(&(S::ShortCircuit, pb::ReadReason::ShortCircuit)) == Some(&n)
+    })
+    .await;
+
+    // Short-circuit off in the configuration: the local worker serves it over TCP.
+    let off = c.client(ClientConfig { host: "off".into(), short_circuit: false, ..Default::default() }).unwrap();
+    assert_eq!(sha(&read_all(&off, "/a.bin").await), sha(&a));
+    assert_eq!(told(&off, Disabled), n);
+    host_rows(&off, "off", |m| m.get(&(S::LocalWorker, pb::ReadReason::Disabled)) == Some(&n)).await;
+
+    // b.bin cached only on host-b (read while the local worker was down), then read
+    // from here: cached elsewhere.
+    c.stop_worker(0).await;
+    let lonely = c.client(ClientConfig { host: "lonely".into(), ..Default::default() }).unwrap();
+    // No worker answers a socket here and none is named "lonely": no local worker.
+    assert_eq!(sha(&read_all(&lonely, "/b.bin").await), sha(&b));
+    assert_eq!(told(&lonely, NoLocalWorker), n);
+    host_rows(&lonely, "lonely", |m| m.get(&(S::Ufs, pb::ReadReason::NoLocalWorker)) == Some(&n)).await;
+    // A client on host-b, whose worker has no socket it can reach: socket not visible.
+    let on_b = c.client(ClientConfig { host: "host-b".into(), ..Default::default() }).unwrap();
+    assert_eq!(sha(&read_all(&on_b, "/b.bin").await), sha(&b));
+    assert_eq!(told(&on_b, SocketNotVisible), n);
+    // (Its worker names its host: the bytes count as the local worker's.)
+    host_rows(&on_b, "host-b", |m| m.get(&(S::LocalWorker, pb::ReadReason::SocketNotVisible)) == Some(&n)).await;
+    c.start_worker(0).await.unwrap();
+    c.worker(0).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    let fi = here.status("/b.bin", true).await.unwrap();
+    let w1 = c.worker(1).unwrap().id();
+    let at: Vec<u64> = fi.blocks[0].locations.iter().map(|l| l.worker_id).collect();
+    assert_eq!(at, vec![w1], "b.bin is cached on host-b only");
+    assert_eq!(sha(&read_all(&here, "/b.bin").await), sha(&b));
+    assert_eq!(told(&here, CachedElsewhere), n);
+    host_rows(&here, "here", |m| m.get(&(S::RemoteWorker, pb::ReadReason::CachedElsewhere)) == Some(&n)).await;
+
+    // The report's totals by host hold the same, and a window of the last minute too.
+    let rep = here.report().await.unwrap();
+    let hosts: std::collections::BTreeSet<&str> = rep.by_host.iter().map(|r| r.host.as_str()).collect();
+    assert_eq!(hosts, ["here", "host-b", "lonely", "off"].into());
+    let j = locus_proto::by_host_json(&rep.by_host);
+    let here_j = j.as_array().unwrap().iter().find(|h| h["host"] == "here").unwrap();
+    assert_eq!(here_j["bytes"], 3 * n);
+    assert_eq!(here_j["bytes_by_source"]["short_circuit"], n);
+    assert_eq!(here_j["not_short_circuit"]["cached_elsewhere"]["bytes"], n);
+    // Scheduling: block_hosts names the caching host, and for an uncached block the
+    // worker a read would fill it on.
+    let hosts = here.block_hosts(&fi, 0, fi.length).await.unwrap();
+    assert_eq!(hosts, vec![(0, n, vec!["host-b".to_string()])]);
+    std::fs::write(ufs_dir(&c).join("cold.bin"), b"cold").unwrap();
+    let cold = here.status("/cold.bin", true).await.unwrap();
+    let named = here.block_hosts(&cold, 0, cold.length).await.unwrap();
+    assert_eq!(named.len(), 1);
+    assert_eq!(named[0].2.len(), 1, "an uncached block names the one worker it would be filled on: {named:?}");
+    c.shutdown().await;
 }

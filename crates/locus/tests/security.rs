@@ -95,7 +95,12 @@ async fn the_data_path_and_the_socket_refuse_callers_without_credentials() {
     let uds = w.uds_path().unwrap().to_path_buf();
     let mut s = tokio::net::UnixStream::connect(&uds).await.unwrap();
     let lease = pb::DataRequest {
-        req: Some(pb::data_request::Req::Lease(pb::LeaseRequest { block_id: 1, length: 1, promote: false })),
+        req: Some(pb::data_request::Req::Lease(pb::LeaseRequest {
+            block_id: 1,
+            length: 1,
+            promote: false,
+            client_host: String::new(),
+        })),
     };
     write_frame(&mut s, &lease).await.unwrap();
     let r: pb::DataResponse = read_frame(&mut s).await.unwrap().unwrap();

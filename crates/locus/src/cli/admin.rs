@@ -129,21 +129,41 @@ pub async fn unmount(c: &Client, path: &str) -> Result<()> {
     Ok(())
 }
 
-/// `locus report`: workers, capacity, persist backlog, bytes read by source, the cache.
-pub fn report(g: &Global, as_json: bool) -> Result<()> {
+/// `locus report`: workers, capacity, persist backlog, bytes read by source, the cache;
+/// with `by_host`, the client reads by client host.
+pub fn report(g: &Global, as_json: bool, by_host: bool) -> Result<()> {
     let cfg = g.load_config([])?;
     runtime()?.block_on(async move {
         let c = super::client(&cfg)?;
         let r = c.report().await?;
         let mounts = c.mount_table().await?;
         let j = locus_proto::report_json(&r, &mounts);
-        if as_json {
-            println!("{}", serde_json::to_string_pretty(&j)?);
-            return Ok(());
+        match (as_json, by_host) {
+            (true, false) => println!("{}", serde_json::to_string_pretty(&j)?),
+            (true, true) => println!("{}", serde_json::to_string_pretty(&j["by_host"])?),
+            (false, true) => print_by_host(&j["by_host"]),
+            (false, false) => print_report(&j),
         }
-        print_report(&j);
         Ok(())
     })
+}
+
+/// The client reads by host: bytes by source and the share read short-circuit.
+fn print_by_host(hosts: &serde_json::Value) {
+    println!("Client reads by host, since the master started (as of the workers' last heartbeats):");
+    print!("  {:<24} {:>8}", "host", "reads");
+    for s in ReadSource::ALL {
+        print!(" {:>14}", s.label());
+    }
+    println!(" {:>14}", "short-circuit %");
+    for h in hosts.as_array().into_iter().flatten() {
+        print!("  {:<24} {:>8}", h["host"].as_str().unwrap_or(""), h["reads"]);
+        for s in ReadSource::ALL {
+            print!(" {:>14}", human(h["bytes_by_source"][s.as_str()].as_u64().unwrap_or(0)));
+        }
+        println!(" {:>14.1}", h["short_circuit_share"].as_f64().unwrap_or(0.0) * 100.0);
+    }
+    println!("Why reads were not short-circuit: locus doctor --reads");
 }
 
 fn print_report(j: &serde_json::Value) {

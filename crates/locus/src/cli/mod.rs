@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod bench;
 pub mod compute;
+pub mod doctor;
 pub mod fs;
 pub mod fuse;
 pub mod inventory;

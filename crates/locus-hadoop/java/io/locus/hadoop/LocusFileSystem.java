@@ -36,7 +36,8 @@ import org.apache.hadoop.util.Progressable;
  *       read and per chunk written, 4 MiB each by default.
  * </ul>
  *
- * <p>{@code getFileBlockLocations} names, per block, the hosts of the workers caching it.
+ * <p>{@code getFileBlockLocations} names, per block, the hosts of the workers caching it (for a
+ * block no worker caches, the worker a read would fill it on).
  * Not supported: append, concat, permissions and owners (every file is reported as the
  * current user's, 0644/0755), hflush/hsync before close.
  */

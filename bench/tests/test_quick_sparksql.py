@@ -1,0 +1,79 @@
+"""Checks the output of a quick Spark SQL locality study (`bench/run seed-sparksql --quick`),
+and the study's report helpers on made-up input.
+
+scripts/test runs the quick study, then this module with SPARKSQL_QUICK_DIR set to its
+output directory. Without it, the output checks are skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import seed_sparksql as study  # noqa: E402
+
+OUT = os.environ.get("SPARKSQL_QUICK_DIR")
+quick = pytest.mark.skipif(not OUT, reason="SPARKSQL_QUICK_DIR is not set (no quick seed-sparksql run)")
+
+
+def _raw() -> dict:
+    [js] = list(Path(OUT).glob("seed-sparksql-quick-*.json"))
+    return json.loads(js.read_text())
+
+
+@quick
+def test_every_path_ran_every_query_and_results_agree():
+    raw = _raw()
+    s = raw["summary"]
+    assert s["agree"], s
+    for r in s["rows"]:
+        for p in raw["paths"]:
+            assert len(r[p]) == raw["runs"], (p, r)
+            assert all(t > 0 for t in r[p])
+
+
+@quick
+def test_warm_locus_reads_were_short_circuit_on_every_host():
+    """The quick mode's point: after the first run, Spark on locus:// placed its tasks on
+    the hosts caching the blocks, and their reads were short-circuit (workers' counts)."""
+    raw = _raw()
+    hosts = set(raw["host_ips"])
+    warm = [r for r in raw["results"]["runs"] if r["path"] == "locus" and r["run"] > 0]
+    assert warm
+    read_by = {h for r in warm for h, d in r["reads"].items() if h in hosts and sum(d.values()) > 0}
+    assert read_by == hosts, f"every host reads: {read_by} of {hosts}"
+    for r in raw["summary"]["rows"]:
+        assert r["warm_sc_share"] is not None and r["warm_sc_share"] >= 0.95, r
+    # Spark saw its tasks as node-local too.
+    tasks = study._sum_tasks(raw["results"]["locality"]["locus"])
+    assert tasks.get("NODE_LOCAL", 0) + tasks.get("PROCESS_LOCAL", 0) > 0, tasks
+
+
+def test_summary_and_locality_from_made_up_runs(tmp_path):
+    run = lambda p, q, i, s, reads=None: {"path": p, "q": q, "run": i, "seconds": s, "rows": 4,  # noqa: E731
+                                          "checksum": 10.0, "reads": reads or {}}
+    sc = {"10.79.1.11": {"short_circuit": 95, "local_worker": 0, "remote_worker": 5, "ufs": 0}}
+    raw = {"queries": [1], "runs": 2, "paths": ["direct", "locus", "local"], "host_ips": ["10.79.1.11"],
+           "results": {"runs": [run("direct", 1, 0, 10), run("direct", 1, 1, 8), run("locus", 1, 0, 10.3),
+                                run("locus", 1, 1, 2, sc), run("local", 1, 0, 2), run("local", 1, 1, 1.9)],
+                       "locality": {}}}
+    s = study.summarize(raw)
+    assert s["agree"] and s["rows"][0]["warm_sc_share"] == 0.95
+    goals = {g[0]: g[1] for g in s["goals"]}
+    assert abs(goals["first run, locus:// / direct s3a"] - 1.03) < 1e-9
+    assert abs(goals["warm locus:// / local copies (floor)"] - 2 / 1.9) < 1e-9
+    # An event log: a job of group q1-r0 with two stages, three tasks.
+    ev = tmp_path / "app-1"
+    lines = [{"Event": "SparkListenerJobStart", "Stage IDs": [0, 1], "Properties": {"spark.jobGroup.id": "q1-r0"}},
+             {"Event": "SparkListenerTaskEnd", "Stage ID": 0, "Task Info": {"Locality": "NODE_LOCAL"},
+              "Task Metrics": {"Input Metrics": {"Bytes Read": 100}}},
+             {"Event": "SparkListenerTaskEnd", "Stage ID": 1, "Task Info": {"Locality": "ANY"}},
+             {"Event": "SparkListenerTaskEnd", "Stage ID": 0, "Task Info": {"Locality": "NODE_LOCAL"}},
+             {"Event": "SparkListenerTaskEnd", "Stage ID": 9, "Task Info": {"Locality": "ANY"}}]
+    ev.write_text("\n".join(json.dumps(x) for x in lines))
+    loc = study.task_locality(tmp_path)
+    assert loc == {"q1-r0": {"tasks": {"NODE_LOCAL": 2, "ANY": 1}, "input_bytes": 100}}
