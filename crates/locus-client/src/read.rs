@@ -196,8 +196,9 @@ impl Client {
                 ufs_path: fi.ufs_path.clone(),
                 read_type: pb::ReadType::from(read_type).into(),
                 // Attribution only: a worker whose socket this client cannot reach but
-                // that names this client's host still serves it from the same host.
-                client_local: local || w.host == self.cfg.host,
+                // that names this client's host still serves it from the same host
+                // (unless the client is told to treat every worker as remote).
+                client_local: local || (self.cfg.locality == Locality::Auto && w.host == self.cfg.host),
                 load_only: false,
                 fingerprint: fi.fingerprint.clone(),
                 client_host: self.cfg.host.clone(),
