@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
-use locus_common::config::Locality;
+use locus_common::config::{FillPlacement, Locality};
 use locus_common::{Error, Result};
 use locus_proto::tls::DataStream;
 use locus_proto::{authenticate, exchange, pb};
@@ -94,17 +94,20 @@ impl Client {
         }
     }
 
-    /// Worker to fill a block that no worker holds: a co-located one if any, else one
-    /// chosen by hashing the block id (so repeated reads meet the same cache).
+    /// Worker to fill a block that no worker holds: a co-located one if any (unless
+    /// `client.fill` is `named`), else one chosen by hashing the block id (so repeated
+    /// reads meet the same cache, and the block lands where `block_hosts` named it).
     pub(crate) async fn pick_worker(&self, block_id: u64, exclude: &HashSet<u64>) -> Result<pb::WorkerAddress> {
         let ws: Vec<pb::WorkerAddress> =
             self.workers(!exclude.is_empty()).await?.into_iter().filter(|w| !exclude.contains(&w.worker_id)).collect();
         if ws.is_empty() {
             return Err(Error::unavailable("no live workers"));
         }
-        for w in &ws {
-            if self.is_local(w).await {
-                return Ok(w.clone());
+        if self.cfg.fill != Some(FillPlacement::Named) {
+            for w in &ws {
+                if self.is_local(w).await {
+                    return Ok(w.clone());
+                }
             }
         }
         Ok(fill_worker(block_id, &ws).expect("not empty").clone())
@@ -113,9 +116,10 @@ impl Client {
     /// Where the blocks of `fi` overlapping `[start, end)` are, for schedulers (the
     /// Hadoop connector's `getFileBlockLocations`): each block's offset, length and the
     /// host names of the live workers caching it. A block no worker caches names the
-    /// worker a read would fill it on when no worker shares the reader's host, so a
-    /// first run already places its tasks where the data will land (and a task placed
-    /// there fills on that host's worker). `fi` must carry its blocks.
+    /// worker a read fills it on with `client.fill = named` (the Hadoop connector's), and
+    /// with `local` when no worker shares the reader's host: so a first run already
+    /// places its tasks where the data will land, and a task run elsewhere does not move
+    /// it. `fi` must carry its blocks.
     pub async fn block_hosts(&self, fi: &pb::FileInfo, start: u64, end: u64) -> Result<Vec<(u64, u64, Vec<String>)>> {
         let workers = self.workers(false).await?;
         let mut out = Vec::new();

@@ -345,6 +345,21 @@ pub enum Locality {
     Remote,
 }
 
+/// Where a read fills a block that no worker caches.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FillPlacement {
+    /// On the worker of the reader's host when there is one (its later reads there are
+    /// short-circuit), else the one the block's location names.
+    Local,
+    /// On the worker the block's location names to schedulers (the block id's hash over
+    /// the live workers, as `getFileBlockLocations` gives it), wherever the reader is: a
+    /// task a scheduler ran elsewhere (a schema inference, a task at locality ANY) does
+    /// not move the block away from where the scheduler, which keeps the locations it
+    /// listed, will send the next tasks.
+    Named,
+}
+
 /// Client settings.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -353,6 +368,10 @@ pub struct ClientConfig {
     pub read_type: ReadType,
     /// Read blocks of co-located workers straight from their block files (under a lease). Default `true`.
     pub short_circuit: bool,
+    /// Where a read fills a block no worker caches (`local` or `named`). Default: the
+    /// front end's, `named` for the Hadoop connector (schedulers place tasks by the
+    /// locations it gives), `local` for the rest.
+    pub fill: Option<FillPlacement>,
     /// Which workers count as local. Default `auto`.
     pub locality: Locality,
     /// The host name this client reports with its reads, so that they are counted by host
@@ -387,6 +406,7 @@ impl Default for ClientConfig {
         ClientConfig {
             read_type: ReadType::Cache,
             short_circuit: true,
+            fill: None,
             locality: Locality::Auto,
             host: default_host(),
             rpc_timeout: Duration::from_secs(30),

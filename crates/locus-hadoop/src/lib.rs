@@ -40,7 +40,10 @@ impl Ctx {
             token_file: set(token_file),
             ca_file: set(ca_file),
         };
-        let cfg = opts.config()?;
+        let mut cfg = opts.config()?;
+        // Schedulers place tasks by the locations this connector gives: a block is filled
+        // where they were told it would be (`client.fill`), unless configured otherwise.
+        cfg.client.fill.get_or_insert(locus_common::config::FillPlacement::Named);
         let rt = locus_client::embedded_runtime("locus-hadoop")?;
         let client = {
             let _g = rt.enter();

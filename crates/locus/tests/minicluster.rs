@@ -16,7 +16,7 @@ use futures::StreamExt;
 use locus_client::{Client, PutOptions, ReadOptions};
 use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
-use locus_common::config::{ClientConfig, Locality, ReadType, TierAlias, TierConfig, WriteType};
+use locus_common::config::{ClientConfig, FillPlacement, Locality, ReadType, TierAlias, TierConfig, WriteType};
 use locus_common::metrics::ReadReason;
 use locus_proto::pb;
 use sha2::{Digest, Sha256};
@@ -1175,5 +1175,27 @@ async fn every_reason_a_read_is_not_short_circuit_is_told_and_counted_by_host() 
     let named = here.block_hosts(&cold, 0, cold.length).await.unwrap();
     assert_eq!(named.len(), 1);
     assert_eq!(named[0].2.len(), 1, "an uncached block names the one worker it would be filled on: {named:?}");
+    // A reader with `client.fill = named` (the Hadoop connector's) fills it there, even
+    // where a worker shares its host.
+    let sched = c
+        .client(ClientConfig { host: "sched".into(), fill: Some(FillPlacement::Named), ..Default::default() })
+        .unwrap();
+    assert_eq!(read_all(&sched, "/cold.bin").await, b"cold");
+    let workers = sched.workers(true).await.unwrap();
+    let mut landed = Vec::new();
+    for _ in 0..100 {
+        let fi = sched.status("/cold.bin", true).await.unwrap();
+        landed = fi.blocks[0]
+            .locations
+            .iter()
+            .filter_map(|l| workers.iter().find(|w| w.worker_id == l.worker_id))
+            .map(|w| w.host.clone())
+            .collect();
+        if !landed.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(landed, named[0].2, "the block landed where block_hosts named it");
     c.shutdown().await;
 }
