@@ -25,14 +25,13 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from netstage import free_port  # noqa: E402
+from netstage import free_port, stop_groups  # noqa: E402
 
 
 def sh(*cmd: str):
@@ -287,26 +286,7 @@ class SimCluster:
 def stop(st: dict, state_file: Path | None = None):
     """Undo what `up` made, as its state records it: processes by PID (their groups), then
     the mount namespaces (their tmpfs go with them), the network namespaces and the bridge."""
-    for pid in reversed(st.get("pids", [])):
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        for _ in range(100):
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            try:
-                os.killpg(pid, 0)
-                time.sleep(0.05)
-            except ProcessLookupError:
-                break
-        else:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    stop_groups(st.get("pids", []))
     for m in st.get("mounts", []):
         subprocess.run(["umount", "-l", m], capture_output=True)
     for ns in st.get("netns", []):

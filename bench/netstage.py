@@ -162,18 +162,16 @@ def up(profile: str, minio: str, data: Path, state_file: Path, listen_host: str 
     return st
 
 
-def down(state_file: Path):
-    if not state_file.exists():
-        return
-    st = json.loads(state_file.read_text())
-    for pid in reversed(st.get("pids", [])):
+def stop_groups(pids: list[int]):
+    """Stop the process groups led by `pids` (started with start_new_session), the last
+    first: SIGTERM, up to 5 s, then SIGKILL."""
+    for pid in reversed(pids):
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
         for _ in range(100):
-            # Reap it if it is our child (up() ran in this process): a zombie still counts
-            # as a member of its group.
+            # Reap it if it is our child: a zombie still counts as a member of its group.
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             try:
@@ -186,6 +184,13 @@ def down(state_file: Path):
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def down(state_file: Path):
+    if not state_file.exists():
+        return
+    st = json.loads(state_file.read_text())
+    stop_groups(st.get("pids", []))
     if st.get("ns"):
         # Deleting the namespace deletes its veth end, which deletes the pair and both qdiscs.
         for _ in range(20):

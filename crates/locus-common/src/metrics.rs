@@ -11,6 +11,10 @@ pub const EVICTIONS: &str = "locus_evictions_total";
 /// many rows by host as it will (a bound on their memory).
 pub const OTHER_HOSTS: &str = "(other hosts)";
 
+/// A client host, where its bytes came from, and why they were not short-circuit: the
+/// key reads are counted by host under (workers, the master).
+pub type HostKey = (String, ReadSource, ReadReason);
+
 /// Where a read byte came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -9,16 +9,13 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use locus_common::metrics::{OTHER_HOSTS, ReadReason, ReadSource};
+use locus_common::metrics::{HostKey, OTHER_HOSTS};
 use locus_proto::pb;
 
 use crate::*;
 
 /// The longest a `CheckUfs` probe of one mount may take.
 const UFS_CHECK_LIMIT: Duration = Duration::from_secs(5);
-
-/// A client host, where its bytes came from, and why they were not short-circuit.
-pub(crate) type HostKey = (String, ReadSource, ReadReason);
 
 /// Block reads and bytes.
 type Tally = (u64, u64);
@@ -59,24 +56,11 @@ fn add(m: &mut BTreeMap<HostKey, Tally>, k: &HostKey, d: Tally) {
 
 /// A worker's rows as a map.
 pub(crate) fn rows_of(v: &[pb::HostReads]) -> HashMap<HostKey, Tally> {
-    v.iter()
-        .filter_map(|r| {
-            let source = r.source().typed()?;
-            Some(((r.host.clone(), source, ReadReason::from(r.reason())), (r.reads, r.bytes)))
-        })
-        .collect()
+    v.iter().filter_map(|r| Some((r.key()?, (r.reads, r.bytes)))).collect()
 }
 
 fn to_pb(m: &BTreeMap<HostKey, Tally>) -> Vec<pb::HostReads> {
-    m.iter()
-        .map(|((host, source, reason), (reads, bytes))| pb::HostReads {
-            host: host.clone(),
-            source: pb::ReadSource::from(*source).into(),
-            reason: pb::ReadReason::from(*reason).into(),
-            reads: *reads,
-            bytes: *bytes,
-        })
-        .collect()
+    m.iter().map(|(k, t)| pb::HostReads::row(k, *t)).collect()
 }
 
 impl ReadLog {
@@ -178,6 +162,7 @@ impl Master {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use locus_common::metrics::{ReadReason, ReadSource};
 
     fn key(h: &str, s: ReadSource, r: ReadReason) -> HostKey {
         (h.into(), s, r)

@@ -5,7 +5,7 @@
 use locus_common::ErrorKind;
 use locus_common::config::{ReadType, TierAlias, WriteType};
 use locus_common::job::{JobState, JobStatus};
-use locus_common::metrics::{ReadReason, ReadSource};
+use locus_common::metrics::{HostKey, ReadReason, ReadSource};
 
 use crate::pb;
 
@@ -241,6 +241,24 @@ impl pb::ReadSource {
             pb::ReadSource::RemoteWorker => Some(ReadSource::RemoteWorker),
             pb::ReadSource::Ufs => Some(ReadSource::Ufs),
         }
+    }
+}
+
+impl pb::HostReads {
+    /// The row of `key`: `reads` block reads of `bytes` bytes.
+    pub fn row((host, source, reason): &HostKey, (reads, bytes): (u64, u64)) -> pb::HostReads {
+        pb::HostReads {
+            host: host.clone(),
+            source: pb::ReadSource::from(*source).into(),
+            reason: pb::ReadReason::from(*reason).into(),
+            reads,
+            bytes,
+        }
+    }
+
+    /// The row's key; `None` for a source this build does not know.
+    pub fn key(&self) -> Option<HostKey> {
+        Some((self.host.clone(), self.source().typed()?, ReadReason::from(self.reason())))
     }
 }
 

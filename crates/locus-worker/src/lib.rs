@@ -20,7 +20,7 @@ use std::time::Duration;
 use locus_blockstore::BlockStore;
 use locus_common::config::{TierAlias, TierConfig, WorkerConfig};
 use locus_common::job::Job;
-use locus_common::metrics::{OTHER_HOSTS, ReadReason, ReadSource};
+use locus_common::metrics::{HostKey, OTHER_HOSTS, ReadReason, ReadSource};
 use locus_common::security::{Secret, Verifier};
 use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
@@ -61,9 +61,6 @@ struct Counters {
     by_host: Mutex<HashMap<HostKey, (u64, u64)>>,
 }
 
-/// A client host, where its bytes came from, and why they were not short-circuit.
-type HostKey = (String, ReadSource, ReadReason);
-
 /// Distinct (host, source, reason) rows a worker keeps; reads of hosts past it are
 /// counted under [`OTHER_HOSTS`], so a caller naming random hosts cannot grow the map.
 const MAX_HOST_ROWS: usize = 4096;
@@ -93,17 +90,7 @@ impl Counters {
 
     /// The rows as the heartbeat sends them.
     fn host_reads(&self) -> Vec<pb::HostReads> {
-        self.by_host
-            .lock()
-            .iter()
-            .map(|((host, source, reason), (reads, bytes))| pb::HostReads {
-                host: host.clone(),
-                source: pb::ReadSource::from(*source).into(),
-                reason: pb::ReadReason::from(*reason).into(),
-                reads: *reads,
-                bytes: *bytes,
-            })
-            .collect()
+        self.by_host.lock().iter().map(|(k, t)| pb::HostReads::row(k, *t)).collect()
     }
 }
 
