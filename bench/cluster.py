@@ -253,9 +253,13 @@ class SimCluster:
         self.spawn(0, "spark-master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", self.ip(0),
                                        "--port", str(port), "--webui-port", str(web)], senv)
         for k in range(1, self.hosts + 1):
+            # JAVA_TOOL_OPTIONS reaches the executors (they inherit the worker's
+            # environment): an Alluxio client there names itself by the host's address,
+            # as its worker does, or it would not know the worker is local.
             wenv = dict(self.client_env(k), SPARK_HOME=str(home), SPARK_LOCAL_IP=self.ip(k),
                         SPARK_LOCAL_HOSTNAME=self.ip(k), SPARK_NO_DAEMONIZE="1",
-                        SPARK_WORKER_DIR=str(self.dir / "host" / "spark"))
+                        SPARK_WORKER_DIR=str(self.dir / "host" / "spark"),
+                        JAVA_TOOL_OPTIONS=f"-Dalluxio.user.hostname={self.ip(k)}")
             self.spawn(k, f"spark-worker-h{k}", [
                 spark_class, "org.apache.spark.deploy.worker.Worker", self.st["spark"], "--host", self.ip(k),
                 "--cores", "1", "--memory", "1g", "--webui-port", "0"], wenv)
@@ -278,6 +282,100 @@ class SimCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"cluster: the Spark workers did not register:\n{self.log_tail()}")
             time.sleep(0.5)
+
+    # -- Alluxio 2.9.6 on the same hosts (the study's peer) ---------------------------------
+    ALLUXIO_MASTER_PORT, ALLUXIO_WEB_PORT = 19998, 19999
+    # Not Alluxio's default 29999/30000: the Locus worker holds 29999 on each host.
+    ALLUXIO_WORKER_PORT, ALLUXIO_WORKER_WEB_PORT = 29989, 30010
+
+    def start_alluxio(self, home: Path, ufs: str, site: dict, mem: str, block_size: str) -> dict:
+        """Alluxio 2.9.6, its jars resolved in `home` (bench/alluxio/alluxio-up.sh HOME
+        --resolve-only): its master on the master host, a worker on every host with its MEM
+        tier on that host's tmpfs, each named by the host's address (as Spark's executors
+        are). `site`: extra properties (the UFS's credentials: the file is mode 600).
+        Returns what a client needs: `url`, `java_options`, `jar`, `metrics`."""
+        home = Path(home)
+        d = self.dir / "alluxio"
+        for sub in ("conf", "journal", "home"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs" / "alluxio").mkdir(exist_ok=True)
+        quota = mem.replace("iB", "B")
+        ip0 = self.ip(0)
+        props = {
+            "alluxio.master.hostname": ip0, "alluxio.master.bind.host": ip0, "alluxio.master.web.bind.host": ip0,
+            "alluxio.master.rpc.port": self.ALLUXIO_MASTER_PORT, "alluxio.master.web.port": self.ALLUXIO_WEB_PORT,
+            "alluxio.worker.rpc.port": self.ALLUXIO_WORKER_PORT, "alluxio.worker.web.port": self.ALLUXIO_WORKER_WEB_PORT,
+            "alluxio.master.update.check.enabled": "false", "alluxio.master.journal.type": "UFS",
+            "alluxio.master.journal.folder": d / "journal", "alluxio.master.mount.table.root.ufs": ufs,
+            "alluxio.security.authentication.type": "NOSASL",
+            "alluxio.security.authorization.permission.enabled": "false",
+            "alluxio.user.short.circuit.enabled": "true", "alluxio.user.block.size.bytes.default": block_size.replace("iB", "B"),
+            "alluxio.worker.ramdisk.size": quota, "alluxio.worker.tieredstore.levels": 1,
+            "alluxio.worker.tieredstore.level0.alias": "MEM", "alluxio.worker.tieredstore.level0.dirs.mediumtype": "MEM",
+            "alluxio.worker.tieredstore.level0.dirs.path": self.dir / "host" / "alluxio-mem",
+            "alluxio.worker.tieredstore.level0.dirs.quota": quota,
+            "alluxio.user.metrics.collection.enabled": "true", "alluxio.user.metrics.heartbeat.interval": "1sec",
+            **site}
+        conf = d / "conf" / "alluxio-site.properties"
+        conf.touch(mode=0o600)
+        conf.chmod(0o600)
+        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (d / "conf" / "log4j.properties").write_text(
+            "log4j.rootLogger=WARN, console\nlog4j.appender.console=org.apache.log4j.ConsoleAppender\n"
+            "log4j.appender.console.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n\n"
+            "log4j.logger.alluxio.master.AlluxioMasterProcess=INFO\n")
+        cp = (home / "cp.txt").read_text().strip()
+        jopts = ["-Dcom.amazonaws.sdk.disableEc2Metadata=true", f"-Dalluxio.conf.dir={d / 'conf'}",
+                 f"-Dalluxio.logs.dir={self.dir / 'logs' / 'alluxio'}",
+                 f"-Dlog4j.configuration=file:{d / 'conf' / 'log4j.properties'}"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCUS_", "JAVA_TOOL_OPTIONS"))}
+        fmt = subprocess.run(["java", *jopts, f"-Dalluxio.home={d / 'home'}", "-cp", cp, "alluxio.cli.Format", "master"],
+                             capture_output=True, text=True, env=env)
+        if fmt.returncode != 0:
+            raise RuntimeError(f"cluster: Alluxio's master format failed: {fmt.stderr[-2000:]}")
+        pids = [self.spawn(0, "alluxio-master", ["java", "-Xmx1g", "-Dalluxio.logger.type=MASTER_LOGGER", *jopts,
+                                                 f"-Dalluxio.home={d / 'home'}", "-cp", cp,
+                                                 "alluxio.master.AlluxioMaster"], env)]
+        for k in range(1, self.hosts + 1):
+            ip = self.ip(k)
+            pids.append(self.spawn(k, f"alluxio-worker-h{k}", [
+                "java", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-Dalluxio.logger.type=WORKER_LOGGER", *jopts,
+                f"-Dalluxio.home={self.dir / 'host' / 'alluxio-home'}", f"-Dalluxio.worker.hostname={ip}",
+                f"-Dalluxio.worker.bind.host={ip}", f"-Dalluxio.worker.web.bind.host={ip}",
+                f"-Dalluxio.user.hostname={ip}", "-cp", cp, "alluxio.worker.AlluxioWorker"], env))
+        self.st["alluxio_pids"] = pids
+        self._save()
+        metrics = f"http://{ip0}:{self.ALLUXIO_WEB_PORT}"
+        self.wait_alluxio_workers(metrics)
+        client = ["-Dalluxio.master.hostname=" + ip0, "-Dalluxio.security.authentication.type=NOSASL",
+                  "-Dalluxio.user.short.circuit.enabled=true", "-Dalluxio.user.metrics.collection.enabled=true",
+                  "-Dalluxio.user.metrics.heartbeat.interval=1sec"]
+        jar = next((home / "client").glob("alluxio-shaded-client-*.jar"))
+        return {"url": f"alluxio://{ip0}:{self.ALLUXIO_MASTER_PORT}", "java_options": " ".join(client),
+                "jar": str(jar), "metrics": metrics}
+
+    def wait_alluxio_workers(self, web: str, timeout: float = 120):
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{web}/api/v1/master/info", timeout=2) as r:
+                    if len(json.loads(r.read()).get("workers", [])) >= self.hosts:
+                        return
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster: the Alluxio workers did not register:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def stop_alluxio(self):
+        """Stop the Alluxio processes (the rest of the cluster runs on)."""
+        pids = self.st.pop("alluxio_pids", [])
+        stop_groups(pids)
+        self.st["pids"] = [p for p in self.st["pids"] if p not in pids]
+        self._save()
 
     def stop(self):
         stop(self.st, self.state_file)

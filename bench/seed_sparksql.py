@@ -8,13 +8,16 @@ study ran four), in one application per path:
   direct   Spark s3a straight on MinIO;
   locus    Spark on locus:// (the Hadoop connector; a first run fills the cache);
   gateway  Spark s3a through the Locus S3 gateway (on the master host);
+  alluxio  Spark on alluxio:// (Alluxio 2.9.6 on the same hosts: its master on the
+           master host, a worker with a MEM tier on each host, short-circuit on; started
+           for this path only, its root the same bucket);
   local    the floor: Spark on a Parquet copy on each host's tmpfs (file://).
 
 Reported per query and run: the time; for the Locus paths the bytes each host read by
 source, from the workers' attribution (`locus report --by-host` before and after), and
-the share short-circuit; for every path Spark's task locality levels (its event log).
-Results agree across paths (row counts and a checksum of each result). Alluxio 2.9.6 on
-the same hosts is not run yet (the study's peer): the table says so.
+the share short-circuit (for Alluxio, its cluster metrics: bytes read local, remote and
+from the UFS); for every path Spark's task locality levels (its event log). Results agree
+across paths (row counts and a checksum of each result). A chart (PNG) goes with the table.
 
 Run it with `bench/run seed-sparksql [--quick] [--sf N] [--hosts 2|3] [--runs 4]`. --quick
 (CI): 2 hosts, scale factor 0.01, queries 1, 3 and 6, 2 runs, and a check that the warm
@@ -47,7 +50,8 @@ from seed_linecount import code_version, machine_facts, parse_size  # noqa: E402
 from tpch import QUERIES, TABLES  # noqa: E402
 
 BUCKET, MOUNT = "tpch", "/tpch"
-PATHS = ["direct", "locus", "gateway", "local"]
+PATHS = ["direct", "locus", "gateway", "alluxio", "local"]
+ALLUXIO_VERSION = "2.9.6"
 GW_KEY = "locusadmin"
 
 
@@ -115,7 +119,12 @@ def checksum(rows) -> float:
 
 def snapshot(args: dict, settle: bool = False) -> dict:
     """Client reads by host, from the master (after the workers' next heartbeats when
-    `settle`); {} for paths that do not go through Locus."""
+    `settle`); for Alluxio, its cluster's read metrics under "(alluxio)"; {} for paths that
+    go through neither."""
+    if args.get("alluxio_metrics"):
+        if settle:
+            time.sleep(5)  # the clients' and workers' metrics heartbeats (1 s), and the master's sum
+        return {"(alluxio)": alluxio_reads(args["alluxio_metrics"])}
     if not args.get("locus_bin"):
         return {}
     if settle:
@@ -124,6 +133,26 @@ def snapshot(args: dict, settle: bool = False) -> dict:
     if r.returncode != 0:
         return {}
     return {h["host"]: h["bytes_by_source"] for h in json.loads(r.stdout)}
+
+
+ALLUXIO_READS = {"short_circuit": "Cluster.BytesReadLocal", "worker": "Cluster.BytesReadRemote",
+                 "ufs": "Cluster.BytesReadUfsAll"}
+
+
+def alluxio_reads(web: str) -> dict:
+    """Alluxio's cluster-wide read counters (its master's /metrics/json): bytes clients read
+    short-circuit, bytes workers served over the network, bytes workers read from the UFS."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{web}/metrics/json/", timeout=10) as r:
+        m = json.loads(r.read())
+    flat: dict[str, float] = {}
+    for group in m.values():
+        if isinstance(group, dict):
+            for k, v in group.items():
+                if isinstance(v, dict):
+                    flat[k] = v.get("value", v.get("count", 0)) or 0
+    return {src: int(flat.get(name, 0)) for src, name in ALLUXIO_READS.items()}
 
 
 def delta(before: dict, after: dict) -> dict:
@@ -259,15 +288,35 @@ def run(a) -> dict:
             "gateway": (f"s3a://{BUCKET}", s3a(f"http://{gw}", GW_KEY, GW_KEY)),
             "local": (f"file://{sim.dir / 'host' / 'tpch'}", {}),
         }
+        if "alluxio" in a.paths:
+            r = subprocess.run([str(HERE / "alluxio" / "alluxio-up.sh"), a.alluxio_dir, "--resolve-only"],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"seed-sparksql: Alluxio's jars did not resolve: {r.stderr[-3000:]}")
         results: dict = {"runs": [], "locality": {}}
         for path in a.paths:
-            base, conf = bases[path]
+            base, conf = bases.get(path, ("", {}))
+            cp, metrics = classpath, ""
+            if path == "alluxio":
+                t = time.monotonic()
+                al = sim.start_alluxio(Path(a.alluxio_dir), f"s3://{BUCKET}/", {
+                    "s3a.accessKeyId": "minioadmin", "s3a.secretKey": "minioadmin",
+                    "alluxio.underfs.s3.endpoint": endpoint, "alluxio.underfs.s3.endpoint.region": "us-east-1",
+                    "alluxio.underfs.s3.disable.dns.buckets": "true", "alluxio.underfs.s3.inherit.acl": "false"},
+                    a.mem, a.block_size)
+                cleanups.append(sim.stop_alluxio)
+                log(f"Alluxio {ALLUXIO_VERSION} up in {time.monotonic() - t:.0f} s: {al['url']}")
+                base, cp, metrics = al["url"], f"{classpath}:{al['jar']}", al["metrics"]
+                conf = {"spark.hadoop.fs.alluxio.impl": "alluxio.hadoop.FileSystem",
+                        "spark.driver.extraJavaOptions": f"{al['java_options']} -Dalluxio.user.hostname={sim.ip(0)}",
+                        "spark.executor.extraJavaOptions": al["java_options"]}
             events = work / "events" / path
             events.mkdir(parents=True)
-            args = {"path": path, "master": sim.st["spark"], "ip": sim.ip(0), "classpath": classpath,
+            args = {"path": path, "master": sim.st["spark"], "ip": sim.ip(0), "classpath": cp,
                     "executor_memory": a.executor_memory, "hosts": a.hosts, "event_dir": f"file://{events}",
                     "split": str(parse_size(a.block_size)), "conf": conf, "base": base, "queries": a.queries, "runs": a.runs,
-                    "locus_bin": a.locus_bin if path in ("locus", "gateway") else "", "heartbeat_s": 0.5}
+                    "locus_bin": a.locus_bin if path in ("locus", "gateway") else "", "heartbeat_s": 0.5,
+                    "alluxio_metrics": metrics}
             log(f"{path}: {len(a.queries)} queries x {a.runs} runs")
             env = sim.client_env(0, {"SPARK_LOCAL_IP": sim.ip(0), "PYSPARK_PYTHON": a.python})
             p = subprocess.run([a.python, __file__, "driver", json.dumps(args)], capture_output=True, text=True,
@@ -278,6 +327,8 @@ def run(a) -> dict:
                 if line.startswith("{"):
                     results["runs"].append(dict(json.loads(line), path=path))
             results["locality"][path] = task_locality(events)
+            if path == "alluxio":
+                sim.stop_alluxio()
         return {"sf": a.sf, "hosts": a.hosts, "bytes": total, "queries": a.queries, "runs": a.runs,
                 "paths": a.paths, "results": results, "block_size": a.block_size,
                 "machine": machine_facts(a.profile), "code": code_version(),
@@ -320,6 +371,13 @@ def summarize(raw: dict) -> dict:
                     tot += sum(d.values())
                     sc += d.get("short_circuit", 0)
         row["warm_sc_share"] = sc / tot if tot else None
+        # Alluxio's cluster metrics: bytes its clients read short-circuit, of all its
+        # clients read from it (short-circuit or from a worker).
+        al = [by[("alluxio", q, i)]["reads"].get("(alluxio)", {}) for i in range(1, raw["runs"])
+              if ("alluxio", q, i) in by]
+        al_sc, al_tot = sum(d.get("short_circuit", 0) for d in al), sum(
+            d.get("short_circuit", 0) + d.get("worker", 0) for d in al)
+        row["alluxio_warm_sc_share"] = al_sc / al_tot if al_tot else None
         rows.append(row)
     first = lambda p: sum(r[p][0] for r in rows if r.get(p))  # noqa: E731
     warm = lambda p: sum(median(r[p][1:]) for r in rows if len(r.get(p, [])) > 1)  # noqa: E731
@@ -335,12 +393,19 @@ def summarize(raw: dict) -> dict:
         # The speed-up the floor allows, less the 1.15 the floor goal grants.
         allowed = warm("direct") / warm("local") / 1.15
         goals.append(("warm direct / locus:// (speed-up)", warm("direct") / warm("locus"), f">= {allowed:.3f}"))
+    if "alluxio" in raw["paths"] and "locus" in raw["paths"]:
+        both = [r for r in rows if r.get("alluxio") and r.get("locus")]
+        goals.append(("first run, locus:// / alluxio:// (slowest query)",
+                      max(r["locus"][0] / r["alluxio"][0] for r in both), "< 1"))
+        if raw["runs"] > 1:
+            goals.append(("warm, locus:// / alluxio:// (slowest query)",
+                          max(median(r["locus"][1:]) / median(r["alluxio"][1:]) for r in both), "< 1"))
     return {"rows": rows, "agree": agree, "goals": [(n, v, b, met(v, b)) for n, v, b in goals]}
 
 
 def met(v: float, bound: str) -> bool:
     op, x = bound.split()
-    return v <= float(x) if op == "<=" else v >= float(x)
+    return {"<=": v <= float(x), ">=": v >= float(x), "<": v < float(x)}[op]
 
 
 def render(raw: dict, s: dict) -> str:
@@ -348,23 +413,53 @@ def render(raw: dict, s: dict) -> str:
     lines = [f"# seed-sparksql: TPC-H SF {raw['sf']} on {raw['hosts']} simulated hosts",
              "", f"Machine: {m['cores']} cores, {m['memory_gib']} GiB, {m['cpu']}; {m['profile_desc']}; code {raw['code']}.",
              f"Data: {raw['bytes'] / 1e6:.1f} MB of Parquet in MinIO; Locus block size {raw['block_size']}; "
-             f"each query {raw['runs']} times in a row per path. Alluxio 2.9.6 on the same hosts: not run yet.",
+             f"each query {raw['runs']} times in a row per path"
+             + ("; Alluxio 2.9.6 on the same hosts (a worker per host, MEM tier, short-circuit on)."
+                if "alluxio" in raw["paths"] else ". Alluxio 2.9.6: not in this run."),
              "", "| query | " + " | ".join(f"{p} (s, runs 1..{raw['runs']})" for p in raw["paths"])
-             + " | warm short-circuit | results agree |",
-             "|---|" + "---:|" * len(raw["paths"]) + "---:|---|"]
+             + " | warm short-circuit, locus:// | warm short-circuit, Alluxio | results agree |",
+             "|---|" + "---:|" * len(raw["paths"]) + "---:|---:|---|"]
+    pct = lambda v: "-" if v is None else f"{v * 100:.1f}%"  # noqa: E731
     for r in s["rows"]:
-        share = "-" if r["warm_sc_share"] is None else f"{r['warm_sc_share'] * 100:.1f}%"
         lines.append(f"| Q{r['q']} | " + " | ".join(" / ".join(f"{t:.2f}" for t in r[p]) for p in raw["paths"])
-                     + f" | {share} | {'yes' if r['agree'] else 'NO'} |")
+                     + f" | {pct(r['warm_sc_share'])} | {pct(r.get('alluxio_warm_sc_share'))}"
+                     + f" | {'yes' if r['agree'] else 'NO'} |")
     lines += ["", "| goal | measured | bound | |", "|---|---:|---|---|"]
     for name, v, bound, ok in s["goals"]:
         lines.append(f"| {name} | {v:.3f} | {bound} | {'met' if ok else '**miss**'} |")
-    lines.append("| faster than Alluxio 2.9.6 on every query | - | - | not run |")
     loc = raw["results"]["locality"]
     lines += ["", "Spark task locality (all runs): " + "; ".join(
         f"{p}: " + ", ".join(f"{k} {v}" for k, v in sorted(_sum_tasks(loc.get(p, {})).items()))
         for p in raw["paths"])]
     return "\n".join(lines) + "\n"
+
+
+def chart(raw: dict, s: dict, png: Path):
+    """Two panels of bars, one group per query and a bar per path: the first run's time,
+    and the median of the warm runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, paths = s["rows"], raw["paths"]
+    panels = [("first run", lambda r, p: r[p][0])]
+    if raw["runs"] > 1:
+        panels.append((f"warm (median of runs 2..{raw['runs']})", lambda r, p: median(r[p][1:])))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 0.55 * len(rows) * len(paths) / 2.5), 3.2 * len(panels)),
+                             squeeze=False)
+    w = 0.8 / len(paths)
+    for ax, (title, val) in zip(axes[:, 0], panels):
+        for i, p in enumerate(paths):
+            xs = [j + (i - (len(paths) - 1) / 2) * w for j in range(len(rows))]
+            ax.bar(xs, [val(r, p) if r.get(p) else 0 for r in rows], w, label=p)
+        ax.set_xticks(range(len(rows)), [f"Q{r['q']}" for r in rows])
+        ax.set_ylabel("seconds")
+        ax.set_title(f"TPC-H SF {raw['sf']}, {raw['hosts']} simulated hosts: {title}")
+        ax.legend(ncol=len(paths), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
 
 
 def _sum_tasks(groups: dict) -> dict:
@@ -398,6 +493,9 @@ def main():
     ap.add_argument("--hadoop-lib", required=True)
     ap.add_argument("--minio", default=str(Path(os.environ.get("LOCUS_TOOLS_DIR", Path.home() / ".cache/locus-tools"))
                                            / "bin" / "minio"))
+    ap.add_argument("--alluxio-dir", default=str(Path(os.environ.get("LOCUS_TOOLS_DIR", Path.home() / ".cache/locus-tools"))
+                                                 / f"alluxio-{ALLUXIO_VERSION}"),
+                    help="where Alluxio's jars are resolved (bench/alluxio/alluxio-up.sh DIR --resolve-only)")
     ap.add_argument("--python", default=sys.executable)
     a = ap.parse_args()
     if a.quick:
@@ -416,6 +514,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(raw, indent=1))
     (out / f"{name}.md").write_text(render(raw, s))
+    with contextlib.suppress(ImportError):
+        chart(raw, s, out / f"{name}.png")
     print(render(raw, s))
     if not s["agree"]:
         raise SystemExit("seed-sparksql: the paths' results differ (see the table)")

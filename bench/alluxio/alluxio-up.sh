@@ -4,6 +4,7 @@
 # benchmark against. Jars come from Maven Central (about 280 jars, 176 MB; cached in ~/.m2).
 #
 # usage: alluxio-up.sh DIR UFS [MEM_QUOTA]
+#        alluxio-up.sh DIR --resolve-only   (only fetch the jars: DIR/cp.txt, DIR/client/)
 #   DIR        scratch directory (its conf/, logs/, journal/ are reset)
 #   UFS        a local directory, or s3://bucket/ (then set S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY)
 #   MEM_QUOTA  worker MEM tier size (default 4GB), kept in /dev/shm/alluxio-<hash of DIR>
@@ -17,7 +18,7 @@ DIR=$(realpath -m "${1:?usage: alluxio-up.sh DIR UFS [MEM_QUOTA]}"); UFS=${2:?UF
 V=2.9.6
 SHM=/dev/shm/alluxio-$(printf '%s' "$DIR" | md5sum | cut -c1-8)
 mkdir -p "$DIR"/{lib,client,conf,logs,home,resolve}
-rm -rf "$DIR/journal" "$DIR/logs"/* "$SHM"; mkdir -p "$DIR/journal" "$SHM"
+[ "$UFS" = --resolve-only ] || { rm -rf "$DIR/journal" "$DIR/logs"/* "$SHM"; mkdir -p "$DIR/journal" "$SHM"; }
 
 if [ ! -s "$DIR/cp.txt" ]; then
   cat >"$DIR/resolve/pom.xml" <<POM
@@ -33,6 +34,7 @@ POM
   # two SLF4J bindings arrive; keep the log4j-1 one so log4j.properties applies
   echo "$DIR/conf:$(ls "$DIR"/lib/*.jar | grep -v log4j-slf4j-impl | paste -sd:)" >"$DIR/cp.txt"
 fi
+[ "$UFS" = --resolve-only ] && exit 0
 
 cat >"$DIR/conf/log4j.properties" <<'L4J'
 log4j.rootLogger=INFO, console

@@ -57,6 +57,21 @@ def test_warm_locus_reads_were_short_circuit_on_every_host():
     assert tasks.get("NODE_LOCAL", 0) + tasks.get("PROCESS_LOCAL", 0) > 0, tasks
 
 
+@quick
+def test_alluxio_ran_on_the_same_hosts_and_its_reads_were_counted():
+    """Alluxio 2.9.6 ran as the peer on the same simulated hosts: every query, every run,
+    and its cluster metrics counted the bytes its clients read (the warm share is a
+    measurement, not a check: the goal table compares the times)."""
+    raw = _raw()
+    assert "alluxio" in raw["paths"]
+    runs = [r for r in raw["results"]["runs"] if r["path"] == "alluxio"]
+    assert len(runs) == raw["runs"] * len(raw["queries"])
+    read = sum(sum(r["reads"].get("(alluxio)", {}).values()) for r in runs)
+    assert read > 0, runs
+    goals = {g[0] for g in raw["summary"]["goals"]}
+    assert "first run, locus:// / alluxio:// (slowest query)" in goals
+
+
 def test_summary_and_locality_from_made_up_runs(tmp_path):
     run = lambda p, q, i, s, reads=None: {"path": p, "q": q, "run": i, "seconds": s, "rows": 4,  # noqa: E731
                                           "checksum": 10.0, "reads": reads or {}}
@@ -71,6 +86,18 @@ def test_summary_and_locality_from_made_up_runs(tmp_path):
     assert all(len(g) == 4 for g in s["goals"])
     assert abs(goals["first run, locus:// / direct s3a"] - 1.03) < 1e-9
     assert abs(goals["warm locus:// / local copies (floor)"] - 2 / 1.9) < 1e-9
+    # With Alluxio: its warm share from its cluster metrics, and the slowest query's ratio.
+    al = {"(alluxio)": {"short_circuit": 30, "worker": 10, "ufs": 99}}
+    raw["paths"].append("alluxio")
+    raw["results"]["runs"] += [run("alluxio", 1, 0, 10.0), run("alluxio", 1, 1, 2.5, al)]
+    s = study.summarize(raw)
+    assert s["rows"][0]["alluxio_warm_sc_share"] == 0.75
+    g = {x[0]: x for x in s["goals"]}
+    assert g["first run, locus:// / alluxio:// (slowest query)"][1:] == (10.3 / 10.0, "< 1", False)
+    assert g["warm, locus:// / alluxio:// (slowest query)"][1:] == (2 / 2.5, "< 1", True)
+    assert "Alluxio" in study.render({**raw, "sf": 1, "hosts": 1, "bytes": 1, "block_size": "1MiB",
+                                      "machine": {"cores": 2, "memory_gib": 24, "cpu": "x", "profile_desc": "y"},
+                                      "code": "c"}, s)
     # An event log: a job of group q1-r0 with two stages, three tasks.
     ev = tmp_path / "app-1"
     lines = [{"Event": "SparkListenerJobStart", "Stage IDs": [0, 1], "Properties": {"spark.jobGroup.id": "q1-r0"}},
