@@ -378,6 +378,16 @@ def summarize(raw: dict) -> dict:
         al_sc, al_tot = sum(d.get("short_circuit", 0) for d in al), sum(
             d.get("short_circuit", 0) + d.get("worker", 0) for d in al)
         row["alluxio_warm_sc_share"] = al_sc / al_tot if al_tot else None
+        # Per run: the share of bytes read short-circuit (the layer's own counts) and the
+        # share of Spark's tasks that ran node- or process-local (its event log).
+        row["sc_by_run"], row["local_tasks_by_run"] = {}, {}
+        for p in ("locus", "alluxio"):
+            if p not in raw["paths"]:
+                continue
+            row["sc_by_run"][p] = [_sc_share(p, by[(p, q, i)]["reads"], hosts) if (p, q, i) in by else None
+                                   for i in range(raw["runs"])]
+            loc = raw["results"]["locality"].get(p, {})
+            row["local_tasks_by_run"][p] = [_local_share(loc.get(f"q{q}-r{i}")) for i in range(raw["runs"])]
         rows.append(row)
     first = lambda p: sum(r[p][0] for r in rows if r.get(p))  # noqa: E731
     warm = lambda p: sum(median(r[p][1:]) for r in rows if len(r.get(p, [])) > 1)  # noqa: E731
@@ -401,6 +411,22 @@ def summarize(raw: dict) -> dict:
             goals.append(("warm, locus:// / alluxio:// (slowest query)",
                           max(median(r["locus"][1:]) / median(r["alluxio"][1:]) for r in both), "< 1"))
     return {"rows": rows, "agree": agree, "goals": [(n, v, b, met(v, b)) for n, v, b in goals]}
+
+
+def _sc_share(path: str, reads: dict, hosts: set) -> float | None:
+    if path == "alluxio":
+        d = reads.get("(alluxio)", {})
+        tot = d.get("short_circuit", 0) + d.get("worker", 0)
+        return d.get("short_circuit", 0) / tot if tot else None
+    tot = sum(sum(d.values()) for h, d in reads.items() if h in hosts)
+    return sum(d.get("short_circuit", 0) for h, d in reads.items() if h in hosts) / tot if tot else None
+
+
+def _local_share(group: dict | None) -> float | None:
+    if not group or not group["tasks"]:
+        return None
+    t = group["tasks"]
+    return (t.get("NODE_LOCAL", 0) + t.get("PROCESS_LOCAL", 0)) / sum(t.values())
 
 
 def met(v: float, bound: str) -> bool:
@@ -427,6 +453,16 @@ def render(raw: dict, s: dict) -> str:
     lines += ["", "| goal | measured | bound | |", "|---|---:|---|---|"]
     for name, v, bound, ok in s["goals"]:
         lines.append(f"| {name} | {v:.3f} | {bound} | {'met' if ok else '**miss**'} |")
+    caching = [p for p in ("locus", "alluxio") if p in raw["paths"]]
+    if caching:
+        lines += ["", "Per run (1.." + str(raw["runs"]) + "): the bytes read short-circuit (Locus's attribution; "
+                  "Alluxio's cluster metrics) and Spark's tasks that ran node- or process-local (its event log).",
+                  "", "| query | " + " | ".join(f"{p}: short-circuit bytes | {p}: local tasks" for p in caching) + " |",
+                  "|---|" + "---:|---:|" * len(caching)]
+        runs = lambda v: " / ".join("-" if x is None else f"{x * 100:.0f}" for x in v)  # noqa: E731
+        for r in s["rows"]:
+            lines.append(f"| Q{r['q']} | " + " | ".join(
+                f"{runs(r['sc_by_run'].get(p, []))} | {runs(r['local_tasks_by_run'].get(p, []))}" for p in caching) + " |")
     loc = raw["results"]["locality"]
     lines += ["", "Spark task locality (all runs): " + "; ".join(
         f"{p}: " + ", ".join(f"{k} {v}" for k, v in sorted(_sum_tasks(loc.get(p, {})).items()))
