@@ -95,8 +95,8 @@ impl Client {
     }
 
     /// Worker to fill a block that no worker holds: a co-located one if any (unless
-    /// `client.fill` is `named`), else one chosen by hashing the block id (so repeated
-    /// reads meet the same cache, and the block lands where `block_hosts` named it).
+    /// `client.fill` is `named`), else `fill_worker`'s round robin (so repeated reads
+    /// meet the same cache, and the block lands where `block_hosts` named it).
     pub(crate) async fn pick_worker(&self, block_id: u64, exclude: &HashSet<u64>) -> Result<pb::WorkerAddress> {
         let ws: Vec<pb::WorkerAddress> =
             self.workers(!exclude.is_empty()).await?.into_iter().filter(|w| !exclude.contains(&w.worker_id)).collect();
@@ -226,14 +226,63 @@ impl Client {
     }
 }
 
-/// The worker that fills block `block_id` when no worker shares the reader's host: one
-/// chosen by hashing the block id, so repeated reads meet the same cache. `None` when
-/// there are no workers.
+/// The worker that fills block `block_id` when no worker shares the reader's host, by
+/// round robin over the workers in id order: block `i` of file version `v` goes to worker
+/// `(v + i) mod n`. A file's blocks alternate between workers, and so do the files of a
+/// directory, whose versions the master gives out one after another as it lists them:
+/// a scheduler that runs each block's task where the block is finds the work of a stage
+/// spread evenly (a hash of the block id left one host with 5 of 8 blocks as often as
+/// not, and the other host's executor idle). Deterministic, so repeated reads meet the
+/// same cache. `None` when there are no workers.
 pub(crate) fn fill_worker(block_id: u64, workers: &[pb::WorkerAddress]) -> Option<&pb::WorkerAddress> {
     if workers.is_empty() {
         return None;
     }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    block_id.hash(&mut h);
-    workers.get((h.finish() % workers.len() as u64) as usize)
+    let mut ws: Vec<&pb::WorkerAddress> = workers.iter().collect();
+    ws.sort_by_key(|w| w.worker_id);
+    let (version, index) = locus_common::split_block_id(block_id);
+    ws.get((version.wrapping_add(index) % ws.len() as u64) as usize).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workers(n: u64) -> Vec<pb::WorkerAddress> {
+        // Listed out of id order: the choice must not depend on the master's order.
+        (1..=n).rev().map(|id| pb::WorkerAddress { worker_id: id, ..Default::default() }).collect()
+    }
+
+    fn load(files: &[(u64, u64)], n: u64) -> Vec<usize> {
+        let ws = workers(n);
+        let mut per = vec![0; n as usize];
+        for &(version, blocks) in files {
+            for i in 0..blocks {
+                let w = fill_worker(locus_common::block_id(version, i), &ws).unwrap();
+                per[(w.worker_id - 1) as usize] += 1;
+            }
+        }
+        per
+    }
+
+    #[test]
+    fn the_blocks_of_a_directory_are_spread_evenly_over_the_workers() {
+        // Four one-block files listed together (consecutive versions), two workers.
+        assert_eq!(load(&[(40, 1), (41, 1), (42, 1), (43, 1)], 2), vec![2, 2]);
+        // Four two-block files, two and three workers.
+        assert_eq!(load(&[(7, 2), (8, 2), (9, 2), (10, 2)], 2), vec![4, 4]);
+        assert_eq!(load(&[(7, 2), (8, 2), (9, 2)], 3), vec![2, 2, 2]);
+        // One big file: its blocks alternate.
+        assert_eq!(load(&[(99, 9)], 3), vec![3, 3, 3]);
+        // The same block always names the same worker, whatever the listing order.
+        let (a, b) = (workers(3), {
+            let mut w = workers(3);
+            w.reverse();
+            w
+        });
+        for id in [locus_common::block_id(5, 0), locus_common::block_id(6, 3)] {
+            assert_eq!(fill_worker(id, &a).unwrap().worker_id, fill_worker(id, &b).unwrap().worker_id);
+        }
+        assert!(fill_worker(1, &[]).is_none());
+    }
 }
