@@ -10,7 +10,10 @@ import org.apache.hadoop.fs.FileSystem;
 /**
  * A seekable stream over a Locus file. Reads fill a direct buffer (fs.locus.read.buffer,
  * 4 MiB by default) straight from the block file of a co-located worker, or from the data
- * path, and are served from it.
+ * path, and are served from it. A read that goes on where the buffer ended (a scan) fills
+ * all of it; a read anywhere else (after a seek: Parquet's footer and column chunks) fills
+ * only what it asks, at least 64 KiB, so a reader that jumps about does not pull 4 MiB per
+ * request (at TPC-H SF 0.3 that was 14 times the bytes Spark used).
  */
 final class LocusInputStream extends FSInputStream {
   private final String path;
@@ -36,10 +39,15 @@ final class LocusInputStream extends FSInputStream {
     }
   }
 
+  /** The least a read after a seek fills. */
+  private static final int SEEK_FILL = 64 << 10;
+
   /** Bytes of the buffer available at pos, refilling it if pos is outside it. */
   private int available(long want) throws IOException {
     if (pos < bufStart || pos >= bufStart + bufLen) {
-      int n = LocusNative.read(reader, pos, buf, buf.capacity());
+      boolean scan = bufLen > 0 && pos == bufStart + bufLen;
+      int fill = scan ? buf.capacity() : (int) Math.min(buf.capacity(), Math.max(want, SEEK_FILL));
+      int n = LocusNative.read(reader, pos, buf, fill);
       if (n <= 0) {
         bufLen = 0;
         return -1;
