@@ -4,7 +4,6 @@
 //! computes), and the partials merged here ([`locus_compute::Merger`]).
 
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -214,12 +213,9 @@ impl Client {
                 None if live.is_empty() => {
                     return Err(last_err.unwrap_or_else(|| Error::unavailable("no live workers")));
                 }
-                None => {
-                    // Spread the uncached blocks over every worker: each fills its share.
-                    let mut h = std::collections::hash_map::DefaultHasher::new();
-                    b.block_id.hash(&mut h);
-                    live[(h.finish() % live.len() as u64) as usize].clone()
-                }
+                // Spread the uncached blocks over every worker: each fills its share,
+                // where a reader would fill it.
+                None => crate::fill_worker(b.block_id, live.iter().copied()).expect("not empty").clone(),
             };
             let req = pb::ComputeBlockRequest {
                 block: Some(crate::read::whole_block(fi, b)),

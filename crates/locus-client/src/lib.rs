@@ -34,6 +34,7 @@ pub use file::{FileReader, FileWriter};
 pub use locus_proto::tls::Tls;
 pub use read::{ReadOptions, ReadSink};
 use workers::{DataConn, WorkerCache};
+pub use workers::fill_worker;
 pub use write::PutOptions;
 
 /// A connection to a Locus cluster.

@@ -234,11 +234,17 @@ impl Client {
 /// spread evenly (a hash of the block id left one host with 5 of 8 blocks as often as
 /// not, and the other host's executor idle). Deterministic, so repeated reads meet the
 /// same cache. `None` when there are no workers.
-pub(crate) fn fill_worker(block_id: u64, workers: &[pb::WorkerAddress]) -> Option<&pb::WorkerAddress> {
-    if workers.is_empty() {
+///
+/// The Hadoop connector's locations, the compute calls and the SQL engine's placement of
+/// uncached bytes all use it, so each fills a block where the others expect it.
+pub fn fill_worker<'a>(
+    block_id: u64,
+    workers: impl IntoIterator<Item = &'a pb::WorkerAddress>,
+) -> Option<&'a pb::WorkerAddress> {
+    let mut ws: Vec<&pb::WorkerAddress> = workers.into_iter().collect();
+    if ws.is_empty() {
         return None;
     }
-    let mut ws: Vec<&pb::WorkerAddress> = workers.iter().collect();
     ws.sort_by_key(|w| w.worker_id);
     let (version, index) = locus_common::split_block_id(block_id);
     ws.get((version.wrapping_add(index) % ws.len() as u64) as usize).copied()

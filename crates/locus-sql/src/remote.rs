@@ -18,7 +18,7 @@
 //!   exchange, a splittable scan (uncompressed CSV without newlines in values, JSON lines,
 //!   Parquet) is cut into one partition per block, so each runs where its block lives;
 //!   else the scan keeps DataFusion's partitions, each sent to the worker holding most of
-//!   its bytes (an uncached block: the worker its id hashes to, which fills it as it
+//!   its bytes (an uncached block: the worker a reader fills it on, which fills it as it
 //!   scans). A partition whose workers all fail, or run no SQL, runs here.
 //! - Worker: [`Fragments`] decodes a fragment (`datafusion-proto`) and runs it on a
 //!   runtime of its own, reading Locus files through a client (short-circuit for the
@@ -26,7 +26,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -425,7 +424,7 @@ async fn remote(chain: Chain, under_exchange: bool, cx: &Cx) -> Result<Option<Ar
 }
 
 /// The data addresses of the live workers, best first for the bytes of `g`: by bytes
-/// held; for bytes no worker holds, the worker the first such block's id hashes to.
+/// held; for bytes no worker holds, the worker a reader fills the first such block on.
 async fn rank_workers(g: &FileGroup, cx: &Cx) -> Result<Vec<String>> {
     let workers = cx.workers().await?;
     let mut held: HashMap<u64, u64> = HashMap::new();
@@ -452,14 +451,14 @@ async fn rank_workers(g: &FileGroup, cx: &Cx) -> Result<Vec<String>> {
             }
         }
     }
-    let hashed = |id: u64| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        id.hash(&mut h);
-        (h.finish() % workers.len() as u64) as usize
+    // The worker a reader would fill the first uncached block on (`fill_worker`).
+    let filler = |id: u64| {
+        let w = locus_client::fill_worker(id, workers.iter());
+        w.and_then(|w| workers.iter().position(|x| x.worker_id == w.worker_id)).unwrap_or(0)
     };
-    let (n, first) = (workers.len(), uncached.map(hashed).unwrap_or(0));
+    let (n, first) = (workers.len(), uncached.map(filler).unwrap_or(0));
     let mut order: Vec<usize> = (0..n).collect();
-    // Most bytes held first; among equals, from the hashed worker on.
+    // Most bytes held first; among equals, from the filling worker on.
     order.sort_by_key(|&i| {
         (std::cmp::Reverse(held.get(&workers[i].worker_id).copied().unwrap_or(0)), (i + n - first) % n)
     });
