@@ -33,8 +33,8 @@ pub use file::{FileReader, FileWriter};
 /// TLS of a client's connections (re-exported for the front ends).
 pub use locus_proto::tls::Tls;
 pub use read::{ReadOptions, ReadSink};
-use workers::{DataConn, WorkerCache};
 pub use workers::fill_worker;
+use workers::{DataConn, WorkerCache};
 pub use write::PutOptions;
 
 /// A connection to a Locus cluster.
