@@ -268,19 +268,23 @@ class SimCluster:
 
     def wait_spark_workers(self, timeout: float = 120):
         """Until the Spark master lists a live worker on every host."""
+        self._wait_json(f"http://{self.st['spark_web']}/json/", "the Spark workers",
+                        lambda j: len([w for w in j["workers"] if w.get("state") == "ALIVE"]) >= self.hosts, timeout)
+
+    def _wait_json(self, url: str, what: str, ready, timeout: float):
+        """Until `ready` holds of the JSON at `url` (a cluster web port)."""
         import urllib.request
 
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with urllib.request.urlopen(f"http://{self.st['spark_web']}/json/", timeout=2) as r:
-                    alive = [w for w in json.loads(r.read())["workers"] if w.get("state") == "ALIVE"]
-                if len(alive) >= self.hosts:
-                    return
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if ready(json.loads(r.read())):
+                        return
             except (OSError, ValueError, KeyError):
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"cluster: the Spark workers did not register:\n{self.log_tail()}")
+                raise RuntimeError(f"cluster: {what} did not register:\n{self.log_tail()}")
             time.sleep(0.5)
 
     # -- Alluxio 2.9.6 on the same hosts (the study's peer) ---------------------------------
@@ -347,28 +351,14 @@ class SimCluster:
         self.st["alluxio_pids"] = pids
         self._save()
         metrics = f"http://{ip0}:{self.ALLUXIO_WEB_PORT}"
-        self.wait_alluxio_workers(metrics)
+        self._wait_json(f"{metrics}/api/v1/master/info", "the Alluxio workers",
+                        lambda j: len(j.get("workers", [])) >= self.hosts, 120)
         client = ["-Dalluxio.master.hostname=" + ip0, "-Dalluxio.security.authentication.type=NOSASL",
                   "-Dalluxio.user.short.circuit.enabled=true", "-Dalluxio.user.metrics.collection.enabled=true",
                   "-Dalluxio.user.metrics.heartbeat.interval=1sec"]
         jar = next((home / "client").glob("alluxio-shaded-client-*.jar"))
         return {"url": f"alluxio://{ip0}:{self.ALLUXIO_MASTER_PORT}", "java_options": " ".join(client),
                 "jar": str(jar), "metrics": metrics}
-
-    def wait_alluxio_workers(self, web: str, timeout: float = 120):
-        import urllib.request
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{web}/api/v1/master/info", timeout=2) as r:
-                    if len(json.loads(r.read()).get("workers", [])) >= self.hosts:
-                        return
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"cluster: the Alluxio workers did not register:\n{self.log_tail()}")
-            time.sleep(0.5)
 
     def stop_alluxio(self):
         """Stop the Alluxio processes (the rest of the cluster runs on)."""

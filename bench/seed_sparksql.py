@@ -363,29 +363,18 @@ def summarize(raw: dict) -> dict:
         agree &= row["agree"]
         for p in raw["paths"]:
             row[p] = [by[(p, q, i)]["seconds"] for i in range(raw["runs"]) if (p, q, i) in by]
-        warm = [by[("locus", q, i)]["reads"] for i in range(1, raw["runs"]) if ("locus", q, i) in by]
-        tot = sc = 0
-        for w in warm:
-            for h, d in w.items():
-                if h in hosts:
-                    tot += sum(d.values())
-                    sc += d.get("short_circuit", 0)
-        row["warm_sc_share"] = sc / tot if tot else None
-        # Alluxio's cluster metrics: bytes its clients read short-circuit, of all its
-        # clients read from it (short-circuit or from a worker).
-        al = [by[("alluxio", q, i)]["reads"].get("(alluxio)", {}) for i in range(1, raw["runs"])
-              if ("alluxio", q, i) in by]
-        al_sc, al_tot = sum(d.get("short_circuit", 0) for d in al), sum(
-            d.get("short_circuit", 0) + d.get("worker", 0) for d in al)
-        row["alluxio_warm_sc_share"] = al_sc / al_tot if al_tot else None
-        # Per run: the share of bytes read short-circuit (the layer's own counts) and the
-        # share of Spark's tasks that ran node- or process-local (its event log).
+        # The share of bytes read short-circuit (the layer's own counts), of the warm runs
+        # together and of each run, and the share of Spark's tasks that ran node- or
+        # process-local (its event log).
+        reads = lambda p, i: by[(p, q, i)]["reads"] if (p, q, i) in by else None  # noqa: E731
+        row["warm_sc_share"] = _share(_sc_bytes("locus", reads("locus", i), hosts) for i in range(1, raw["runs"]))
+        row["alluxio_warm_sc_share"] = _share(_sc_bytes("alluxio", reads("alluxio", i), hosts)
+                                              for i in range(1, raw["runs"]))
         row["sc_by_run"], row["local_tasks_by_run"] = {}, {}
         for p in ("locus", "alluxio"):
             if p not in raw["paths"]:
                 continue
-            row["sc_by_run"][p] = [_sc_share(p, by[(p, q, i)]["reads"], hosts) if (p, q, i) in by else None
-                                   for i in range(raw["runs"])]
+            row["sc_by_run"][p] = [_share([_sc_bytes(p, reads(p, i), hosts)]) for i in range(raw["runs"])]
             loc = raw["results"]["locality"].get(p, {})
             row["local_tasks_by_run"][p] = [_local_share(loc.get(f"q{q}-r{i}")) for i in range(raw["runs"])]
         rows.append(row)
@@ -413,13 +402,23 @@ def summarize(raw: dict) -> dict:
     return {"rows": rows, "agree": agree, "goals": [(n, v, b, met(v, b)) for n, v, b in goals]}
 
 
-def _sc_share(path: str, reads: dict, hosts: set) -> float | None:
+def _sc_bytes(path: str, reads: dict | None, hosts: set) -> tuple[int, int]:
+    """(bytes read short-circuit, bytes read) of one run: Locus's attribution on the
+    simulated hosts, or Alluxio's cluster metrics (short-circuit and from workers)."""
+    if reads is None:
+        return 0, 0
     if path == "alluxio":
         d = reads.get("(alluxio)", {})
-        tot = d.get("short_circuit", 0) + d.get("worker", 0)
-        return d.get("short_circuit", 0) / tot if tot else None
-    tot = sum(sum(d.values()) for h, d in reads.items() if h in hosts)
-    return sum(d.get("short_circuit", 0) for h, d in reads.items() if h in hosts) / tot if tot else None
+        return d.get("short_circuit", 0), d.get("short_circuit", 0) + d.get("worker", 0)
+    rows = [d for h, d in reads.items() if h in hosts]
+    return sum(d.get("short_circuit", 0) for d in rows), sum(sum(d.values()) for d in rows)
+
+
+def _share(pairs) -> float | None:
+    sc = tot = 0
+    for a, b in pairs:
+        sc, tot = sc + a, tot + b
+    return sc / tot if tot else None
 
 
 def _local_share(group: dict | None) -> float | None:

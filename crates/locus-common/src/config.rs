@@ -352,11 +352,11 @@ pub enum FillPlacement {
     /// On the worker of the reader's host when there is one (its later reads there are
     /// short-circuit), else the one the block's location names.
     Local,
-    /// On the worker the block's location names to schedulers (the block id's hash over
-    /// the live workers, as `getFileBlockLocations` gives it), wherever the reader is: a
-    /// task a scheduler ran elsewhere (a schema inference, a task at locality ANY) does
-    /// not move the block away from where the scheduler, which keeps the locations it
-    /// listed, will send the next tasks.
+    /// On the worker the block's location names to schedulers (its fill worker, a round
+    /// robin over the live workers, as `getFileBlockLocations` gives it), wherever the
+    /// reader is: a task a scheduler ran elsewhere (a schema inference, a task at
+    /// locality ANY) does not move the block away from where the scheduler, which keeps
+    /// the locations it listed, will send the next tasks.
     Named,
 }
 
