@@ -197,9 +197,10 @@ pub async fn plan(
 ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
     let (state, logical) = ctx.sql(sql).await.map_err(df_err)?.into_parts();
     let logical = state.optimize(&logical).map_err(df_err)?;
-    let logical = crate::remote::fold_scalar_joins(logical, &state, client.clone(), traffic.clone()).await?;
+    let placement = crate::remote::Placement::new(client, traffic.clone(), state.task_ctx());
+    let logical = placement.fold_scalar_joins(logical, &state).await?;
     let plan = state.create_physical_plan(&logical).await.map_err(df_err)?;
-    crate::remote::distribute(plan, client, traffic.clone(), ctx.task_ctx()).await
+    placement.distribute(plan).await
 }
 
 /// Write `batches` in `format`.

@@ -5,11 +5,11 @@
 //! This is DataFusion's own plan cut at its exchanges, not a distributed engine: joins
 //! across partitions stay where DataFusion put them.
 //!
-//! - Caller, before physical planning: [`fold_scalar_joins`] runs each join's one-row side
+//! - Caller, before physical planning: [`Placement::fold_scalar_joins`] runs each join's one-row side
 //!   (a scalar aggregate: normalize's statistics, an uncorrelated scalar subquery) and
 //!   puts its values in as constants, so the join is gone and the other side's scan and
 //!   aggregates cut into fragments as any other's.
-//! - Caller: [`distribute`] first runs the small build side of each join that collects its
+//! - Caller: [`Placement::distribute`] first runs the small build side of each join that collects its
 //!   left input and answers each right row on its own (a cross join with a one-row
 //!   aggregate, an inner hash join with a small table): its rows go into the plan as
 //!   constants, broadcast with the fragment, so the scan on the other side and what sits
@@ -73,36 +73,36 @@ use crate::store::LocusStore;
 /// The scheme of Locus files in plans.
 const LOCUS_SCHEME: &str = "locus";
 
-/// `plan` with each fragment that can run on workers replaced by a [`RemoteExec`].
-/// `traffic` adds up the bytes the workers' scans read and the bytes they send back.
-/// `task` runs the small sides of joins that are broadcast.
-pub async fn distribute(
-    plan: Arc<dyn ExecutionPlan>,
-    client: Arc<Client>,
-    traffic: Traffic,
-    task: Arc<TaskContext>,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let cx = Cx { client, traffic, task, workers: Default::default(), files: Default::default() };
-    let plan = broadcast(plan, &cx).await?;
-    place(plan, false, &cx).await
-}
+/// One query's placement of fragments on workers: what [`Cx`] looked up (the live
+/// workers, the files' blocks) serves both steps, [`Placement::fold_scalar_joins`] on the
+/// logical plan and then [`Placement::distribute`] on the physical one, so each is asked
+/// of the master once per query.
+pub struct Placement(Cx);
 
-/// `plan` (optimized) with each join that has a one-row side replaced by the other side
-/// and that row's values as constant columns: the side runs now, through [`distribute`].
-/// Only inner joins, and outer joins whose one-row side always matches (no condition),
-/// where "one row" is certain: an aggregate without `GROUP BY` (under aliases and
-/// projections). An `EXPLAIN` runs nothing.
-pub async fn fold_scalar_joins(
-    plan: LogicalPlan,
-    state: &SessionState,
-    client: Arc<Client>,
-    traffic: Traffic,
-) -> Result<LogicalPlan> {
-    if matches!(plan, LogicalPlan::Explain(_)) {
-        return Ok(plan);
+impl Placement {
+    /// `traffic` adds up the bytes the workers' scans read and the bytes they send back;
+    /// `task` runs the sides of joins that are run first (folded or broadcast).
+    pub fn new(client: Arc<Client>, traffic: Traffic, task: Arc<TaskContext>) -> Placement {
+        Placement(Cx { client, traffic, task, workers: Default::default(), files: Default::default() })
     }
-    let cx = Cx { client, traffic, task: state.task_ctx(), workers: Default::default(), files: Default::default() };
-    fold(plan, state, &cx).await
+
+    /// `plan` with each fragment that can run on workers replaced by a [`RemoteExec`].
+    pub async fn distribute(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = broadcast(plan, &self.0).await?;
+        place(plan, false, &self.0).await
+    }
+
+    /// `plan` (optimized) with each join that has a one-row side replaced by the other
+    /// side and that row's values as constant columns: the side runs now, through
+    /// [`Placement::distribute`]'s steps. Only inner joins, and outer joins whose one-row
+    /// side always matches (no condition), where "one row" is certain: an aggregate
+    /// without `GROUP BY` (under aliases and projections). An `EXPLAIN` runs nothing.
+    pub async fn fold_scalar_joins(&self, plan: LogicalPlan, state: &SessionState) -> Result<LogicalPlan> {
+        if matches!(plan, LogicalPlan::Explain(_)) {
+            return Ok(plan);
+        }
+        fold(plan, state, &self.0).await
+    }
 }
 
 fn fold<'a>(plan: LogicalPlan, state: &'a SessionState, cx: &'a Cx) -> BoxFuture<'a, Result<LogicalPlan>> {
@@ -472,7 +472,7 @@ struct Part {
     workers: Vec<String>,
 }
 
-/// A fragment run on workers, one partition per request ([`distribute`]).
+/// A fragment run on workers, one partition per request ([`Placement::distribute`]).
 pub struct RemoteExec {
     /// The fragment itself: what runs here when no worker can.
     local: Arc<dyn ExecutionPlan>,

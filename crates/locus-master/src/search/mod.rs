@@ -235,14 +235,15 @@ impl Search {
                 _ => (None, false),
             }
         };
-        // A range of sizes or times (`None`: no size at all).
-        let size_query = |sp: Option<Span<u64>>| -> Box<dyn Query> {
+        // A range of sizes or times (`None`: no size at all), read through its terms when
+        // it holds at most `terms` distinct values (see [`numeric_range`]).
+        let size_query = |sp: Option<Span<u64>>, terms: u64| -> Box<dyn Query> {
             let t = |v: u64| Term::from_field_u64(f.size, v);
-            sp.map_or(Box::new(EmptyQuery), |(lo, hi)| numeric_range(s, f.size, lo.map(t), hi.map(t)))
+            sp.map_or(Box::new(EmptyQuery), |(lo, hi)| numeric_range(s, f.size, lo.map(t), hi.map(t), terms))
         };
-        let time_query = |(lo, hi): Span<i64>| -> Box<dyn Query> {
+        let time_query = |(lo, hi): Span<i64>, terms: u64| -> Box<dyn Query> {
             let t = |v: i64| Term::from_field_i64(f.mtime, v);
-            numeric_range(s, f.mtime, lo.map(t), hi.map(t))
+            numeric_range(s, f.mtime, lo.map(t), hi.map(t), terms)
         };
         match e {
             Expr::And(v) => {
@@ -266,8 +267,18 @@ impl Search {
                     }
                 }
                 let mut parts: Vec<Translated> = rest.into_iter().map(|c| self.translate(s, f, c)).collect();
-                parts.extend(size.map(|sp| (Some(size_query(sp)), true)));
-                parts.extend(mtime.map(|sp| (Some(time_query(sp)), true)));
+                // Beside other clauses, a range is checked on their matches (one column read
+                // each) unless its terms are far fewer than those matches: each term is a
+                // posting list to open (thousands for `content-length > 1000000`).
+                let terms = match (size.is_some() || mtime.is_some())
+                    .then(|| parts.iter().filter_map(|p| p.0.as_deref()).map(|q| estimated_matches(s, q)).min())
+                    .flatten()
+                {
+                    Some(lead) => (lead / TERM_OPEN_COST).min(TERM_RANGE_MAX),
+                    None => TERM_RANGE_MAX,
+                };
+                parts.extend(size.map(|sp| (Some(size_query(sp, terms)), true)));
+                parts.extend(mtime.map(|sp| (Some(time_query(sp, terms)), true)));
                 let exact = parts.iter().all(|p| p.1);
                 let qs: Vec<(Occur, Box<dyn Query>)> =
                     parts.into_iter().filter_map(|p| p.0).map(|q| (Occur::Must, q)).collect();
@@ -331,7 +342,7 @@ impl Search {
                     }
                     Op::Eq => Box::new(EmptyQuery) as Box<dyn Query>,
                     Op::Ne => return (None, false),
-                    _ => size_query(size_span(*op, *n)),
+                    _ => size_query(size_span(*op, *n), TERM_RANGE_MAX),
                 };
                 (Some(q), true)
             }
@@ -339,7 +350,7 @@ impl Search {
                 if *op == Op::Ne {
                     return (None, false);
                 }
-                (Some(time_query(time_span(*op, *ms))), true)
+                (Some(time_query(time_span(*op, *ms), TERM_RANGE_MAX)), true)
             }
             Expr::Cmp { attr, op, value: Value::Text(s, None) } => match text_attr(attr) {
                 Some((field, name, end)) => {
@@ -609,13 +620,35 @@ fn meet<T: Ord + Clone>(a: Span<T>, b: Span<T>) -> Span<T> {
     (lo, hi)
 }
 
-/// Distinct values at most in a numeric range read through the field's terms.
+/// Distinct values at most in a numeric range read through the field's terms, when the
+/// range is the whole clause.
 const TERM_RANGE_MAX: u64 = 20_000;
 
-/// A range of a numeric field: through its terms when the range holds few distinct
-/// values (a 30-minute window), else through its column (a pass over every document).
-fn numeric_range(s: &Searcher, field: Field, lo: Bound<Term>, hi: Bound<Term>) -> Box<dyn Query> {
-    if values_in(s, field, &lo, &hi) <= TERM_RANGE_MAX {
+/// In an AND with other clauses, the column is read only for the other clauses' matches
+/// (tantivy leads an intersection with its cheapest part and seeks the rest). Opening a
+/// term's postings costs about as much as this many column reads, so a range is read
+/// through its terms only when it has fewer than the others' matches over this.
+const TERM_OPEN_COST: u64 = 20;
+
+/// About how many documents `q` matches (tantivy's size hints, summed over segments;
+/// unknown: `u64::MAX`).
+fn estimated_matches(s: &Searcher, q: &dyn Query) -> u64 {
+    let Ok(w) = q.weight(tantivy::query::EnableScoring::disabled_from_searcher(s)) else { return u64::MAX };
+    let mut n = 0u64;
+    for seg in s.segment_readers() {
+        match w.scorer(seg, 1.0) {
+            Ok(sc) => n += u64::from(sc.size_hint()),
+            Err(_) => return u64::MAX,
+        }
+    }
+    n
+}
+
+/// A range of a numeric field: through its terms when the range holds at most `terms`
+/// distinct values (a 30-minute window), else through its column (alone, a pass over
+/// every document; in an intersection, a read per candidate).
+fn numeric_range(s: &Searcher, field: Field, lo: Bound<Term>, hi: Bound<Term>, terms: u64) -> Box<dyn Query> {
+    if values_in(s, field, &lo, &hi, terms) <= terms {
         Box::new(InvertedIndexRangeQuery::new(lo, hi))
     } else {
         Box::new(RangeQuery::new(lo, hi))
@@ -623,8 +656,8 @@ fn numeric_range(s: &Searcher, field: Field, lo: Bound<Term>, hi: Bound<Term>) -
 }
 
 /// How many distinct values of `field` lie in a range, summed over the segments
-/// (stops counting past [`TERM_RANGE_MAX`]).
-fn values_in(s: &Searcher, field: Field, lo: &Bound<Term>, hi: &Bound<Term>) -> u64 {
+/// (stops counting past `max`).
+fn values_in(s: &Searcher, field: Field, lo: &Bound<Term>, hi: &Bound<Term>, max: u64) -> u64 {
     let mut n = 0u64;
     for seg in s.segment_readers() {
         let Ok(inv) = seg.inverted_index(field) else { return u64::MAX };
@@ -655,7 +688,7 @@ fn values_in(s: &Searcher, field: Field, lo: &Bound<Term>, hi: &Bound<Term>) -> 
             Bound::Unbounded => all,
         };
         n += z.saturating_sub(a);
-        if n > TERM_RANGE_MAX {
+        if n > max {
             break;
         }
     }
