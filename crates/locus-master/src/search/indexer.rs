@@ -64,8 +64,10 @@ const TICK: Duration = Duration::from_millis(200);
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// Journal entries applied between checks of `PENDING_MAX`.
 const JOURNAL_CHUNK: u64 = 20_000;
-/// Uncommitted imports wait at most about this long.
-const IMPORT_COMMIT_EVERY: Duration = Duration::from_secs(10);
+/// Uncommitted imports wait at most about this long (a search commits them first, and
+/// the import's last call commits). Each commit flushes a segment per indexing thread:
+/// at 10 s a three-minute import of 10M objects committed 18 times, not 3.
+const IMPORT_COMMIT_EVERY: Duration = Duration::from_secs(60);
 /// Uncommitted paths that force a commit (bounds the indexer's memory).
 const PENDING_MAX: usize = 200_000;
 /// Uncommitted paths past which a search commits rather than reading the overlay.
