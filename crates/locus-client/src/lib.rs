@@ -10,7 +10,7 @@
 //! Depends only on `locus-common`, `locus-proto` and `locus-compute` (pure computation);
 //! never on the master, worker or UFS crates.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use locus_common::config::{ClientConfig, Config};
@@ -50,6 +50,9 @@ pub struct Client {
     conns: Mutex<HashMap<String, Vec<DataConn>>>,
     /// This client's block reads and bytes by why they were (or were not) short-circuit.
     reasons: Mutex<BTreeMap<ReadReason, (u64, u64)>>,
+    /// Blocks this client asked its host's worker to copy (`client.passive_cache`), so a
+    /// block read often from elsewhere is asked for once (bounded: cleared when full).
+    passive: Mutex<HashSet<u64>>,
 }
 
 /// When a master call that failed may be sent again.
@@ -195,6 +198,7 @@ impl Client {
             workers: Mutex::new(WorkerCache::default()),
             conns: Mutex::new(HashMap::new()),
             reasons: Mutex::new(BTreeMap::new()),
+            passive: Mutex::new(HashSet::new()),
         })
     }
 

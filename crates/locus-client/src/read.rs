@@ -30,6 +30,9 @@ pub struct ReadOptions {
 /// Bytes per chunk of a [`Client::read_stream`].
 const STREAM_CHUNK: usize = 1 << 20;
 
+/// Blocks a client remembers asking its host's worker to copy (`client.passive_cache`).
+const PASSIVE_ASKED_MAX: usize = 1 << 16;
+
 /// Bytes a short-circuit read copies from the block file at a time (fits the CPU cache).
 const SHORT_CIRCUIT_BUF: usize = 256 << 10;
 
@@ -224,6 +227,9 @@ impl Client {
             match self.remote_read(&w.data_address, req, out, &mut done).await {
                 Ok(()) => {
                     self.count_read(reason, len);
+                    if reason == ReadReason::CachedElsewhere {
+                        self.copy_here(fi, b, read_type, &workers).await;
+                    }
                     return Ok(());
                 }
                 Err(e) if e.is_retryable() => {
@@ -235,6 +241,53 @@ impl Client {
             }
         }
         Err(last_err.unwrap_or_else(|| Error::unavailable("no worker could serve the block")))
+    }
+
+    /// Passive caching (`client.passive_cache`): block `b`, just read from a worker on
+    /// another host, is filled into this host's worker too, from the UFS, by a load
+    /// that runs on after this read returns. Asked once per block by this client.
+    async fn copy_here(
+        &self,
+        fi: &pb::FileInfo,
+        b: &pb::BlockInfo,
+        read_type: ReadType,
+        workers: &[pb::WorkerAddress],
+    ) {
+        if !self.cfg.passive_cache || read_type == ReadType::NoCache || !persisted(fi) {
+            return;
+        }
+        {
+            let mut asked = self.passive.lock();
+            if asked.len() >= PASSIVE_ASKED_MAX {
+                asked.clear();
+            }
+            if !asked.insert(b.block_id) {
+                return;
+            }
+        }
+        let mut here = None;
+        for w in workers {
+            if self.is_local(w).await {
+                here = Some(w);
+                break;
+            }
+        }
+        let Some(w) = here else { return };
+        let mut s = match self.uds_connect(&w.uds_path).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(worker = w.worker_id, error = %e, "passive cache: no connection to this host's worker");
+                return;
+            }
+        };
+        let req = pb::ReadBlockRequest { client_local: true, load_only: true, ..whole_block(fi, b) };
+        let (block, worker) = (b.block_id, w.worker_id);
+        tokio::spawn(async move {
+            // One frame answers a load: cached, or why the fill stopped (a full cache).
+            if let Err(e) = exchange(&mut s, pb::data_request::Req::Read(req)).await {
+                tracing::debug!(block, worker, error = %e, "passive cache: the copy was not made");
+            }
+        });
     }
 
     /// Why a read that a worker serves over the data path is not short-circuit, given

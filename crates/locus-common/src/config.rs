@@ -399,6 +399,12 @@ pub struct ClientConfig {
     /// arrives, so more read-ahead only helps when one block's fill cannot keep the UFS
     /// link busy; on a bandwidth-bound link it takes bandwidth from the block being read.
     pub read_ahead_blocks: usize,
+    /// Passive caching, as Alluxio's `alluxio.user.file.passive.cache.enabled`: a block
+    /// this client reads from a worker on another host, while its own host has a worker,
+    /// is also filled into that worker (from the UFS, in the background), so the next
+    /// read of it here is short-circuit. Only for persisted files and CACHE reads; a
+    /// block is then cached twice. Default `true`.
+    pub passive_cache: bool,
 }
 
 impl Default for ClientConfig {
@@ -414,6 +420,7 @@ impl Default for ClientConfig {
             write_type: None,
             replication: ReplicationConfig::default(),
             read_ahead_blocks: 2,
+            passive_cache: true,
         }
     }
 }

@@ -1092,6 +1092,82 @@ fn told(c: &Client, reason: ReadReason) -> u64 {
     c.read_reasons().get(&reason).map(|t| t.1).unwrap_or(0)
 }
 
+/// Two workers: worker 0 local to the test's clients, worker 1 on "host-b" (another host
+/// name, and no socket visible from here).
+async fn with_host_b(dir: &Path) -> LocalCluster {
+    let mut c = LocalCluster::start(config(dir, 64 << 20, false), &dir.join("data"), 2, None).await.unwrap();
+    c.stop_worker(1).await;
+    c.configure_worker(1, |w| {
+        w.host = "host-b".into();
+        w.uds_path = Some("".into());
+    });
+    c.start_worker(1).await.unwrap();
+    c.worker(1).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    c
+}
+
+/// The workers holding block 0 of `path`, once `f` holds of them.
+async fn holders_of(c: &Client, path: &str, f: impl Fn(&[u64]) -> bool) -> Vec<u64> {
+    let mut at = Vec::new();
+    for _ in 0..200 {
+        let fi = c.status(path, true).await.unwrap();
+        at = fi.blocks[0].locations.iter().map(|l| l.worker_id).collect();
+        at.sort();
+        if f(&at) {
+            return at;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for the holders of {path}: {at:?}");
+}
+
+/// Passive caching: a block read from a worker on another host is copied into this
+/// host's worker, so the next read is short-circuit; with `client.passive_cache` off it
+/// stays where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_block_read_from_another_host_is_copied_here_once_read() {
+    use ReadReason::*;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = with_host_b(dir.path()).await;
+    let (p, q) = (random(BLOCK as usize), random(BLOCK as usize));
+    std::fs::write(ufs_dir(&c).join("p.bin"), &p).unwrap();
+    std::fs::write(ufs_dir(&c).join("q.bin"), &q).unwrap();
+    // Both files cached on host-b only (read while the local worker is down).
+    c.stop_worker(0).await;
+    let away = c.client(ClientConfig { host: "away".into(), ..Default::default() }).unwrap();
+    assert_eq!(sha(&read_all(&away, "/p.bin").await), sha(&p));
+    assert_eq!(sha(&read_all(&away, "/q.bin").await), sha(&q));
+    c.start_worker(0).await.unwrap();
+    c.worker(0).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    let (w0, w1) = (c.worker(0).unwrap().id(), c.worker(1).unwrap().id());
+    let n = BLOCK;
+
+    // Off: read twice from here, both times from host-b, and it stays there.
+    let off = c.client(ClientConfig { host: "off".into(), passive_cache: false, ..Default::default() }).unwrap();
+    for _ in 0..2 {
+        assert_eq!(sha(&read_all(&off, "/q.bin").await), sha(&q));
+    }
+    assert_eq!(told(&off, CachedElsewhere), 2 * n);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(holders_of(&off, "/q.bin", |_| true).await, vec![w1], "no copy without passive caching");
+
+    // On (the default): the first read comes from host-b, and leaves a copy here.
+    let here = c.client(ClientConfig { host: "here".into(), ..Default::default() }).unwrap();
+    assert_eq!(sha(&read_all(&here, "/p.bin").await), sha(&p));
+    assert_eq!(told(&here, CachedElsewhere), n);
+    let mut both = vec![w0, w1];
+    both.sort();
+    assert_eq!(holders_of(&here, "/p.bin", |at| at.len() == 2).await, both);
+    // The next reads, by this client or another on this host, are short-circuit.
+    assert_eq!(sha(&read_all(&here, "/p.bin").await), sha(&p));
+    assert_eq!(told(&here, ShortCircuit), n);
+    assert_eq!(told(&here, CachedElsewhere), n, "asked once, read remotely once");
+    let next = c.client(ClientConfig { host: "here".into(), ..Default::default() }).unwrap();
+    assert_eq!(sha(&read_all(&next, "/p.bin").await), sha(&p));
+    assert_eq!(told(&next, ShortCircuit), n);
+    c.shutdown().await;
+}
+
 /// Every reason a read is not short-circuit is told by the client and counted by the
 /// workers under the client's host: a worker on "another host" (its own host name, no
 /// socket this client can reach) beside a local one, each reason made to happen.
@@ -1100,23 +1176,15 @@ async fn every_reason_a_read_is_not_short_circuit_is_told_and_counted_by_host() 
     use ReadReason::*;
     use pb::ReadSource as S;
     let dir = tempfile::tempdir().unwrap();
-    let mut c =
-        LocalCluster::start(config(dir.path(), 64 << 20, false), &dir.path().join("data"), 2, None).await.unwrap();
-    // Worker 1 lives on "host-b": another name, and no socket visible from here.
-    c.stop_worker(1).await;
-    c.configure_worker(1, |w| {
-        w.host = "host-b".into();
-        w.uds_path = Some("".into());
-    });
-    c.start_worker(1).await.unwrap();
-    c.worker(1).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    let mut c = with_host_b(dir.path()).await;
     let (a, b) = (random(BLOCK as usize), random(BLOCK as usize));
     std::fs::write(ufs_dir(&c).join("a.bin"), &a).unwrap();
     std::fs::write(ufs_dir(&c).join("b.bin"), &b).unwrap();
     let n = BLOCK;
 
     // Host "here" reads a.bin cold (the local worker fills it: from the UFS), then warm.
-    let here = c.client(ClientConfig { host: "here".into(), ..Default::default() }).unwrap();
+    // (Passive caching off: b.bin below must stay cached on host-b only.)
+    let here = c.client(ClientConfig { host: "here".into(), passive_cache: false, ..Default::default() }).unwrap();
     assert_eq!(sha(&read_all(&here, "/a.bin").await), sha(&a));
     assert_eq!(told(&here, NotCached), n);
     assert_eq!(sha(&read_all(&here, "/a.bin").await), sha(&a));
