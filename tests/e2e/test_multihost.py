@@ -86,9 +86,23 @@ def test_reads_are_attributed_to_the_reading_host(sim):
     assert h1["bytes_by_source"]["remote_worker"] >= len(b), h1
     assert h1["bytes_by_source"]["short_circuit"] >= len(a), h1
     assert h0["not_short_circuit"]["no_local_worker"]["bytes"] >= len(a), h0
-    # Where b.bin is cached, by host address (what the connector tells Spark).
-    st = json.loads(sim.locus_cmd(0, "fs", "stat", "--json", "/attr/b.bin").stdout)
-    assert [loc["host"] for loc in st["blocks"][0]["locations"]] == [sim.ip(2)], st
+    # Where b.bin is cached, by host address (what the connector tells Spark): host 2,
+    # and host 1 too once its read from host 2 left a copy there (passive caching).
+    def holders():
+        st = json.loads(sim.locus_cmd(0, "fs", "stat", "--json", "/attr/b.bin").stdout)
+        hosts = [sorted(loc["host"] for loc in blk["locations"]) for blk in st["blocks"]]
+        return hosts if all(len(h) == 2 for h in hosts) else None
+
+    for h in wait_until(holders, timeout=20, what="b.bin's copy on host 1"):
+        assert h == sorted([sim.ip(1), sim.ip(2)]), h
+    # Host 0 runs no worker: its read of a.bin left no copy anywhere new.
+    st = json.loads(sim.locus_cmd(0, "fs", "stat", "--json", "/attr/a.bin").stdout)
+    assert [loc["host"] for loc in st["blocks"][0]["locations"]] == [sim.ip(1)], st
+    # Host 1's next read of b.bin is short-circuit.
+    before = reads_of(sim, 1)["bytes_by_source"]["short_circuit"]
+    assert sim.locus_cmd(1, "fs", "cat", "/attr/b.bin").stdout == b
+    wait_until(lambda: reads_of(sim, 1)["bytes_by_source"]["short_circuit"] - before >= len(b) or None,
+               timeout=20, what="host 1's short-circuit read of b.bin")
 
 
 DRIVER = textwrap.dedent("""
