@@ -190,7 +190,10 @@ def persist_counters(metrics_url: str) -> dict:
 def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "") -> dict:
     is_locus = system["name"].startswith("locus")
     before = persist_counters(metrics_url) if is_locus else {}
-    r = run_pyarrow_stages(pyarrow_fs(system), base, size)
+    # Paths through the Python client are absolute (`/lake/...`, as a local file
+    # system's): PyArrow's dataset discovery wants listed paths under its base as given.
+    pa_base = "/" + base if system.get("locus_master") else base
+    r = run_pyarrow_stages(pyarrow_fs(system), pa_base, size)
     # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
     p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base,
                         system.get("spark_prefix", "")], capture_output=True, text=True)
@@ -207,7 +210,7 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     if is_locus and metrics_url:
         after = persist_counters(metrics_url)
         r.update({k: after[k] - before[k] for k in after})
-    pyarrow_fs(system).delete_dir(base)
+    pyarrow_fs(system).delete_dir(pa_base)
     return r
 
 
