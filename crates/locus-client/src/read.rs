@@ -265,14 +265,7 @@ impl Client {
                 return;
             }
         }
-        let mut here = None;
-        for w in workers {
-            if self.is_local(w).await {
-                here = Some(w);
-                break;
-            }
-        }
-        let Some(w) = here else { return };
+        let Some(w) = self.local_worker(workers).await else { return };
         let mut s = match self.uds_connect(&w.uds_path).await {
             Ok(s) => s,
             Err(e) => {
@@ -299,10 +292,8 @@ impl Client {
         if !self.cfg.short_circuit || self.cfg.locality == Locality::Remote {
             return ReadReason::Disabled;
         }
-        for w in workers {
-            if self.is_local(w).await {
-                return otherwise;
-            }
+        if self.local_worker(workers).await.is_some() {
+            return otherwise;
         }
         if workers.iter().any(|w| w.host == self.cfg.host) {
             ReadReason::SocketNotVisible

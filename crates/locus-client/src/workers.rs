@@ -103,14 +103,22 @@ impl Client {
         if ws.is_empty() {
             return Err(Error::unavailable("no live workers"));
         }
-        if self.cfg.fill != Some(FillPlacement::Named) {
-            for w in &ws {
-                if self.is_local(w).await {
-                    return Ok(w.clone());
-                }
-            }
+        if self.cfg.fill != Some(FillPlacement::Named)
+            && let Some(w) = self.local_worker(&ws).await
+        {
+            return Ok(w.clone());
         }
         Ok(fill_worker(block_id, &ws).expect("not empty").clone())
+    }
+
+    /// The first of `ws` that shares this client's host (its socket answers).
+    pub(crate) async fn local_worker<'w>(&self, ws: &'w [pb::WorkerAddress]) -> Option<&'w pb::WorkerAddress> {
+        for w in ws {
+            if self.is_local(w).await {
+                return Some(w);
+            }
+        }
+        None
     }
 
     /// Where the blocks of `fi` overlapping `[start, end)` are, for schedulers (the

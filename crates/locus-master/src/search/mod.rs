@@ -272,13 +272,12 @@ impl Search {
                 // Beside other clauses, a range is checked on their matches (one column read
                 // each) unless its terms are far fewer than those matches: each term is a
                 // posting list to open (thousands for `content-length > 1000000`).
-                let terms = match (size.is_some() || mtime.is_some())
-                    .then(|| parts.iter().filter_map(|p| p.0.as_deref()).map(|q| estimated_matches(s, q)).min())
-                    .flatten()
-                {
-                    Some(lead) => (lead / TERM_OPEN_COST).min(TERM_RANGE_MAX),
-                    None => TERM_RANGE_MAX,
+                let lead = if size.is_some() || mtime.is_some() {
+                    parts.iter().filter_map(|p| p.0.as_deref()).map(|q| estimated_matches(s, q)).min()
+                } else {
+                    None
                 };
+                let terms = lead.map_or(TERM_RANGE_MAX, |n| (n / TERM_OPEN_COST).min(TERM_RANGE_MAX));
                 parts.extend(size.map(|sp| (Some(size_query(sp, terms)), true)));
                 parts.extend(mtime.map(|sp| (Some(time_query(sp, terms)), true)));
                 let exact = parts.iter().all(|p| p.1);
