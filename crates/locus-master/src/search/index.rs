@@ -9,7 +9,7 @@
 //! | `mtime` | i64, indexed, fast | `last-modified` (ms) |
 //! | `ctype`, `etag` | raw string, indexed | `content-type`, `etag` |
 //! | `meta`, `tag` | raw strings, indexed | `name \0 value` per user-metadata field (name in lower case) and tag |
-//! | `ns` | u64, indexed | 1 when the namespace holds the object (imports leave it alone) |
+//! | `ns` | u64, indexed | 1 when the namespace holds the object (imports leave it alone); absent otherwise |
 //! | `entry` | stored bytes | the `CatalogEntry` (protobuf): what a hit returns and a clause is checked against |
 //!
 //! Key order, as S3 lists:
@@ -28,7 +28,7 @@ use locus_proto::pb;
 use prost::Message;
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::schema::{
-    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value as _,
+    Field, IndexRecordOption, NumericOptions, STORED, Schema, TextFieldIndexing, TextOptions, Value as _,
 };
 use tantivy::{
     DocAddress, DocId, DocSet, InvertedIndexReader, Searcher, SegmentReader, TERMINATED, TantivyDocument, Term,
@@ -53,20 +53,24 @@ pub struct Fields {
 }
 
 pub fn schema() -> Schema {
+    // No field records norms: nothing is scored, and a norm costs a byte per document
+    // and field in the writer's memory, on disk and in every merge.
+    let raw = TextFieldIndexing::default()
+        .set_tokenizer("raw")
+        .set_index_option(IndexRecordOption::Basic)
+        .set_fieldnorms(false);
+    let string = TextOptions::default().set_indexing_options(raw.clone());
+    let key = string.clone().set_fast("raw");
+    let number = NumericOptions::default().set_indexed().set_fast();
     let mut b = Schema::builder();
-    let key = TextOptions::default()
-        .set_indexing_options(
-            TextFieldIndexing::default().set_tokenizer("raw").set_index_option(IndexRecordOption::Basic),
-        )
-        .set_fast("raw");
     b.add_text_field("key", key);
-    b.add_u64_field("size", INDEXED | FAST);
-    b.add_i64_field("mtime", INDEXED | FAST);
-    b.add_text_field("ctype", STRING);
-    b.add_text_field("etag", STRING);
-    b.add_text_field("meta", STRING);
-    b.add_text_field("tag", STRING);
-    b.add_u64_field("ns", INDEXED);
+    b.add_u64_field("size", number.clone());
+    b.add_i64_field("mtime", number);
+    b.add_text_field("ctype", string.clone());
+    b.add_text_field("etag", string.clone());
+    b.add_text_field("meta", string.clone());
+    b.add_text_field("tag", string);
+    b.add_u64_field("ns", NumericOptions::default().set_indexed());
     b.add_bytes_field("entry", STORED);
     b.build()
 }
@@ -91,29 +95,58 @@ impl Fields {
         Term::from_field_text(self.key, path)
     }
 
-    /// The document of `path`.
+    /// The document of `path`. Builds the metadata and tag terms and the stored entry in
+    /// this thread's scratch buffers (an import builds millions of documents).
     pub fn doc(&self, path: &str, e: &pb::CatalogEntry) -> TantivyDocument {
-        let mut d = TantivyDocument::new();
-        d.add_text(self.key, path);
-        d.add_u64(self.size, e.size);
-        d.add_i64(self.mtime, e.mtime_ms);
-        d.add_text(self.ctype, &e.content_type);
-        d.add_text(self.etag, &e.etag);
-        for (n, v) in &e.user {
-            d.add_text(self.meta, pair(&n.to_ascii_lowercase(), v));
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<(String, Vec<u8>)> = const { std::cell::RefCell::new((String::new(), Vec::new())) };
         }
-        for (n, v) in &e.tags {
-            d.add_text(self.tag, pair(n, v));
-        }
-        d.add_u64(self.ns, u64::from(e.inode != 0));
-        d.add_bytes(self.entry, &e.encode_to_vec());
-        d
+        SCRATCH.with_borrow_mut(|(term, stored)| {
+            stored.clear();
+            e.encode(stored).expect("a Vec grows");
+            let terms: usize = e.user.iter().chain(&e.tags).map(|(n, v)| n.len() + v.len() + 8).sum();
+            let mut d = TantivyDocument::with_capacity(
+                path.len() + e.content_type.len() + e.etag.len() + terms + stored.len() + 64,
+            );
+            d.add_text(self.key, path);
+            d.add_u64(self.size, e.size);
+            d.add_i64(self.mtime, e.mtime_ms);
+            d.add_text(self.ctype, &e.content_type);
+            d.add_text(self.etag, &e.etag);
+            for (n, v) in &e.user {
+                pair_into(term, n, v);
+                if n.bytes().any(|b| b.is_ascii_uppercase()) {
+                    term[..n.len()].make_ascii_lowercase();
+                }
+                d.add_text(self.meta, &*term);
+            }
+            for (n, v) in &e.tags {
+                pair_into(term, n, v);
+                d.add_text(self.tag, &*term);
+            }
+            // Only the namespace's documents carry `ns` (an import's leave the term out).
+            if e.inode != 0 {
+                d.add_u64(self.ns, 1);
+            }
+            d.add_bytes(self.entry, stored);
+            d
+        })
     }
+}
+
+/// `name \0 value` into `buf`.
+fn pair_into(buf: &mut String, name: &str, v: &str) {
+    buf.clear();
+    buf.push_str(name);
+    buf.push('\0');
+    buf.push_str(v);
 }
 
 /// The term of a user-metadata field or a tag.
 pub fn pair(name: &str, v: &str) -> String {
-    format!("{name}\0{v}")
+    let mut s = String::with_capacity(name.len() + v.len() + 1);
+    pair_into(&mut s, name, v);
+    s
 }
 
 /// The entry stored with a document.

@@ -55,9 +55,9 @@ use crate::store::{COUNTERS, INODES, Store, db_err, decode};
 /// The index writer's memory (split over its threads).
 const WRITER_HEAP: usize = 192 << 20;
 const WRITER_THREADS: usize = 2;
-/// The index's on-disk format (tantivy 0.27 with sstable term dictionaries), written
-/// to `FORMAT` in its directory; an index without it is rebuilt.
-const FORMAT: &str = "tantivy-0.27-sstable";
+/// The index's on-disk format (tantivy 0.27 with sstable term dictionaries, no field
+/// norms), written to `FORMAT` in its directory; an index without it is rebuilt.
+const FORMAT: &str = "tantivy-0.27-sstable-nonorms";
 /// How often the job looks at the journal.
 const TICK: Duration = Duration::from_millis(200);
 /// Uncommitted changes wait at most about this long (searches do not wait for it).
@@ -90,23 +90,31 @@ impl Bloom {
         Bloom { bits: vec![0; 1 << (log2_bits - 6)], mask: (1 << log2_bits) - 1 }
     }
 
-    fn probes(&self, key: &[u8]) -> impl Iterator<Item = u64> + use<> {
+    /// The hash both filters probe with (an import hashes each path once).
+    fn hash(key: &[u8]) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::hash::DefaultHasher::new();
         key.hash(&mut h);
-        let h = h.finish();
+        h.finish()
+    }
+
+    fn probes(&self, h: u64) -> impl Iterator<Item = u64> + use<> {
         let (a, b, mask) = (h, h.rotate_left(32) | 1, self.mask);
         (0..Self::PROBES).map(move |i| a.wrapping_add(i.wrapping_mul(b)) & mask)
     }
 
-    fn insert(&mut self, key: &[u8]) {
-        for p in self.probes(key) {
+    fn insert_hash(&mut self, h: u64) {
+        for p in self.probes(h) {
             self.bits[(p >> 6) as usize] |= 1 << (p & 63);
         }
     }
 
-    fn maybe(&self, key: &[u8]) -> bool {
-        self.probes(key).all(|p| self.bits[(p >> 6) as usize] & (1 << (p & 63)) != 0)
+    fn maybe_hash(&self, h: u64) -> bool {
+        self.probes(h).all(|p| self.bits[(p >> 6) as usize] & (1 << (p & 63)) != 0)
+    }
+
+    fn insert(&mut self, key: &[u8]) {
+        self.insert_hash(Self::hash(key));
     }
 }
 
@@ -524,11 +532,10 @@ impl Catalog {
         for i in order {
             let path = std::mem::take(&mut entries[i].0);
             let e = pb::CatalogEntry { inode: 0, ..std::mem::take(&mut entries[i].1) };
+            let h = Bloom::hash(path.as_bytes());
             let held = match st.ov.get(&path) {
                 Some(v) => v.is_some_and(|o| o.inode != 0),
-                None => {
-                    st.held.maybe(path.as_bytes()) && index::lookup(&s, &self.f, &path)?.is_some_and(|o| o.inode != 0)
-                }
+                None => st.held.maybe_hash(h) && index::lookup(&s, &self.f, &path)?.is_some_and(|o| o.inode != 0),
             };
             if held {
                 skipped += 1;
@@ -536,11 +543,11 @@ impl Catalog {
             }
             // (A committed document under a subtree deleted since goes with that delete,
             // which comes before this put.)
-            if st.ov.pending.contains_key(&path) || st.keys.maybe(path.as_bytes()) {
+            if st.ov.pending.contains_key(&path) || st.keys.maybe_hash(h) {
                 st.w.delete_term(self.f.key_term(&path));
             }
             st.w.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
-            st.keys.insert(path.as_bytes());
+            st.keys.insert_hash(h);
             written += 1;
         }
         if written > 0 {

@@ -285,7 +285,7 @@ fn reimports_keep_the_index_exact() {
 async fn journaled_changes_keep_the_index_exact() {
     let mut rng = StdRng::seed_from_u64(23);
     let base = gen_entries(&mut rng, 400);
-    let (_d, store, cat) = store_with(&base);
+    let (d, store, cat) = store_with(&base);
     let mut model: BTreeMap<String, pb::CatalogEntry> = base.iter().cloned().collect();
     let fresh = gen_entries(&mut rng, 400);
     let mut overlaid = 0;
@@ -376,6 +376,13 @@ async fn journaled_changes_keep_the_index_exact() {
         held.iter().map(|p| (p.clone(), pb::CatalogEntry { size: 7, ..Default::default() })).collect();
     imported.push(("/imported/only".into(), pb::CatalogEntry { size: 8, ..Default::default() }));
     model.insert("/imported/only".into(), imported.last().unwrap().1.clone());
+    assert_eq!(cat.import(imported.clone(), true).unwrap(), (1, held.len() as u64));
+    assert_eq!(listing(&store, &cat), model);
+    // Reopened, the index still knows which paths the namespace holds (only those
+    // documents carry the `ns` term): the same import skips them again.
+    let dir = d.path().join("search");
+    drop(cat);
+    let cat = Catalog::open(&dir, &store).unwrap();
     assert_eq!(cat.import(imported, true).unwrap(), (1, held.len() as u64));
     assert_eq!(listing(&store, &cat), model);
     let all: Vec<(String, pb::CatalogEntry)> = model.into_iter().collect();
