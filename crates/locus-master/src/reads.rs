@@ -82,7 +82,7 @@ impl ReadLog {
     /// Add `new - old`, row by row (a row that shrank is counted whole: a restart the
     /// run id missed).
     fn add_diff(&mut self, old: &HashMap<HostKey, Tally>, new: &HashMap<HostKey, Tally>) {
-        let minute = (self.started.elapsed().as_secs() / BUCKET.as_secs()) as u64;
+        let minute = self.started.elapsed().as_secs() / BUCKET.as_secs();
         if self.buckets.back().is_none_or(|b| b.0 != minute) {
             self.buckets.push_back((minute, BTreeMap::new()));
             while self.buckets.len() > BUCKETS {

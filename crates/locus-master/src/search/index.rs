@@ -134,19 +134,12 @@ impl Fields {
     }
 }
 
-/// `name \0 value` into `buf`.
+/// The term of a user-metadata field or a tag, `name \0 value`, into `buf`.
 fn pair_into(buf: &mut String, name: &str, v: &str) {
     buf.clear();
     buf.push_str(name);
     buf.push('\0');
     buf.push_str(v);
-}
-
-/// The term of a user-metadata field or a tag.
-pub fn pair(name: &str, v: &str) -> String {
-    let mut s = String::with_capacity(name.len() + v.len() + 1);
-    pair_into(&mut s, name, v);
-    s
 }
 
 /// The entry stored with a document.
