@@ -336,10 +336,10 @@ class Locus:
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
     def thread_cpu(self) -> dict:
-        """CPU seconds of the Locus process's live threads, by kind: tantivy's merge threads,
-        the tokio workers (requests, and the import's document building on blocking threads)
-        and the rest. Tantivy's indexing threads end with each segment, so their time is the
-        process's total less these."""
+        """CPU seconds of the Locus process's live threads of two kinds: tantivy's merge
+        threads, and the tokio workers (requests, and the import's document building on
+        blocking threads). Tantivy's indexing threads end with each segment, so the caller
+        takes their time as the process's total less these two."""
         out = {"merge": 0.0, "tokio": 0.0}
         tick = os.sysconf("SC_CLK_TCK")
         for t in Path(f"/proc/{self.p.pid}/task").iterdir():
