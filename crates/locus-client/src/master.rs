@@ -139,7 +139,10 @@ impl Client {
     /// `commit`, answers once everything imported so far is searchable and on disk (an
     /// import's last request sets it).
     pub async fn import_catalog(&self, entries: Vec<pb::CatalogImport>, commit: bool) -> Result<(u64, u64)> {
-        let r = pb::ImportCatalogRequest { entries, commit };
+        use prost::Message;
+        // Encoded once: each attempt sends the same shared bytes.
+        let batch = pb::CatalogImportBatch { entries }.encode_to_vec().into();
+        let r = pb::ImportCatalogRequest { batch, commit };
         let r = self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.import_catalog(r).await }).await?;
         Ok((r.count, r.skipped))
     }

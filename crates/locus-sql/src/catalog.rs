@@ -259,9 +259,9 @@ impl MapCol {
     }
 
     /// Row `i` (user metadata names in lower case, without `x-amz-meta-`).
-    fn row(&self, i: usize, meta: bool) -> std::collections::HashMap<String, String> {
+    fn row(&self, i: usize, meta: bool) -> std::collections::BTreeMap<String, String> {
         use datafusion::arrow::array::{Array, AsArray};
-        let mut out = std::collections::HashMap::new();
+        let mut out = std::collections::BTreeMap::new();
         if self.map.is_null(i) {
             return out;
         }

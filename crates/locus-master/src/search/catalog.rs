@@ -41,8 +41,8 @@ pub fn entry_of(rec: &pb::InodeRecord) -> pb::CatalogEntry {
         mtime_ms: rec.mtime_ms,
         content_type: meta.map(|m| m.content_type.clone()).unwrap_or_default(),
         etag: locus_proto::etag_of(meta, rec.is_dir, rec.length, &rec.fingerprint),
-        user: meta.map(|m| m.user.clone()).unwrap_or_default(),
-        tags: meta.map(|m| m.tags.clone()).unwrap_or_default(),
+        user: meta.map(|m| m.user.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default(),
+        tags: meta.map(|m| m.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default(),
         inode: rec.id,
     }
 }

@@ -647,8 +647,8 @@ impl Master {
         let meta = pb::ObjectMeta {
             content_type: e.content_type.clone(),
             etag: e.etag.clone(),
-            user: e.user.clone(),
-            tags: e.tags.clone(),
+            user: e.user.into_iter().collect(),
+            tags: e.tags.into_iter().collect(),
             ..Default::default()
         };
         let name = lpath::split_parent(&path).map(|(_, n)| n.to_string()).unwrap_or_default();
@@ -672,8 +672,11 @@ impl Master {
 
     /// Index entries from an inventory (see [`indexer::Catalog::import`]).
     pub async fn import_catalog(&self, req: pb::ImportCatalogRequest) -> Result<pb::CountResponse> {
-        let mut entries = Vec::with_capacity(req.entries.len());
-        for i in req.entries {
+        use prost::Message;
+        let batch = pb::CatalogImportBatch::decode(req.batch)
+            .map_err(|e| Error::invalid(format!("an import batch that does not decode: {e}")))?;
+        let mut entries = Vec::with_capacity(batch.entries.len());
+        for i in batch.entries {
             let path = normalize(&i.path)?;
             if path == "/" {
                 return Err(Error::invalid("an imported object needs a path below /"));

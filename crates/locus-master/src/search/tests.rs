@@ -3,7 +3,7 @@
 //! and delimiters; the index kept exact across re-imports, and across journaled puts,
 //! deletes and renames applied with and without commits between them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -29,7 +29,7 @@ fn gen_entries(rng: &mut StdRng, n: usize) -> Vec<(String, pb::CatalogEntry)> {
             key.push_str(&rng.random_range(0..4).to_string());
         }
         key.push_str(&format!("/f{i:05}.{}", ["gz", "png", "csv"][rng.random_range(0..3)]));
-        let mut user = HashMap::new();
+        let mut user = BTreeMap::new();
         for _ in 0..rng.random_range(0..4) {
             let name = ["owner", "team", "n", "Color"][rng.random_range(0..4)];
             let v = match name {
@@ -39,7 +39,7 @@ fn gen_entries(rng: &mut StdRng, n: usize) -> Vec<(String, pb::CatalogEntry)> {
             };
             user.insert(name.to_ascii_lowercase(), v);
         }
-        let mut tags = HashMap::new();
+        let mut tags = BTreeMap::new();
         for _ in 0..rng.random_range(0..3) {
             let name = ["project", "env"][rng.random_range(0..2)];
             tags.insert(name.to_string(), format!("{}{}", &name[..1], rng.random_range(0..5)));
