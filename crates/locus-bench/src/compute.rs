@@ -213,8 +213,8 @@ mod tests {
 
     #[test]
     fn ranges_cover_an_object_once() {
-        let (len, block) = (10 * 64 + 7, 64);
-        let n = (len as u64).div_ceil(block) as usize;
+        let (len, block): (u64, u64) = (10 * 64 + 7, 64);
+        let n = len.div_ceil(block) as usize;
         let mut next = 0;
         for b in 0..n {
             let (off, l) = range(len, block, b);

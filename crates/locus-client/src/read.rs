@@ -30,6 +30,9 @@ pub struct ReadOptions {
 /// Bytes per chunk of a [`Client::read_stream`].
 const STREAM_CHUNK: usize = 1 << 20;
 
+/// A read-ahead fill in flight: the block's index, and what its fill returned.
+type BlockLoad<'a> = Pin<Box<dyn Future<Output = (usize, Option<u64>)> + Send + 'a>>;
+
 /// Blocks a client remembers asking its host's worker to copy (`client.passive_cache`).
 const PASSIVE_ASKED_MAX: usize = 1 << 16;
 
@@ -72,8 +75,7 @@ impl Client {
         // that is still filling when the reader gets to it is streamed from the filling
         // worker as it arrives (the worker joins the reader to the fill); one that has
         // landed is read from the cache (short-circuit when co-located).
-        let mut loads: FuturesUnordered<Pin<Box<dyn Future<Output = (usize, Option<u64>)> + Send + '_>>> =
-            FuturesUnordered::new();
+        let mut loads: FuturesUnordered<BlockLoad<'_>> = FuturesUnordered::new();
         let mut scheduled: HashSet<usize> = HashSet::new();
         let mut loaded: HashMap<usize, Option<u64>> = HashMap::new();
         let read_ahead = opts.read_ahead_blocks.unwrap_or(self.cfg.read_ahead_blocks);
@@ -138,30 +140,30 @@ impl Client {
             // Holders of the block, co-located first.
             let mut holders = Vec::new();
             for l in &b.locations {
-                if let Some(w) = by_id.get(&l.worker_id) {
-                    if !failed.contains(&w.worker_id) {
-                        let local = self.is_local(w).await;
-                        holders.push(((!local) as u8, (*w).clone(), local));
-                    }
+                if let Some(w) = by_id.get(&l.worker_id)
+                    && !failed.contains(&w.worker_id)
+                {
+                    let local = self.is_local(w).await;
+                    holders.push(((!local) as u8, (*w).clone(), local));
                 }
             }
             holders.sort_by_key(|h| (h.0, h.1.worker_id));
             let mut refused = false;
-            if self.cfg.short_circuit {
-                if let Some((_, w, true)) = holders.first() {
-                    match self.short_circuit(w, b.block_id, off + done, len - done, read_type, out, &mut done).await {
-                        Ok(()) => {
-                            self.count_read(ReadReason::ShortCircuit, len);
-                            return Ok(());
-                        }
-                        Err(e) if e.is_retryable() || e.kind() == ErrorKind::NotFound => {
-                            tracing::debug!(worker = w.worker_id, error = %e, "short-circuit read failed; using the data path");
-                            // The worker's own answer (the block gone from its cache), not
-                            // a failure on this side (a socket or a block file it cannot open).
-                            refused = e.kind() == ErrorKind::NotFound;
-                        }
-                        Err(e) => return Err(e),
+            if self.cfg.short_circuit
+                && let Some((_, w, true)) = holders.first()
+            {
+                match self.short_circuit(w, b.block_id, off + done, len - done, read_type, out, &mut done).await {
+                    Ok(()) => {
+                        self.count_read(ReadReason::ShortCircuit, len);
+                        return Ok(());
                     }
+                    Err(e) if e.is_retryable() || e.kind() == ErrorKind::NotFound => {
+                        tracing::debug!(worker = w.worker_id, error = %e, "short-circuit read failed; using the data path");
+                        // The worker's own answer (the block gone from its cache), not
+                        // a failure on this side (a socket or a block file it cannot open).
+                        refused = e.kind() == ErrorKind::NotFound;
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             let w = match holders.first() {
@@ -302,6 +304,7 @@ impl Client {
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // a block's range, where it goes, and how far it got
     async fn short_circuit<S: ReadSink>(
         &self,
         w: &pb::WorkerAddress,

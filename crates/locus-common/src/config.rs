@@ -601,6 +601,7 @@ impl Config {
 }
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // figment's Jail hands its closures figment::Error
 mod tests {
     use super::*;
 

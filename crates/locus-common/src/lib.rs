@@ -77,6 +77,10 @@ pub fn init_logging(json: bool) {
     let _ = if json { b.json().try_init() } else { b.try_init() };
 }
 
+/// The fingerprint of a file whose bytes are only in worker caches. It matches no UFS
+/// object, so no worker ever fills such a file's blocks from the UFS.
+pub const UNPERSISTED_FINGERPRINT: &str = "locus:unpersisted";
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -85,7 +89,3 @@ mod tests {
         assert_eq!(super::split_block_id(id), (77, 5));
     }
 }
-
-/// The fingerprint of a file whose bytes are only in worker caches. It matches no UFS
-/// object, so no worker ever fills such a file's blocks from the UFS.
-pub const UNPERSISTED_FINGERPRINT: &str = "locus:unpersisted";

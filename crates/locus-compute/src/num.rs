@@ -112,6 +112,7 @@ pub fn fmod(x: f64, m: f64) -> f64 {
     let t = x / m;
     // Truncated by a conversion (`trunc` is a call without SSE4.1); NaN and quotients
     // beyond 2^62 take the slow way.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)] // NaN must take the slow way too
     if !(t.abs() < 4.6e18) {
         return x % m;
     }

@@ -293,6 +293,19 @@ impl From<pb::ReadReason> for ReadReason {
     }
 }
 
+impl pb::FileInfo {
+    /// Bytes of the file whose block some worker caches (blocks listed with a location;
+    /// `status(path, true)` lists them).
+    pub fn cached_bytes(&self) -> u64 {
+        self.blocks.iter().filter(|b| !b.locations.is_empty()).map(|b| b.length).sum()
+    }
+
+    /// [`cached_bytes`](pb::FileInfo::cached_bytes) over the length (0 for an empty file).
+    pub fn cached_fraction(&self) -> f64 {
+        if self.length == 0 { 0.0 } else { self.cached_bytes() as f64 / self.length as f64 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,18 +355,5 @@ mod tests {
             assert_eq!(k.as_str_name().strip_prefix("PERSIST_OP_KIND_"), Some(k.name()));
             assert_eq!(pb::PersistOpKind::parse(k.name()), Some(k));
         }
-    }
-}
-
-impl pb::FileInfo {
-    /// Bytes of the file whose block some worker caches (blocks listed with a location;
-    /// `status(path, true)` lists them).
-    pub fn cached_bytes(&self) -> u64 {
-        self.blocks.iter().filter(|b| !b.locations.is_empty()).map(|b| b.length).sum()
-    }
-
-    /// [`cached_bytes`](pb::FileInfo::cached_bytes) over the length (0 for an empty file).
-    pub fn cached_fraction(&self) -> f64 {
-        if self.length == 0 { 0.0 } else { self.cached_bytes() as f64 / self.length as f64 }
     }
 }

@@ -43,10 +43,10 @@ impl Format {
 /// (SQL syntax, a missing column or table, a bad cast of their data) is InvalidArgument.
 pub fn df_err(e: DataFusionError) -> Error {
     // A Locus error (a worker's, or the client's) stays itself.
-    if let DataFusionError::External(x) = e.find_root() {
-        if let Some(le) = x.downcast_ref::<Error>() {
-            return Error::new(le.kind(), le.message()).set_retryable(le.is_retryable());
-        }
+    if let DataFusionError::External(x) = e.find_root()
+        && let Some(le) = x.downcast_ref::<Error>()
+    {
+        return Error::new(le.kind(), le.message()).set_retryable(le.is_retryable());
     }
     let kind = match e.find_root() {
         DataFusionError::SQL(..) | DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => {

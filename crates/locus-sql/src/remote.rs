@@ -70,6 +70,9 @@ use object_store::ObjectStore;
 use crate::query::{Traffic, df_err};
 use crate::store::LocusStore;
 
+/// A fragment's result as pieces of an Arrow IPC stream.
+type IpcPieces = futures::stream::BoxStream<'static, Result<Vec<u8>>>;
+
 /// The scheme of Locus files in plans.
 const LOCUS_SCHEME: &str = "locus";
 
@@ -274,10 +277,10 @@ fn place<'a>(
     cx: &'a Cx,
 ) -> BoxFuture<'a, Result<Arc<dyn ExecutionPlan>>> {
     async move {
-        if let Some(chain) = Chain::of(&plan) {
-            if let Some(r) = remote(chain, under_exchange, cx).await? {
-                return Ok(r);
-            }
+        if let Some(chain) = Chain::of(&plan)
+            && let Some(r) = remote(chain, under_exchange, cx).await?
+        {
+            return Ok(r);
         }
         let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
         if children.is_empty() {
@@ -625,11 +628,7 @@ impl Fragments {
     /// Start partition `partition` of the encoded fragment `plan`: its result as pieces of
     /// an Arrow IPC stream (the schema first, at once), and the bytes its scans read.
     /// Dropping the stream stops the work.
-    pub fn run(
-        &self,
-        plan: &[u8],
-        partition: u32,
-    ) -> Result<(futures::stream::BoxStream<'static, Result<Vec<u8>>>, Arc<AtomicU64>)> {
+    pub fn run(&self, plan: &[u8], partition: u32) -> Result<(IpcPieces, Arc<AtomicU64>)> {
         let store = LocusStore::new(self.client.clone());
         let read = store.bytes_read();
         let ctx = worker_session(Arc::new(store))?;

@@ -561,22 +561,22 @@ fn numeric_text(e: &mut Expr) {
     }
     use ast::BinaryOperator as B;
     match e {
-        Expr::BinaryOp { left, op, right }
-            if matches!(
-                op,
+        Expr::BinaryOp {
+            left,
+            op:
                 B::Gt
-                    | B::Lt
-                    | B::GtEq
-                    | B::LtEq
-                    | B::Eq
-                    | B::NotEq
-                    | B::Plus
-                    | B::Minus
-                    | B::Multiply
-                    | B::Divide
-                    | B::Modulo
-            ) =>
-        {
+                | B::Lt
+                | B::GtEq
+                | B::LtEq
+                | B::Eq
+                | B::NotEq
+                | B::Plus
+                | B::Minus
+                | B::Multiply
+                | B::Divide
+                | B::Modulo,
+            right,
+        } => {
             if is_col(left) && is_num(right) {
                 num(left);
             } else if is_col(right) && is_num(left) {
@@ -734,8 +734,8 @@ mod tests {
             let ctx = ctx.clone();
             async move {
                 let b = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
-                let s = datafusion::arrow::util::display::array_value_to_string(b[0].column(0), 0).unwrap();
-                s
+
+                datafusion::arrow::util::display::array_value_to_string(b[0].column(0), 0).unwrap()
             }
         };
         let t = "CAST(s._1 AS TIMESTAMP)";

@@ -86,14 +86,14 @@ impl Inner {
                 n += chunk.len() as u64;
                 f = write_block_file(f, vec![chunk]).await?;
             }
-            if let Some(want) = src.crc() {
-                if want != crc {
-                    self.counters.corrupt.fetch_add(1, Relaxed);
-                    return Err(Error::new(
-                        ErrorKind::Corrupt,
-                        format!("block {} arrived with crc32c {crc:08x}, not {want:08x}", r.block_id),
-                    ));
-                }
+            if let Some(want) = src.crc()
+                && want != crc
+            {
+                self.counters.corrupt.fetch_add(1, Relaxed);
+                return Err(Error::new(
+                    ErrorKind::Corrupt,
+                    format!("block {} arrived with crc32c {crc:08x}, not {want:08x}", r.block_id),
+                ));
             }
             let temp = temp.into_inner();
             crate::blocking(move || temp.commit(n, Some(crc))).await??;
