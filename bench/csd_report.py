@@ -368,7 +368,7 @@ def markdown(raw: dict) -> str:
                 row.append(f"**{v}**" if g and g["ok"] is False else v)
             L.append(f"| {ds} | {w} | " + " | ".join(row) + " |")
         if goal == "vs-spark":
-            L += spark_floor(raw, sorted({k[0] for k in cells}, key=[d["name"] for d in raw["datasets"]].index))
+            L += spark_floor(s, sorted({k[0] for k in cells}, key=[d["name"] for d in raw["datasets"]].index))
     L.append("")
     gs = [g for g in gl if g["ok"] is not None]
     L += ["", f"{sum(g['ok'] for g in gs)} of {len(gs)} goal figures met.", ""]
@@ -383,10 +383,10 @@ def markdown(raw: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def spark_floor(raw: dict, dsets: list[str]) -> list[str]:
+def spark_floor(s: dict, dsets: list[str]) -> list[str]:
     """Spark over the floor (DuckDB on a tmpfs copy, a top engine with no storage layer),
-    per operator: the ratio to Spark that the floor itself reaches in the same run."""
-    s = summarize(raw)
+    per operator, from the run's medians `s` ([`summarize`]): the ratio to Spark that the
+    floor itself reaches in the same run."""
     rows = []
     for ds in dsets:
         cells = [_div(s.get((ds, "spark", 0, op), {}).get("median"), s.get((ds, "duckdb", 0, op), {}).get("median"))
