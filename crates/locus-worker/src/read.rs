@@ -198,6 +198,15 @@ impl Inner {
         Ok((r, Held::Lease(lease)))
     }
 
+    /// Why a co-located reader's bytes came from a fill: the block was not cached, or
+    /// (as the client says) its lease was refused, the block gone meanwhile.
+    fn fill_reason(r: &pb::ReadBlockRequest) -> ReadReason {
+        match ReadReason::from(r.reason()) {
+            ReadReason::LeaseRefused => ReadReason::LeaseRefused,
+            _ => ReadReason::NotCached,
+        }
+    }
+
     /// Serve one read request on a data connection.
     /// `hdr` becomes true once a response header went out: after that an error can only
     /// close the connection (the client sees a short read).
@@ -217,7 +226,8 @@ impl Inner {
                 if first {
                     self.counters.cache_hits.fetch_add(1, Relaxed);
                 }
-                return self.send_cached(sock, &r, lease, hdr).await;
+                // A block this read missed and a fill then cached came from the UFS.
+                return self.send_cached(sock, &r, lease, hdr, first).await;
             }
             if first {
                 self.counters.cache_misses.fetch_add(1, Relaxed);
@@ -343,7 +353,14 @@ impl Inner {
                     self.counters.cache_hits.fetch_add(1, Relaxed);
                 }
                 self.counters.short_circuit.fetch_add(r.length, Relaxed);
-                self.counters.count_host(&r.client_host, ReadSource::ShortCircuit, ReadReason::ShortCircuit, r.length);
+                // A block this read missed and a fill then cached (one that committed
+                // before the reader could follow its file) came from the UFS.
+                let (source, why) = if first {
+                    (ReadSource::ShortCircuit, ReadReason::ShortCircuit)
+                } else {
+                    (ReadSource::Ufs, Self::fill_reason(&r))
+                };
+                self.counters.count_host(&r.client_host, source, why, r.length);
                 let path = lease.path.display().to_string();
                 let resp = pb::DataResponse {
                     filled: lease.len,
@@ -400,11 +417,7 @@ impl Inner {
             self.counters.short_circuit.fetch_add(r.length, Relaxed);
             // By host, each byte once, by where it came from: the UFS. (A client whose
             // lease was refused, the block gone meanwhile, says so.)
-            let why = match ReadReason::from(r.reason()) {
-                ReadReason::LeaseRefused => ReadReason::LeaseRefused,
-                _ => ReadReason::NotCached,
-            };
-            self.counters.count_host(&r.client_host, ReadSource::Ufs, why, r.length);
+            self.counters.count_host(&r.client_host, ReadSource::Ufs, Self::fill_reason(&r), r.length);
             // The fill's lease (taken at its commit) lives as long as this receiver.
             return Ok(Held::Fill(rx));
         }
@@ -484,6 +497,8 @@ impl Inner {
         rx: &mut watch::Receiver<FillState>,
         hdr: &mut bool,
     ) -> Result<bool> {
+        // (The failpoint tests let the fill commit before this reader follows it.)
+        locus_common::delay_point("worker.fill.follow").await;
         let path = match rx.wait_for(|s| s.path.is_some() || s.done.is_some()).await {
             Ok(s) => s.path.clone(),
             Err(_) => None,
@@ -510,6 +525,7 @@ impl Inner {
         r: &pb::ReadBlockRequest,
         lease: Lease,
         hdr: &mut bool,
+        hit: bool,
     ) -> Result<()> {
         // The last lease of a block removed meanwhile deletes its file as it drops.
         let lease = DropOffRuntime::new(lease);
@@ -550,7 +566,7 @@ impl Inner {
             left -= n;
             self.count_served(r.client_local, n);
         }
-        self.count_by_host(r, true, r.length);
+        self.count_by_host(r, hit, r.length);
         drop(lease);
         Ok(())
     }

@@ -629,3 +629,38 @@ async fn a_refused_lease_is_read_over_the_data_path_and_told() {
     }
     panic!("the worker did not count the refused lease: {:?}", cl.reads(Duration::ZERO, "reader").await.unwrap());
 }
+
+/// A cold read over the data path whose fill commits before the reader follows the
+/// fill's file (made to happen by `worker.fill.follow`) is served from the cached copy,
+/// and counted by host as what it was: bytes from the UFS, not a cache hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_that_commits_before_its_reader_follows_counts_as_from_the_ufs() {
+    use locus_common::metrics::ReadReason;
+    use locus_proto::pb;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(16));
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(c.data_dir().join("ufs/g.bin"), &data).unwrap();
+    let cl = c.client(ClientConfig { host: "late".into(), short_circuit: false, ..Default::default() }).unwrap();
+    fail::cfg("worker.fill.follow", "1*return(1000)").unwrap();
+    let fi = cl.status("/g.bin", true).await.unwrap();
+    let mut out = Vec::new();
+    cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+    fail::remove("worker.fill.follow");
+    assert!(out == data);
+    let n = data.len() as u64;
+    assert_eq!(cl.read_reasons().get(&ReadReason::Disabled), Some(&(1, n)));
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        rows = cl.reads(Duration::ZERO, "late").await.unwrap().rows;
+        if !rows.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let got: Vec<_> = rows.iter().map(|r| (r.source(), r.reason(), r.bytes)).collect();
+    assert_eq!(got, vec![(pb::ReadSource::Ufs, pb::ReadReason::Disabled, n)]);
+    c.shutdown().await;
+}
