@@ -13,7 +13,9 @@ Measured, RUNS times each, interleaved, medians (wall time of one read of the wh
   * sequential read of the 1 GiB file: `dd bs=1M` from tmpfs (the floor), the native
     client (`locus fs cat`, short-circuit), the FUSE mount (kernel page cache dropped for
     the file first, so every byte comes through FUSE; and again with the pages the
-    kernel kept, `keep_cache`), Python (`fs.open().read()` in 8 MiB chunks), the peers;
+    kernel kept, `keep_cache`), the FUSE floor (the tmpfs file through `bindfs`, a FUSE
+    file system with no storage behind it, pages dropped first too; skipped without
+    bindfs), Python (`fs.open().read()` in 8 MiB chunks), the peers;
   * `pq.read_table` of a 1 GiB Parquet file: tmpfs (PyArrow's local file system),
     `locus://`, the FUSE path, the peers;
   * fio: 4 KiB random reads (1 and 8 jobs) and 1 MiB sequential reads, FUSE against
@@ -48,6 +50,7 @@ BUCKET = "bench"
 MOUNT = "/bench"
 KEY, SECRET = "minioadmin", "minioadmin"
 CHUNK = 8 << 20
+FUSE_FLOOR = "FUSE floor: bindfs over the tmpfs file (dd)"
 
 
 def log(msg: str):
@@ -146,6 +149,7 @@ class Stage(CsdStage):
     def __init__(self, a):
         super().__init__(a, prefix="locus-clients-")
         self.env = dict(os.environ)
+        self.fuse_floor: Path | None = None
 
     def spawn(self, name: str, cmd: list[str], env=None) -> subprocess.Popen:
         logf = open(self.work / f"{name}.log", "wb")
@@ -272,6 +276,14 @@ def run(a) -> dict:
         st.mount_fs("locus-fuse", [a.locus_bin, "fuse", str(mnt), "--read-only"], mnt)
         fuse_root = mnt / MOUNT.strip("/")
         systems = {"locus-fuse": fuse_root}
+        # The floor of a FUSE read: the same tmpfs file through bindfs (Debian's), a FUSE
+        # file system that only passes reads through, with no storage layer behind it.
+        if shutil.which("bindfs"):
+            b = st.work / "mnt-bindfs"
+            st.mount_fs("bindfs", ["bindfs", "-f", "-o", "ro", str(Path(data["bin"]).parent), str(b)], b)
+            st.fuse_floor = b / Path(data["bin"]).name
+        else:
+            log("bindfs not found (apt-get install bindfs): no FUSE floor in this run")
         if not a.no_peers:
             r = st.work / "mnt-rclone"
             st.mount_fs("rclone", ["rclone", "mount", f"minio:{BUCKET}", str(r), "--read-only",
@@ -319,6 +331,9 @@ def measure(st: Stage, a, data: dict, systems: dict) -> dict:
         drop_pages(f)
         add(seq, "Locus FUSE (dd)", dd(f))
         add(seq, "Locus FUSE, kernel cache kept (dd)", dd(f))
+        if st.fuse_floor:
+            drop_pages(str(st.fuse_floor))
+            add(seq, FUSE_FLOOR, dd(str(st.fuse_floor)))
         add(seq, "Locus Python (8 MiB reads)", py_read(lfs, f"{MOUNT}/big.bin"))
         for name in ("rclone", "s3fs-fuse"):
             if name in systems:
@@ -406,6 +421,11 @@ def report(res: dict, out: Path, code: str):
         g = goals.get(k)
         verdict = "" if g is None else f">= {g:.2f}: {'pass' if native / m >= g else '**miss**'}"
         lines.append(f"| {k} | {m:.3f} | {size / m / (1 << 30):.2f} | {native / m:.2f} | {verdict} |")
+    if FUSE_FLOOR in seq:
+        f, fl = med(seq["Locus FUSE (dd)"]), med(seq[FUSE_FLOOR])
+        lines += ["", f"The FUSE floor, bindfs passing reads of the tmpfs file through FUSE with no storage layer "
+                      f"behind it (kernel pages dropped first, as for Locus's mount), same runs: native / floor "
+                      f"{native / fl:.2f}; Locus's FUSE reads at {fl / f:.2f}x the floor's speed."]
     tm = med(pqt["tmpfs (local)"])
     lines += ["", f"## `pq.read_table` of the Parquet file ({res['data']['parquet_bytes']:,} bytes, 8 float64 columns)",
               "", "| path | median s | path / tmpfs | goal |", "|---|---:|---:|---|"]
@@ -420,7 +440,7 @@ def report(res: dict, out: Path, code: str):
     lines += ["", f"## Metadata over {res['files']:,} files (100 directories)", "", "| command | median s |", "|---|---:|"]
     for k, v in meta.items():
         lines.append(f"| {k} | {med(v):.3f} |")
-    peers = [k for k in seq if not k.startswith(("Locus", "tmpfs"))]
+    peers = [k for k in seq if not k.startswith(("Locus", "tmpfs", "FUSE floor"))]
     if peers:
         best_seq = min(med(seq[k]) for k in seq if k.startswith("Locus") and "native" not in k)
         fuse_rand = res["fio"]["Locus FUSE"]["4k random, 1 job"]["iops"]

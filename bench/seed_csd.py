@@ -272,6 +272,20 @@ def timed_sql(a, one_row):
         yield op, secs, res
 
 
+# Spark's s3a settings. Each task reads its split through ranged GETs of at most 64 MiB
+# (the random read policy, set for the line reader's opens too) instead of one GET from
+# the split's start to the end of the object: toxiproxy, which puts the `lan` profile's
+# delay on the link, buffers without bound what a reader slower than the link has not
+# taken yet, and a 5 GiB object read to its end by a CPU-bound task grew it past 20 GiB.
+SPARK_S3A = {
+    "spark.driver.memory": "2g",
+    "spark.hadoop.fs.s3a.input.stream.type": "classic",
+    "spark.hadoop.fs.s3a.experimental.input.fadvise": "random",
+    "spark.hadoop.mapreduce.job.input.file.option.fs.option.openfile.read.policy": "random",
+    "spark.hadoop.fs.s3a.readahead.range": "64M",
+}
+
+
 def spark_engine(a):
     """Spark SQL over s3a: one application, a view per dataset, each operator's SQL."""
     from sparkutil import spark_session
@@ -279,8 +293,7 @@ def spark_engine(a):
     jars = os.environ["SPARK_S3A_JARS"]
     t = time.monotonic()
     spark = spark_session(a.endpoint, "minioadmin", "minioadmin", jars, app="locus-seed-csd",
-                          extra={"spark.driver.memory": "2g", "spark.hadoop.fs.s3a.input.stream.type": "classic"},
-                          class_archive_dir=a.class_archive_dir or None)
+                          extra=SPARK_S3A, class_archive_dir=a.class_archive_dir or None)
     out = {"startup": time.monotonic() - t, "runs": []}
     schema = "ts BIGINT, sensor STRING, " + ", ".join(f"{c} DOUBLE" for c in COLS)
     try:

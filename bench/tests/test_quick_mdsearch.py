@@ -51,6 +51,15 @@ def test_every_page_size_has_its_floor():
         assert len(fl["seconds"]) == raw["reps"]
 
 
+def test_the_import_has_its_floor():
+    # The floor indexed every object of the manifest (the generator's keys are unique).
+    _, raw = _doc()
+    [sc] = raw["scales"]
+    fl = sc["import_floor"]
+    assert fl["objects"] == sc["objects"]
+    assert fl["seconds"] > 0 and fl["objects_per_s"] == pytest.approx(fl["objects"] / fl["seconds"])
+
+
 def test_table_and_chart_were_produced():
     js, raw = _doc()
     md = js.with_suffix(".md").read_text()

@@ -50,6 +50,7 @@ use metrics::Metrics;
 use mounts::MountEntry;
 use workers::WorkerState;
 
+pub use search::indexer::index_floor;
 pub use web::render_metrics;
 
 /// Entries returned by one `ListStatus` page when the caller sets no limit.

@@ -201,6 +201,41 @@ struct Writer {
     held: Bloom,
 }
 
+/// The index in `dir` (created when missing) and its writer, as the catalog and the
+/// import floor use them.
+fn open_index(dir: &Path) -> Result<(Index, IndexWriter)> {
+    let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(ix_err)?;
+    // Small doc-store blocks: a page of hits reads entries scattered over the store.
+    let settings = tantivy::IndexSettings { docstore_blocksize: 4096, ..Default::default() };
+    let index = Index::builder().schema(index::schema()).settings(settings).open_or_create(mmap).map_err(|e| {
+        Error::internal(format!("search index {}: {e} (remove the directory to rebuild it)", dir.display()))
+    })?;
+    let w = index.writer_with_num_threads(WRITER_THREADS, WRITER_HEAP).map_err(ix_err)?;
+    Ok((index, w))
+}
+
+/// The import's floor (`locus bench index-floor`): the same documents into the same
+/// index (schema, settings, writer threads and memory) in a fresh directory `dir`, with
+/// no master around it: no RPC, no namespace check, no Bloom filters, one commit at the
+/// end. Each batch is sorted and deduplicated by path as an import's is. Returns the
+/// documents written. Blocking.
+pub fn index_floor(dir: &Path, batches: impl Iterator<Item = Vec<(String, pb::CatalogEntry)>>) -> Result<u64> {
+    locus_common::security::create_private_dir(dir)?;
+    let (index, mut w) = open_index(dir)?;
+    let f = Fields::of(&index.schema())?;
+    let mut n = 0;
+    for mut batch in batches {
+        batch.sort_by(|a, b| a.0.cmp(&b.0));
+        batch.dedup_by(|b, a| a.0 == b.0);
+        for (path, e) in batch {
+            w.add_document(f.doc(&path, &e)).map_err(ix_err)?;
+            n += 1;
+        }
+    }
+    w.commit().map_err(ix_err)?;
+    Ok(n)
+}
+
 /// Whether `path` is `root` or below it.
 fn under(path: &str, root: &str) -> bool {
     root == "/" || path == root || path.strip_prefix(root).is_some_and(|r| r.starts_with('/'))
@@ -231,14 +266,8 @@ impl Catalog {
         if format.trim() != FORMAT {
             std::fs::write(&marker, FORMAT).map_err(|e| Error::io(format!("writing {}", marker.display()), e))?;
         }
-        let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(ix_err)?;
-        // Small doc-store blocks: a page of hits reads entries scattered over the store.
-        let settings = tantivy::IndexSettings { docstore_blocksize: 4096, ..Default::default() };
-        let index = Index::builder().schema(index::schema()).settings(settings).open_or_create(mmap).map_err(|e| {
-            Error::internal(format!("search index {}: {e} (remove the directory to rebuild it)", dir.display()))
-        })?;
+        let (index, w) = open_index(dir)?;
         let f = Fields::of(&index.schema())?;
-        let w = index.writer_with_num_threads(WRITER_THREADS, WRITER_HEAP).map_err(ix_err)?;
         let metas = index.load_metas().map_err(ix_err)?;
         let fresh = metas.payload.is_none() && metas.segments.is_empty();
         let applied = metas.payload.as_deref().and_then(|p| p.parse().ok()).unwrap_or(0);

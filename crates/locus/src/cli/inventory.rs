@@ -442,3 +442,46 @@ pub async fn import(c: &Arc<Client>, manifests: &[PathBuf], under: Option<&str>,
     bar.finish_and_clear();
     Ok((done, skipped))
 }
+
+/// The import's floor (`locus bench index-floor`): parse the manifests as an import does
+/// (on a thread of their own, in batches) and index them with
+/// [`locus_master::index_floor`] into `dir`, in this process, with no master around the
+/// index. Returns the objects indexed.
+pub fn index_floor(manifests: &[PathBuf], under: Option<&str>, batch: usize, dir: &Path) -> Result<u64> {
+    if let Some(u) = under {
+        locus_common::path::normalize(u)?;
+    }
+    let mut srcs = Vec::new();
+    for m in manifests {
+        srcs.extend(sources(m)?);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<pb::CatalogImport>>(4);
+    let under = under.map(str::to_string);
+    let reader = std::thread::spawn(move || -> Result<()> {
+        let counter = Arc::new(AtomicU64::new(0));
+        let mut buf = Vec::with_capacity(batch);
+        for s in &srcs {
+            read_source(s, under.as_deref(), &counter, &mut |e| {
+                buf.push(e);
+                if buf.len() >= batch {
+                    let full = std::mem::replace(&mut buf, Vec::with_capacity(batch));
+                    tx.send(full).map_err(|_| Error::internal("index floor stopped"))?;
+                }
+                Ok(())
+            })?;
+        }
+        if !buf.is_empty() {
+            let _ = tx.send(buf);
+        }
+        Ok(())
+    });
+    let batches = rx.into_iter().map(|b| {
+        b.into_iter()
+            .filter_map(|i| Some((locus_common::path::normalize(&i.path).ok()?, i.entry.unwrap_or_default())))
+            .collect()
+    });
+    // The index's error first: the reader's own is then only that nobody listened.
+    let n = locus_master::index_floor(dir, batches)?;
+    reader.join().map_err(|_| Error::internal("inventory reader panicked"))??;
+    Ok(n)
+}
