@@ -10,9 +10,7 @@
 //!   (read-after-write and read-after-delete), and what imports handed in.
 //! - **Imports** go straight to the index writer, without the journal: an inventory can
 //!   hold billions of objects. A request that asks for it is answered after a commit (the
-//!   CLI asks on its last batch). Paths the namespace holds are left alone. While an
-//!   import runs, no segment is merged; its last commit hands the segments it left to
-//!   tantivy's merges, which then run in the background.
+//!   CLI asks on its last batch). Paths the namespace holds are left alone.
 //! - **A fresh index** (a new master, a lost index directory, or the catalog tables of
 //!   an older version) is filled from the old tables, else from the namespace.
 //!
@@ -197,9 +195,6 @@ struct Writer {
     journal_dirty: bool,
     /// Whether imports wait for a commit.
     imports_pending: bool,
-    /// While an import runs (its last batch's time): segments are not merged (see
-    /// [`bulk_merges`]).
-    bulk_since: Option<Instant>,
     /// Paths the index may hold (committed or not).
     keys: Bloom,
     /// Paths the namespace may hold.
@@ -219,20 +214,6 @@ fn open_index(dir: &Path) -> Result<(Index, IndexWriter)> {
     Ok((index, w))
 }
 
-/// Merges while an import runs (`bulk`) or not. An import of millions of documents
-/// flushes a segment per indexing thread each time the writer's memory fills, and the
-/// default policy merges them as they come, on the same two cores the indexing needs
-/// (a fifth of the master's CPU in a 10M import). During an import no segment is
-/// merged; the import's last commit restores the default policy, and tantivy merges the
-/// segments the import left in the background after it (as bulk loads into Lucene do).
-fn bulk_merges(w: &IndexWriter, bulk: bool) {
-    if bulk {
-        w.set_merge_policy(Box::new(tantivy::merge_policy::NoMergePolicy));
-    } else {
-        w.set_merge_policy(Box::<tantivy::merge_policy::LogMergePolicy>::default());
-    }
-}
-
 /// The import's floor (`locus bench index-floor`): the same documents into the same
 /// index (schema, settings, writer threads and memory) in a fresh directory `dir`, with
 /// no master around it: no RPC, no namespace check, no Bloom filters, one commit at the
@@ -243,7 +224,6 @@ pub fn index_floor(dir: &Path, batches: impl Iterator<Item = Vec<(String, pb::Ca
     let (index, mut w) = open_index(dir)?;
     let f = Fields::of(&index.schema())?;
     let mut n = 0;
-    bulk_merges(&w, true);
     for mut batch in batches {
         batch.sort_by(|a, b| a.0.cmp(&b.0));
         batch.dedup_by(|b, a| a.0 == b.0);
@@ -252,7 +232,6 @@ pub fn index_floor(dir: &Path, batches: impl Iterator<Item = Vec<(String, pb::Ca
             n += 1;
         }
     }
-    bulk_merges(&w, false);
     w.commit().map_err(ix_err)?;
     Ok(n)
 }
@@ -303,7 +282,6 @@ impl Catalog {
                 last_commit: Instant::now(),
                 journal_dirty: false,
                 imports_pending: false,
-                bulk_since: None,
                 keys: Bloom::new(KEYS_BLOOM_BITS),
                 held: Bloom::new(HELD_BLOOM_BITS),
             }),
@@ -325,12 +303,6 @@ impl Catalog {
 
     fn lock(&self) -> MutexGuard<'_, Writer> {
         self.w.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether the writer merges segments (not while an import runs).
-    #[cfg(test)]
-    pub(crate) fn merges_segments(&self) -> bool {
-        !format!("{:?}", self.lock().w.get_merge_policy()).contains("NoMergePolicy")
     }
 
     /// The index as of the last commit.
@@ -411,11 +383,6 @@ impl Catalog {
         let mut st = self.lock();
         self.catch_up(&mut st, store)?;
         let committed = self.searchable.load(Ordering::SeqCst);
-        // An import that stopped without its last call merges again from its next commit.
-        if st.bulk_since.is_some_and(|t| t.elapsed() >= IMPORT_COMMIT_EVERY) {
-            st.bulk_since = None;
-            bulk_merges(&st.w, false);
-        }
         let every = if st.journal_dirty { COMMIT_EVERY } else { IMPORT_COMMIT_EVERY };
         if self.dirty.load(Ordering::SeqCst) && (force || st.last_commit.elapsed() >= every) {
             self.commit(&mut st)?;
@@ -591,20 +558,6 @@ impl Catalog {
         let st = &mut *st;
         let s = self.searcher();
         let (mut written, mut skipped) = (0, 0);
-        let mut merge_again = false;
-        if commit {
-            // The import's last call: merge again, from this commit on (made even when
-            // nothing waits: a commit is what schedules merges).
-            if st.bulk_since.take().is_some() {
-                bulk_merges(&st.w, false);
-                merge_again = true;
-            }
-        } else {
-            if st.bulk_since.is_none() {
-                bulk_merges(&st.w, true);
-            }
-            st.bulk_since = Some(Instant::now());
-        }
         for i in order {
             let path = std::mem::take(&mut entries[i].0);
             let e = pb::CatalogEntry { inode: 0, ..std::mem::take(&mut entries[i].1) };
@@ -630,7 +583,7 @@ impl Catalog {
             st.imports_pending = true;
             self.dirty.store(true, Ordering::SeqCst);
         }
-        if commit && (merge_again || self.dirty.load(Ordering::SeqCst)) {
+        if commit && self.dirty.load(Ordering::SeqCst) {
             self.commit(st)?;
         }
         Ok((written, skipped))

@@ -210,27 +210,6 @@ fn store_with(entries: &[(String, pb::CatalogEntry)]) -> (tempfile::TempDir, Sto
     (dir, store, cat)
 }
 
-/// An import merges no segment until its last call, which hands its segments back to
-/// the merges; every imported entry is searchable all along.
-#[test]
-fn an_import_merges_segments_only_after_its_last_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), 8 << 20).unwrap();
-    let cat = Catalog::open(&dir.path().join("search"), &store).unwrap();
-    assert!(cat.merges_segments());
-    let entry = |i: u64| (format!("/b/k{i:05}"), pb::CatalogEntry { size: i, ..Default::default() });
-    for c in 0..10 {
-        cat.import((c * 10..c * 10 + 10).map(entry).collect(), false).unwrap();
-        assert!(!cat.merges_segments(), "batch {c}");
-        cat.step(&store, true).unwrap(); // a commit: a segment, not merged
-    }
-    assert!(cat.searcher().segment_readers().len() >= 10);
-    assert_eq!(cat.searcher().num_docs(), 100);
-    cat.import(Vec::new(), true).unwrap();
-    assert!(cat.merges_segments());
-    assert_eq!(cat.searcher().num_docs(), 100);
-}
-
 /// Random clauses against brute force over `all`; returns how many matched something.
 fn check_clauses(rng: &mut StdRng, r: &Snapshot, all: &[(String, pb::CatalogEntry)], n: usize) -> usize {
     let mut nonempty = 0;
