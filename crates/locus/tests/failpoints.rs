@@ -45,6 +45,24 @@ async fn cluster_with_lake(
     (c, cl, ufs)
 }
 
+/// A one-worker cluster (a 16 MiB MEM tier) whose UFS holds `name`: 1 MiB of the bytes
+/// `i % modulus`. Returns the cluster and the bytes.
+async fn cluster_with_file(dir: &std::path::Path, name: &str, modulus: u32) -> (LocalCluster, Vec<u8>) {
+    let cfg = config(&dir.join("mem"), ByteSize::mib(16));
+    let c = LocalCluster::start(cfg, &dir.join("data"), 1, None).await.unwrap();
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % modulus) as u8).collect();
+    std::fs::write(c.data_dir().join("ufs").join(name), &data).unwrap();
+    (c, data)
+}
+
+/// The whole of file `p`, read through `cl`.
+async fn read_whole(cl: &locus_client::Client, p: &str) -> Vec<u8> {
+    let fi = cl.status(p, true).await.unwrap();
+    let mut out = Vec::new();
+    cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+    out
+}
+
 /// The names in directory `p`.
 async fn names(cl: &locus_client::Client, p: &str) -> locus_common::Result<Vec<String>> {
     let mut v = Vec::new();
@@ -572,10 +590,7 @@ async fn a_block_stored_while_the_worker_registers_reaches_the_master() {
     }
     fail::remove("worker.register.reported");
     assert!(known, "the master never learned of the block the worker stored while it registered");
-    let fi = cl.status("/f.bin", true).await.unwrap();
-    let mut out = Vec::new();
-    cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
-    assert!(out == data);
+    assert!(read_whole(&cl, "/f.bin").await == data);
     c.shutdown().await;
 }
 
@@ -588,17 +603,9 @@ async fn a_refused_lease_is_read_over_the_data_path_and_told() {
     use locus_proto::pb;
     let _turn = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir.path().join("mem"), ByteSize::mib(16));
-    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
-    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
-    std::fs::write(c.data_dir().join("ufs/f.bin"), &data).unwrap();
+    let (c, data) = cluster_with_file(dir.path(), "f.bin", 253).await;
     let cl = c.client(ClientConfig { host: "reader".into(), ..Default::default() }).unwrap();
-    let read = || async {
-        let fi = cl.status("/f.bin", true).await.unwrap();
-        let mut out = Vec::new();
-        cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
-        out
-    };
+    let read = || read_whole(&cl, "/f.bin");
     assert_eq!(read().await, data); // cached now, on the local worker
     // The fill's commit reaches the master just after the reader's last byte.
     for _ in 0..100 {
@@ -639,15 +646,10 @@ async fn a_fill_that_commits_before_its_reader_follows_counts_as_from_the_ufs() 
     use locus_proto::pb;
     let _turn = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir.path().join("mem"), ByteSize::mib(16));
-    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
-    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
-    std::fs::write(c.data_dir().join("ufs/g.bin"), &data).unwrap();
+    let (c, data) = cluster_with_file(dir.path(), "g.bin", 251).await;
     let cl = c.client(ClientConfig { host: "late".into(), short_circuit: false, ..Default::default() }).unwrap();
     fail::cfg("worker.fill.follow", "1*return(1000)").unwrap();
-    let fi = cl.status("/g.bin", true).await.unwrap();
-    let mut out = Vec::new();
-    cl.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut out).await.unwrap();
+    let out = read_whole(&cl, "/g.bin").await;
     fail::remove("worker.fill.follow");
     assert!(out == data);
     let n = data.len() as u64;

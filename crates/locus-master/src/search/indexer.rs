@@ -214,21 +214,28 @@ fn open_index(dir: &Path) -> Result<(Index, IndexWriter)> {
     Ok((index, w))
 }
 
+/// The order an import batch is indexed in: by path, and of a path given more than
+/// once only its last entry.
+fn import_order(entries: &[(String, pb::CatalogEntry)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(b.cmp(&a)));
+    order.dedup_by(|b, a| entries[*a].0 == entries[*b].0);
+    order
+}
+
 /// The import's floor (`locus bench index-floor`): the same documents into the same
 /// index (schema, settings, writer threads and memory) in a fresh directory `dir`, with
 /// no master around it: no RPC, no namespace check, no Bloom filters, one commit at the
-/// end. Each batch is sorted and deduplicated by path as an import's is. Returns the
+/// end. Each batch is ordered as an import's is ([`import_order`]). Returns the
 /// documents written. Blocking.
 pub fn index_floor(dir: &Path, batches: impl Iterator<Item = Vec<(String, pb::CatalogEntry)>>) -> Result<u64> {
     locus_common::security::create_private_dir(dir)?;
     let (index, mut w) = open_index(dir)?;
     let f = Fields::of(&index.schema())?;
     let mut n = 0;
-    for mut batch in batches {
-        batch.sort_by(|a, b| a.0.cmp(&b.0));
-        batch.dedup_by(|b, a| a.0 == b.0);
-        for (path, e) in batch {
-            w.add_document(f.doc(&path, &e)).map_err(ix_err)?;
+    for batch in batches {
+        for i in import_order(&batch) {
+            w.add_document(f.doc(&batch[i].0, &batch[i].1)).map_err(ix_err)?;
             n += 1;
         }
     }
@@ -551,9 +558,7 @@ impl Catalog {
     /// Index imported entries (the last of a path wins), leaving alone the paths the
     /// namespace holds; commit when `commit`. Returns (written, skipped). Blocking.
     pub fn import(&self, mut entries: Vec<(String, pb::CatalogEntry)>, commit: bool) -> Result<(u64, u64)> {
-        let mut order: Vec<usize> = (0..entries.len()).collect();
-        order.sort_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(b.cmp(&a)));
-        order.dedup_by(|b, a| entries[*a].0 == entries[*b].0);
+        let order = import_order(&entries);
         let mut st = self.lock();
         let st = &mut *st;
         let s = self.searcher();

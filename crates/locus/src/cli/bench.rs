@@ -122,17 +122,7 @@ pub enum BenchCmd {
     /// indexed into the same search index (schema, writer threads and memory) in a
     /// scratch directory, in this process: no master, no RPC. Prints one JSON object
     /// (objects, seconds, objects_per_s). Needs nothing else.
-    IndexFloor {
-        /// manifest.json files, or inventory files (.csv, .csv.gz, .parquet, .json, .jsonl).
-        #[arg(required = true)]
-        manifests: Vec<PathBuf>,
-        /// The directory the inventoried bucket is taken to be mounted at (as for import).
-        #[arg(long, value_name = "PATH")]
-        under: Option<String>,
-        /// Objects per batch (as import sends them to the master).
-        #[arg(long, default_value_t = 20_000)]
-        batch: usize,
-    },
+    IndexFloor(super::inventory::Manifests),
 }
 
 pub fn run(cmd: &BenchCmd) -> Result<()> {
@@ -189,10 +179,9 @@ pub fn run(cmd: &BenchCmd) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&out)?);
             Ok(())
         }
-        BenchCmd::IndexFloor { manifests, under, batch } => with_scratch(|work_dir| {
+        BenchCmd::IndexFloor(m) => with_scratch(|work_dir| {
             let t = std::time::Instant::now();
-            let n =
-                super::inventory::index_floor(manifests, under.as_deref(), (*batch).max(1), &work_dir.join("index"))?;
+            let n = super::inventory::index_floor(m, &work_dir.join("index"))?;
             let secs = t.elapsed().as_secs_f64();
             let r = json!({"objects": n, "seconds": secs, "objects_per_s": n as f64 / secs.max(1e-9)});
             println!("{r}");

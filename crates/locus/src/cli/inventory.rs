@@ -384,15 +384,64 @@ fn read_parquet(
     .into())
 }
 
+/// The manifests an import reads, and how it batches them (`locus fs index import` and
+/// `locus bench index-floor` take the same arguments).
+#[derive(clap::Args, Clone, Debug)]
+pub struct Manifests {
+    /// manifest.json files, or inventory files (.csv, .csv.gz, .parquet, .json, .jsonl).
+    #[arg(required = true)]
+    pub manifests: Vec<PathBuf>,
+    /// The Locus directory the inventoried bucket is mounted at (default /BUCKET, from
+    /// the inventory's Bucket column, as the S3 gateway maps buckets).
+    #[arg(long, value_name = "PATH")]
+    pub under: Option<String>,
+    /// Objects per batch (one request to the master each).
+    #[arg(long, default_value_t = 20_000)]
+    pub batch: usize,
+}
+
+impl Manifests {
+    /// The inventory files the manifests name.
+    fn sources(&self) -> Result<Vec<Source>> {
+        if let Some(u) = &self.under {
+            locus_common::path::normalize(u)?;
+        }
+        let mut srcs = Vec::new();
+        for m in &self.manifests {
+            srcs.extend(sources(m)?);
+        }
+        Ok(srcs)
+    }
+
+    /// Parse `srcs` on this (blocking) thread, handing `send` each full batch and then
+    /// the rest; `read` counts the bytes read.
+    fn read_batches(
+        &self,
+        srcs: &[Source],
+        read: &Arc<AtomicU64>,
+        mut send: impl FnMut(Vec<pb::CatalogImport>) -> Result<()>,
+    ) -> Result<()> {
+        let batch = self.batch.max(1);
+        let mut buf = Vec::with_capacity(batch);
+        for s in srcs {
+            read_source(s, self.under.as_deref(), read, &mut |e| {
+                buf.push(e);
+                if buf.len() >= batch {
+                    send(std::mem::replace(&mut buf, Vec::with_capacity(batch)))?;
+                }
+                Ok(())
+            })?;
+        }
+        if !buf.is_empty() {
+            send(buf)?;
+        }
+        Ok(())
+    }
+}
+
 /// Import every manifest; returns (indexed, skipped).
-pub async fn import(c: &Arc<Client>, manifests: &[PathBuf], under: Option<&str>, batch: usize) -> Result<(u64, u64)> {
-    if let Some(u) = under {
-        locus_common::path::normalize(u)?;
-    }
-    let mut srcs = Vec::new();
-    for m in manifests {
-        srcs.extend(sources(m)?);
-    }
+pub async fn import(c: &Arc<Client>, m: &Manifests) -> Result<(u64, u64)> {
+    let srcs = m.sources()?;
     let total: u64 = srcs.iter().map(|s| std::fs::metadata(s.path()).map(|m| m.len()).unwrap_or(0)).sum();
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
@@ -403,24 +452,9 @@ pub async fn import(c: &Arc<Client>, manifests: &[PathBuf], under: Option<&str>,
     );
     let read = Arc::new(AtomicU64::new(0));
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<pb::CatalogImport>>(4);
-    let under = under.map(str::to_string);
-    let counter = read.clone();
-    let reader = tokio::task::spawn_blocking(move || -> Result<()> {
-        let mut buf = Vec::with_capacity(batch);
-        for s in &srcs {
-            read_source(s, under.as_deref(), &counter, &mut |e| {
-                buf.push(e);
-                if buf.len() >= batch {
-                    let full = std::mem::replace(&mut buf, Vec::with_capacity(batch));
-                    tx.blocking_send(full).map_err(|_| Error::internal("import stopped"))?;
-                }
-                Ok(())
-            })?;
-        }
-        if !buf.is_empty() {
-            let _ = tx.blocking_send(buf);
-        }
-        Ok(())
+    let (m2, counter) = (m.clone(), read.clone());
+    let reader = tokio::task::spawn_blocking(move || {
+        m2.read_batches(&srcs, &counter, |b| tx.blocking_send(b).map_err(|_| Error::internal("import stopped").into()))
     });
     let (mut done, mut skipped) = (0u64, 0u64);
     let mut sends = tokio_stream::wrappers::ReceiverStream::new(rx)
@@ -447,33 +481,13 @@ pub async fn import(c: &Arc<Client>, manifests: &[PathBuf], under: Option<&str>,
 /// (on a thread of their own, in batches) and index them with
 /// [`locus_master::index_floor`] into `dir`, in this process, with no master around the
 /// index. Returns the objects indexed.
-pub fn index_floor(manifests: &[PathBuf], under: Option<&str>, batch: usize, dir: &Path) -> Result<u64> {
-    if let Some(u) = under {
-        locus_common::path::normalize(u)?;
-    }
-    let mut srcs = Vec::new();
-    for m in manifests {
-        srcs.extend(sources(m)?);
-    }
+pub fn index_floor(m: &Manifests, dir: &Path) -> Result<u64> {
+    let srcs = m.sources()?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<pb::CatalogImport>>(4);
-    let under = under.map(str::to_string);
-    let reader = std::thread::spawn(move || -> Result<()> {
-        let counter = Arc::new(AtomicU64::new(0));
-        let mut buf = Vec::with_capacity(batch);
-        for s in &srcs {
-            read_source(s, under.as_deref(), &counter, &mut |e| {
-                buf.push(e);
-                if buf.len() >= batch {
-                    let full = std::mem::replace(&mut buf, Vec::with_capacity(batch));
-                    tx.send(full).map_err(|_| Error::internal("index floor stopped"))?;
-                }
-                Ok(())
-            })?;
-        }
-        if !buf.is_empty() {
-            let _ = tx.send(buf);
-        }
-        Ok(())
+    let m2 = m.clone();
+    let reader = std::thread::spawn(move || {
+        let read = Arc::new(AtomicU64::new(0));
+        m2.read_batches(&srcs, &read, |b| tx.send(b).map_err(|_| Error::internal("index floor stopped").into()))
     });
     let batches = rx.into_iter().map(|b| {
         b.into_iter()

@@ -2,7 +2,6 @@
 //! `locus fs index import` (S3 Inventory-style manifests into the catalog).
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -59,18 +58,7 @@ pub enum IndexCmd {
     /// manifests (manifest.json with CSV or Parquet files), or CSV, Parquet or JSON-lines
     /// files themselves (JSON lines may carry `metadata` and `tags` maps). A re-import of
     /// the same manifest changes nothing; an interrupted one is finished by running it again.
-    Import {
-        /// manifest.json files, or inventory files (.csv, .csv.gz, .parquet, .json, .jsonl).
-        #[arg(required = true)]
-        manifests: Vec<PathBuf>,
-        /// The Locus directory the inventoried bucket is mounted at (default /BUCKET, from
-        /// the inventory's Bucket column, as the S3 gateway maps buckets).
-        #[arg(long, value_name = "PATH")]
-        under: Option<String>,
-        /// Objects sent to the master per request.
-        #[arg(long, default_value_t = 20_000)]
-        batch: usize,
-    },
+    Import(inventory::Manifests),
 }
 
 /// PATH and WHERE from the positional arguments.
@@ -169,9 +157,9 @@ async fn sql(_: &Arc<Client>, _: &str, _: &str) -> Result<()> {
 
 pub async fn index(c: &Arc<Client>, a: &IndexArgs) -> Result<()> {
     match &a.cmd {
-        IndexCmd::Import { manifests, under, batch } => {
+        IndexCmd::Import(m) => {
             let t = std::time::Instant::now();
-            let (n, skipped) = inventory::import(c, manifests, under.as_deref(), (*batch).max(1)).await?;
+            let (n, skipped) = inventory::import(c, m).await?;
             let secs = t.elapsed().as_secs_f64();
             println!(
                 "indexed {n} object(s) in {secs:.1} s ({:.0}/s){}",
