@@ -5,6 +5,7 @@ fn main() {
     tonic_prost_build::configure()
         // Cloned by a retry: shared, not copied.
         .bytes(".locus.v1.ImportCatalogRequest.batch")
+        .bytes(".locus.v1.InventoryChunk.data")
         // Small maps in key order: an entry encodes to the same bytes every time.
         .btree_map(".locus.v1.CatalogEntry")
         .compile_fds(fds)

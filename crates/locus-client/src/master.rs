@@ -134,15 +134,18 @@ impl Client {
         self.rpc(Retry::Idempotent, req, |mut m, r| async move { m.search(r).await }).await
     }
 
-    /// Index objects from an inventory: upserts by path, so a retried or repeated batch
-    /// changes nothing more. Returns (indexed, skipped as already in the namespace). With
-    /// `commit`, answers once everything imported so far is searchable and on disk (an
-    /// import's last request sets it).
-    pub async fn import_catalog(&self, entries: Vec<pb::CatalogImport>, commit: bool) -> Result<(u64, u64)> {
-        use prost::Message;
-        // Encoded once: each attempt sends the same shared bytes.
-        let batch = pb::CatalogImportBatch { entries }.encode_to_vec().into();
-        let r = pb::ImportCatalogRequest { batch, commit };
+    /// Index objects from an inventory (encoded entries, or inventory records for the
+    /// master to parse; `None`: nothing more): upserts by path, so a retried or repeated
+    /// request changes nothing more. Returns (indexed, skipped as already in the
+    /// namespace). With `commit`, answers once everything imported so far is searchable
+    /// and on disk (an import's last request sets it).
+    pub async fn import_catalog(
+        &self,
+        objects: Option<pb::import_catalog_request::Objects>,
+        commit: bool,
+    ) -> Result<(u64, u64)> {
+        // Each attempt sends the same shared bytes.
+        let r = pb::ImportCatalogRequest { objects, commit };
         let r = self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.import_catalog(r).await }).await?;
         Ok((r.count, r.skipped))
     }

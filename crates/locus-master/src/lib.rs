@@ -11,7 +11,8 @@
 //! `workers` (registry and heartbeats), `metrics` (metrics and the report), `namespace`
 //! (the commit path and shared record edits), `store` (redb and its group committer),
 //! `persist` (the persist queue), `replication`, `search` (the metadata catalog and
-//! its search), and the `service` and `web` front ends.
+//! its search, and the inventory records an import sends), and the `service` and `web`
+//! front ends.
 //! Durable changes run on the store's committer thread, never on the async runtime.
 
 mod files;
@@ -51,6 +52,7 @@ use mounts::MountEntry;
 use workers::WorkerState;
 
 pub use search::indexer::index_floor;
+pub use search::inventory;
 pub use web::render_metrics;
 
 /// Entries returned by one `ListStatus` page when the caller sets no limit.

@@ -25,6 +25,7 @@
 pub mod catalog;
 pub mod index;
 pub mod indexer;
+pub mod inventory;
 pub mod query;
 mod ranges;
 #[cfg(test)]
@@ -670,23 +671,17 @@ impl Master {
         Ok(pb::SearchHit { key, info: Some(info), cached: locus.cached, tier: locus.tier })
     }
 
-    /// Index entries from an inventory (see [`indexer::Catalog::import`]).
+    /// Index entries from an inventory (see [`indexer::Catalog::import`]): encoded
+    /// entries, or inventory records parsed here ([`inventory`]), on a blocking thread
+    /// and before the catalog's lock (two requests in flight parse side by side).
     pub async fn import_catalog(&self, req: pb::ImportCatalogRequest) -> Result<pb::CountResponse> {
-        use prost::Message;
-        let batch = pb::CatalogImportBatch::decode(req.batch)
-            .map_err(|e| Error::invalid(format!("an import batch that does not decode: {e}")))?;
-        let mut entries = Vec::with_capacity(batch.entries.len());
-        for i in batch.entries {
-            let path = normalize(&i.path)?;
-            if path == "/" {
-                return Err(Error::invalid("an imported object needs a path below /"));
-            }
-            entries.push((path, i.entry.unwrap_or_default()));
-        }
         let me = self.clone();
-        let (written, skipped) = tokio::task::spawn_blocking(move || me.inner.catalog.import(entries, req.commit))
-            .await
-            .map_err(|e| Error::internal(format!("import task: {e}")))??;
+        let (written, skipped) = tokio::task::spawn_blocking(move || {
+            let entries = inventory::entries(req.objects)?;
+            me.inner.catalog.import(entries, req.commit)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("import task: {e}")))??;
         Ok(pb::CountResponse { count: written, skipped })
     }
 }

@@ -1,8 +1,10 @@
 //! Inventory manifests into the catalog (`locus fs index import`): S3 Inventory's
 //! manifest.json and its CSV (gzip or not, keys URL-encoded, no header) or Parquet
 //! files, or such files given directly (a CSV may then have a header row), or JSON lines
-//! that may also carry `metadata` and `tags` maps. Files are parsed on a blocking thread
-//! and sent in batches, two requests in flight, with a progress bar over their bytes.
+//! that may also carry `metadata` and `tags` maps. A CSV or JSON-lines file is cut into
+//! chunks of whole records on a blocking thread and sent as it is (the master parses the
+//! records: [`locus_master::inventory`]); a Parquet file is read here and sent as encoded
+//! entries. Two requests are in flight, with a progress bar over the files' bytes.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -14,7 +16,11 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use locus_client::Client;
 use locus_common::Error;
+use locus_master::inventory::norm_col;
+#[cfg(feature = "sql")]
+use locus_master::inventory::path_for;
 use locus_proto::pb;
+use pb::import_catalog_request::Objects;
 
 /// One inventory file and how to read it.
 #[derive(Debug, Clone)]
@@ -42,10 +48,6 @@ impl Source {
 
 /// S3 Inventory's columns when neither a manifest nor a header names them.
 const DEFAULT_COLUMNS: &str = "Bucket, Key, Size, LastModifiedDate, ETag, StorageClass";
-
-fn norm_col(s: &str) -> String {
-    s.trim().chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase()
-}
 
 fn columns_of(schema: &str) -> Vec<String> {
     schema.split(',').map(norm_col).collect()
@@ -145,211 +147,101 @@ fn open(path: &Path, gz: bool, n: &Arc<AtomicU64>) -> Result<Box<dyn BufRead + S
     Ok(if gz { Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(r))) } else { Box::new(BufReader::new(r)) })
 }
 
-/// Where an object goes: `under/key`, or `/bucket/key`; `None` for a folder marker.
-fn path_for(under: Option<&str>, bucket: &str, key: &str) -> std::result::Result<Option<String>, &'static str> {
-    if key.is_empty() || key.ends_with('/') {
-        return Ok(None); // a folder marker, not an object
-    }
-    Ok(Some(match under {
-        Some(u) => format!("{}/{key}", u.trim_end_matches('/')),
-        None if !bucket.is_empty() => format!("/{bucket}/{key}"),
-        None => return Err("no bucket for this object: give --under PATH"),
-    }))
-}
+/// A chunk's size bound besides its count of records (the master takes requests of up
+/// to 16 MiB).
+const CHUNK_BYTES: usize = 8 << 20;
 
-fn bad(src: &Path, line: u64, msg: impl std::fmt::Display) -> anyhow::Error {
-    Error::invalid(format!("{}:{line}: {msg}", src.display())).into()
-}
-
-fn parse_time(s: &str) -> Option<i64> {
-    let s = s.trim();
-    if let Ok(ms) = s.parse::<i64>() {
-        return Some(ms);
-    }
-    humantime::parse_rfc3339_weak(s.trim_end_matches('Z'))
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as i64)
-}
-
-/// An inventory's size field (empty: 0).
-fn size_of(src: &Path, line: u64, size: &str) -> Result<u64> {
-    if size.is_empty() {
-        return Ok(0);
-    }
-    size.parse().map_err(|_| bad(src, line, format!("size {size:?} is not a number")))
-}
-
-/// An inventory's last-modified field (empty: 0).
-fn mtime_of(src: &Path, line: u64, t: &str) -> Result<i64> {
-    if t.is_empty() {
-        return Ok(0);
-    }
-    parse_time(t).ok_or_else(|| bad(src, line, format!("last modified {t:?} is not a time")))
-}
-
-/// One JSON line of an inventory (the field names of S3 Inventory, AWS's APIs or
-/// snake case; other fields are ignored).
-#[derive(serde::Deserialize)]
-struct JsonObject<'a> {
-    #[serde(borrow, alias = "Key")]
-    key: Option<Text<'a>>,
-    #[serde(borrow, alias = "Bucket")]
-    bucket: Option<Text<'a>>,
-    #[serde(borrow, alias = "Size", alias = "content_length")]
-    size: Option<Text<'a>>,
-    #[serde(borrow, alias = "last_modified_date", alias = "LastModifiedDate", alias = "LastModified")]
-    last_modified: Option<Text<'a>>,
-    #[serde(borrow, alias = "e_tag", alias = "ETag")]
-    etag: Option<Text<'a>>,
-    #[serde(borrow, alias = "ContentType", alias = "content-type")]
-    content_type: Option<Text<'a>>,
-    #[serde(borrow, alias = "user_metadata", alias = "Metadata")]
-    metadata: Option<std::collections::HashMap<String, Text<'a>>>,
-    #[serde(borrow, alias = "Tags")]
-    tags: Option<std::collections::HashMap<String, Text<'a>>>,
-}
-
-/// A JSON scalar as inventory text: a string as it is (borrowed from the line when it
-/// has no escapes), a number or a boolean as written, null as nothing.
-struct Text<'a>(Option<std::borrow::Cow<'a, str>>);
-
-impl<'a> Text<'a> {
-    fn text<'b>(t: &'b Option<Text<'a>>) -> Option<std::borrow::Cow<'b, str>> {
-        t.as_ref().and_then(|t| t.0.as_deref()).map(std::borrow::Cow::Borrowed)
-    }
-
-    /// A map's entries with a value.
-    fn map(m: Option<std::collections::HashMap<String, Text<'a>>>) -> impl Iterator<Item = (String, String)> {
-        m.into_iter().flatten().filter_map(|(k, v)| v.0.map(|v| (k, v.into_owned())))
-    }
-}
-
-impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        use std::borrow::Cow;
-        struct V<'a>(std::marker::PhantomData<Text<'a>>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
-            type Value = Text<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string or a number")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Text<'a>, E> {
-                Ok(Text(Some(Cow::Borrowed(v))))
-            }
-            fn visit_str<E>(self, v: &str) -> std::result::Result<Text<'a>, E> {
-                Ok(Text(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_string<E>(self, v: String) -> std::result::Result<Text<'a>, E> {
-                Ok(Text(Some(Cow::Owned(v))))
-            }
-            fn visit_u64<E>(self, v: u64) -> std::result::Result<Text<'a>, E> {
-                Ok(Text(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_i64<E>(self, v: i64) -> std::result::Result<Text<'a>, E> {
-                Ok(Text(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_f64<E>(self, v: f64) -> std::result::Result<Text<'a>, E> {
-                Ok(Text(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_bool<E>(self, v: bool) -> std::result::Result<Text<'a>, E> {
-                Ok(Text(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Text<'a>, E> {
-                Ok(Text(None))
-            }
+/// Append one record of `r` to `buf`: a line, or for CSV as many lines as a quoted field
+/// spans (a newline ends a record only after an even count of quotes: RFC 4180 doubles
+/// a quote within a quoted field). Returns the lines read (0: the end).
+fn read_record(r: &mut dyn BufRead, buf: &mut Vec<u8>, csv: bool) -> std::io::Result<u64> {
+    let (mut lines, mut quotes, first) = (0, 0usize, buf.len());
+    loop {
+        let start = buf.len();
+        if r.read_until(b'\n', buf)? == 0 {
+            return Ok(lines);
         }
-        d.deserialize_any(V(std::marker::PhantomData))
+        lines += 1;
+        if csv {
+            quotes += buf[start..].iter().filter(|&&b| b == b'"').count();
+        }
+        if quotes % 2 == 0 {
+            return Ok(lines);
+        }
+        if buf.len() - first > CHUNK_BYTES {
+            let msg = format!("a record of more than {} MiB (a quote left open?)", CHUNK_BYTES >> 20);
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, msg));
+        }
     }
 }
 
-/// Read one source, calling `emit` per object.
-fn read_source(
+/// Cut a CSV or JSON-lines source into chunks of `batch` records (or about
+/// [`CHUNK_BYTES`]) for the master to parse, calling `send` with each.
+fn read_chunks(
     src: &Source,
     under: Option<&str>,
+    batch: usize,
     n: &Arc<AtomicU64>,
-    emit: &mut dyn FnMut(pb::CatalogImport) -> Result<()>,
+    send: &mut dyn FnMut(Objects) -> Result<()>,
 ) -> Result<()> {
-    match src {
-        Source::Csv { path, columns, gz } => {
-            let r = open(path, *gz, n)?;
-            let mut rd = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(r);
-            let mut cols = columns.clone();
-            let mut rec = csv::StringRecord::new();
-            let mut line = 0u64;
-            let mut url_keys = columns.is_some();
-            while rd.read_record(&mut rec).map_err(|e| bad(path, line + 1, e))? {
-                line += 1;
-                if cols.is_none() {
-                    let first: Vec<String> = rec.iter().map(norm_col).collect();
-                    if first.iter().any(|c| c == "key") {
-                        cols = Some(first);
-                        continue; // a header row: keys as they are
-                    }
-                    cols = Some(columns_of(DEFAULT_COLUMNS));
-                    url_keys = true;
-                }
-                let cols = cols.as_ref().unwrap();
-                let get = |name: &str| cols.iter().position(|c| c == name).and_then(|i| rec.get(i)).unwrap_or("");
-                let key = get("key");
-                let key = if url_keys {
-                    form_urlencoded::parse(format!("k={}", key.replace('&', "%26").replace('=', "%3D")).as_bytes())
-                        .next()
-                        .map(|(_, v)| v.into_owned())
-                        .unwrap_or_default()
+    let (path, gz, csv) = match src {
+        Source::Csv { path, gz, .. } => (path, *gz, true),
+        Source::Jsonl { path, gz } => (path, *gz, false),
+        Source::Parquet(_) => unreachable!("a Parquet source is read, not cut"),
+    };
+    let bad = |line: u64, e: std::io::Error| Error::invalid(format!("{}:{line}: {e}", path.display()));
+    let mut r = open(path, gz, n)?;
+    let mut head = pb::InventoryChunk {
+        format: if csv { pb::InventoryFormat::InventoryCsv } else { pb::InventoryFormat::InventoryJsonLines }.into(),
+        under: under.unwrap_or_default().into(),
+        source: path.display().to_string(),
+        ..Default::default()
+    };
+    // The line the next chunk starts at, and the records and lines of this one.
+    let (mut line, mut records, mut lines) = (1u64, 0usize, 0u64);
+    let mut data = Vec::new();
+    if let Source::Csv { columns, .. } = src {
+        head.url_keys = true;
+        head.columns = match columns {
+            Some(c) => c.clone(),
+            None => {
+                // A first row naming a Key column is a header (its keys as they are);
+                // otherwise S3 Inventory's columns.
+                let k = read_record(&mut *r, &mut data, true).map_err(|e| bad(1, e))?;
+                let first: Vec<String> = csv::ReaderBuilder::new()
+                    .has_headers(false)
+                    .from_reader(&data[..])
+                    .records()
+                    .next()
+                    .and_then(|r| r.ok())
+                    .map(|r| r.iter().map(norm_col).collect())
+                    .unwrap_or_default();
+                if first.iter().any(|c| c == "key") {
+                    head.url_keys = false;
+                    (line, data) = (1 + k, Vec::new());
+                    first
                 } else {
-                    key.to_string()
-                };
-                let Some(p) = path_for(under, get("bucket"), &key).map_err(|e| bad(path, line, e))? else { continue };
-                let size = get("size");
-                let entry = pb::CatalogEntry {
-                    size: size_of(path, line, size)?,
-                    mtime_ms: mtime_of(path, line, get("lastmodifieddate"))?,
-                    etag: get("etag").trim_matches('"').to_string(),
-                    content_type: get("contenttype").to_string(),
-                    ..Default::default()
-                };
-                emit(pb::CatalogImport { path: p, entry: Some(entry) })?;
-            }
-        }
-        Source::Jsonl { path, gz } => {
-            let mut r = open(path, *gz, n)?;
-            let mut l = String::new();
-            let mut line = 0u64;
-            loop {
-                l.clear();
-                if r.read_line(&mut l).map_err(|e| bad(path, line + 1, e))? == 0 {
-                    break;
+                    (records, lines) = (usize::from(k > 0), k);
+                    columns_of(DEFAULT_COLUMNS)
                 }
-                line += 1;
-                if l.trim().is_empty() {
-                    continue;
-                }
-                let o: JsonObject =
-                    serde_json::from_str(&l).map_err(|e| bad(path, line, format!("not an inventory line: {e}")))?;
-                let key = Text::text(&o.key).ok_or_else(|| bad(path, line, "no key"))?;
-                let Some(p) = path_for(under, &Text::text(&o.bucket).unwrap_or_default(), &key)
-                    .map_err(|e| bad(path, line, e))?
-                else {
-                    continue;
-                };
-                let entry = pb::CatalogEntry {
-                    size: size_of(path, line, &Text::text(&o.size).unwrap_or_default())?,
-                    mtime_ms: mtime_of(path, line, &Text::text(&o.last_modified).unwrap_or_default())?,
-                    etag: Text::text(&o.etag).unwrap_or_default().trim_matches('"').to_string(),
-                    content_type: Text::text(&o.content_type).unwrap_or_default().into_owned(),
-                    user: Text::map(o.metadata)
-                        .map(|(k, v)| (k.strip_prefix("x-amz-meta-").unwrap_or(&k).to_ascii_lowercase(), v))
-                        .collect(),
-                    tags: Text::map(o.tags).collect(),
-                    inode: 0,
-                };
-                emit(pb::CatalogImport { path: p, entry: Some(entry) })?;
             }
-        }
-        Source::Parquet(path) => read_parquet(path, under, n, emit)?,
+        };
     }
-    Ok(())
+    loop {
+        let k = read_record(&mut *r, &mut data, csv).map_err(|e| bad(line + lines, e))?;
+        if k > 0 {
+            records += 1;
+            lines += k;
+        }
+        if (k == 0 && !data.is_empty()) || records >= batch || data.len() >= CHUNK_BYTES {
+            let data = std::mem::replace(&mut data, Vec::with_capacity(CHUNK_BYTES.min(batch * 512)));
+            send(Objects::Chunk(pb::InventoryChunk { first_line: line, data: data.into(), ..head.clone() }))?;
+            (line, records, lines) = (line + lines, 0, 0);
+        }
+        if k == 0 {
+            return Ok(());
+        }
+    }
 }
 
 #[cfg(feature = "sql")]
@@ -413,27 +305,36 @@ impl Manifests {
         Ok(srcs)
     }
 
-    /// Parse `srcs` on this (blocking) thread, handing `send` each full batch and then
-    /// the rest; `read` counts the bytes read.
+    /// Read `srcs` on this (blocking) thread, handing `send` each request's objects: a
+    /// CSV or JSON-lines file's records in chunks, as they are; a Parquet file's entries
+    /// in encoded batches. `read` counts the bytes read.
     fn read_batches(
         &self,
         srcs: &[Source],
         read: &Arc<AtomicU64>,
-        mut send: impl FnMut(Vec<pb::CatalogImport>) -> Result<()>,
+        mut send: impl FnMut(Objects) -> Result<()>,
     ) -> Result<()> {
+        use prost::Message;
         let batch = self.batch.max(1);
-        let mut buf = Vec::with_capacity(batch);
+        let under = self.under.as_deref();
+        let encoded =
+            |entries: Vec<pb::CatalogImport>| Objects::Batch(pb::CatalogImportBatch { entries }.encode_to_vec().into());
         for s in srcs {
-            read_source(s, self.under.as_deref(), read, &mut |e| {
+            let Source::Parquet(path) = s else {
+                read_chunks(s, under, batch, read, &mut send)?;
+                continue;
+            };
+            let mut buf = Vec::with_capacity(batch);
+            read_parquet(path, under, read, &mut |e| {
                 buf.push(e);
                 if buf.len() >= batch {
-                    send(std::mem::replace(&mut buf, Vec::with_capacity(batch)))?;
+                    send(encoded(std::mem::replace(&mut buf, Vec::with_capacity(batch))))?;
                 }
                 Ok(())
             })?;
-        }
-        if !buf.is_empty() {
-            send(buf)?;
+            if !buf.is_empty() {
+                send(encoded(buf))?;
+            }
         }
         Ok(())
     }
@@ -451,7 +352,7 @@ pub async fn import(c: &Arc<Client>, m: &Manifests) -> Result<(u64, u64)> {
         .unwrap(),
     );
     let read = Arc::new(AtomicU64::new(0));
-    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<pb::CatalogImport>>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Objects>(4);
     let (m2, counter) = (m.clone(), read.clone());
     let reader = tokio::task::spawn_blocking(move || {
         m2.read_batches(&srcs, &counter, |b| tx.blocking_send(b).map_err(|_| Error::internal("import stopped").into()))
@@ -460,7 +361,7 @@ pub async fn import(c: &Arc<Client>, m: &Manifests) -> Result<(u64, u64)> {
     let mut sends = tokio_stream::wrappers::ReceiverStream::new(rx)
         .map(|b| {
             let c = c.clone();
-            async move { c.import_catalog(b, false).await }
+            async move { c.import_catalog(Some(b), false).await }
         })
         .buffered(2);
     while let Some(r) = sends.next().await {
@@ -472,30 +373,96 @@ pub async fn import(c: &Arc<Client>, m: &Manifests) -> Result<(u64, u64)> {
     }
     reader.await.map_err(|e| Error::internal(format!("inventory reader: {e}")))??;
     // Everything on disk and searchable before the import says it is done.
-    c.import_catalog(Vec::new(), true).await?;
+    c.import_catalog(None, true).await?;
     bar.finish_and_clear();
     Ok((done, skipped))
 }
 
-/// The import's floor (`locus bench index-floor`): parse the manifests as an import does
-/// (on a thread of their own, in batches) and index them with
-/// [`locus_master::index_floor`] into `dir`, in this process, with no master around the
-/// index. Returns the objects indexed.
+/// The import's floor (`locus bench index-floor`): read and parse the manifests as an
+/// import does (on a thread of their own, in the same chunks, with the master's parser)
+/// and index them with [`locus_master::index_floor`] into `dir`, in this process, with
+/// no master around the index. Returns the objects indexed.
 pub fn index_floor(m: &Manifests, dir: &Path) -> Result<u64> {
     let srcs = m.sources()?;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<pb::CatalogImport>>(4);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(String, pb::CatalogEntry)>>(4);
     let m2 = m.clone();
     let reader = std::thread::spawn(move || {
         let read = Arc::new(AtomicU64::new(0));
-        m2.read_batches(&srcs, &read, |b| tx.send(b).map_err(|_| Error::internal("index floor stopped").into()))
-    });
-    let batches = rx.into_iter().map(|b| {
-        b.into_iter()
-            .filter_map(|i| Some((locus_common::path::normalize(&i.path).ok()?, i.entry.unwrap_or_default())))
-            .collect()
+        m2.read_batches(&srcs, &read, |o| {
+            let entries = locus_master::inventory::entries(Some(o))?;
+            tx.send(entries).map_err(|_| Error::internal("index floor stopped").into())
+        })
     });
     // The index's error first: the reader's own is then only that nobody listened.
-    let n = locus_master::index_floor(dir, batches)?;
+    let n = locus_master::index_floor(dir, rx.into_iter())?;
     reader.join().map_err(|_| Error::internal("inventory reader panicked"))??;
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chunks `text` (a file of `kind`) is cut into, `batch` records each.
+    fn chunks(kind: &str, text: &str, batch: usize) -> Vec<pb::InventoryChunk> {
+        try_chunks(kind, text, batch).unwrap()
+    }
+
+    fn try_chunks(kind: &str, text: &str, batch: usize) -> Result<Vec<pb::InventoryChunk>> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(format!("inv.{kind}"));
+        std::fs::write(&p, text).unwrap();
+        let m = Manifests { manifests: vec![p], under: Some("/u".into()), batch };
+        let mut out = Vec::new();
+        m.read_batches(&m.sources().unwrap(), &Arc::new(AtomicU64::new(0)), |o| {
+            let Objects::Chunk(c) = o else { panic!("a chunk") };
+            out.push(c);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn texts(cs: &[pb::InventoryChunk]) -> Vec<(u64, String)> {
+        cs.iter().map(|c| (c.first_line, String::from_utf8(c.data.to_vec()).unwrap())).collect()
+    }
+
+    #[test]
+    fn csv_is_cut_between_records_never_inside_a_quoted_newline() {
+        // A header row, then records, one spanning three lines with doubled quotes.
+        let text = "Key,Size\nk1,1\n\"k\n\"\"2\n\",2\nk3,3\nk4,4";
+        let cs = chunks("csv", text, 2);
+        assert_eq!(cs[0].columns, ["key", "size"]);
+        assert!(!cs[0].url_keys);
+        assert_eq!(texts(&cs), [(2, "k1,1\n\"k\n\"\"2\n\",2\n".to_string()), (6, "k3,3\nk4,4".into())]);
+        // Every record once, through the master's parser, named by its line.
+        let all: Vec<String> = cs
+            .into_iter()
+            .flat_map(|c| locus_master::inventory::entries(Some(Objects::Chunk(c))).unwrap())
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(all, ["/u/k1", "/u/k\n\"2\n", "/u/k3", "/u/k4"]);
+
+        // No header: S3 Inventory's columns, keys URL-encoded, the first row kept.
+        let cs = chunks("csv", "\"b\",\"a%20b\",\"3\"\n\"b\",\"c\",\"4\"\n", 10);
+        assert!(cs[0].url_keys);
+        assert_eq!(cs[0].columns[..3], ["bucket", "key", "size"]);
+        assert_eq!(texts(&cs), [(1, "\"b\",\"a%20b\",\"3\"\n\"b\",\"c\",\"4\"\n".to_string())]);
+
+        // A quote left open does not swallow the file.
+        let open = format!("Key\nk1\n\"k2\n{}", "x\n".repeat(CHUNK_BYTES / 2 + 1));
+        let e = try_chunks("csv", &open, 10).unwrap_err().to_string();
+        assert!(e.contains("inv.csv:3: a record of more than 8 MiB (a quote left open?)"), "{e}");
+    }
+
+    #[test]
+    fn json_lines_are_cut_by_line_and_a_bad_one_is_named_by_its_line() {
+        let cs = chunks("jsonl", "{\"key\":\"a\"}\n{\"key\":\"b\"}\n\n{\"key\":\"c\",\"size\":\"x\"}\n", 2);
+        assert_eq!(
+            texts(&cs),
+            [(1, "{\"key\":\"a\"}\n{\"key\":\"b\"}\n".to_string()), (3, "\n{\"key\":\"c\",\"size\":\"x\"}\n".into())]
+        );
+        let e = locus_master::inventory::entries(Some(Objects::Chunk(cs[1].clone()))).unwrap_err().to_string();
+        assert!(e.ends_with("inv.jsonl:4: size \"x\" is not a number"), "{e}");
+        assert!(chunks("jsonl", "", 2).is_empty());
+    }
 }
