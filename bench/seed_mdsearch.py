@@ -325,10 +325,17 @@ class Locus:
         return r
 
     def rss(self) -> int:
+        return self.rss_parts().get("VmRSS", 0)
+
+    def rss_parts(self) -> dict:
+        """VmRSS and its parts (RssAnon: the heap; RssFile: mapped files, here the
+        index's pages that searches read, which the kernel may drop), in bytes."""
+        out = {}
         for line in Path(f"/proc/{self.p.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                out[k] = int(v.split()[0]) * 1024
+        return out
 
     def cpu_seconds(self) -> float:
         """User and system CPU time of the Locus process so far."""
@@ -507,7 +514,8 @@ def run_scale(a, n: int, work: Path) -> dict:
             res["locus"][q["name"]] = {"seconds": secs, "keys": keys}
             log(f"  locus {q['name']}: p50 {pct(secs, 50) * 1000:.1f} ms, p99 {pct(secs, 99) * 1000:.1f} ms, "
                 f"{len(keys)} keys")
-        res["rss_after_queries"] = loc.rss()
+        res["rss_after_queries_parts"] = parts = loc.rss_parts()
+        res["rss_after_queries"] = parts.get("VmRSS", 0)
         if not a.no_live:
             res["live"] = lv = liveness(s, loc, a.live_rate, a.live_seconds, work)
             lg = lv["lag_seconds"]
@@ -538,6 +546,15 @@ def run_scale(a, n: int, work: Path) -> dict:
 
 
 FORMATS = {"jsonl": "JSON lines", "parquet": "Parquet"}
+
+
+def rss_split(sc: dict) -> str:
+    """The parts of the RSS after the queries, when the run recorded them."""
+    p = sc.get("rss_after_queries_parts") or {}
+    if "RssAnon" not in p:
+        return ""
+    return (f" (heap {p['RssAnon'] / 2**20:,.0f} MiB, mapped index files {p.get('RssFile', 0) / 2**20:,.0f} MiB, "
+            f"shared memory {p.get('RssShmem', 0) / 2**20:,.0f} MiB)")
 
 
 def import_cpu(sc: dict) -> str:
@@ -582,7 +599,7 @@ def report(raw: dict, out_dir: Path, stem: str) -> Path:
               f"{sc['import']['objects_per_s']:,.0f} objects/s "
               f"({sc['import']['seconds']:.1f} s). Master index on disk: {sc['index_bytes'] / 2**20:,.0f} MiB. "
               f"RSS of the Locus process (master, worker and gateway): {sc['rss_after_queries'] / 2**20:,.0f} MiB "
-              f"after the queries, {sc.get('rss_end', 0) / 2**20:,.0f} MiB at the end.{import_cpu(sc)}"
+              f"after the queries{rss_split(sc)}, {sc.get('rss_end', 0) / 2**20:,.0f} MiB at the end.{import_cpu(sc)}"
               f"{import_floor_line(sc)}", "",
               "The floor of each query is a plain listing (no search) of as many keys as its page holds, through the "
               "same gateway and client, in the same run: what any answer of that size costs before any search.", "",
