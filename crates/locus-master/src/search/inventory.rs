@@ -107,7 +107,7 @@ impl At<'_> {
 
 /// Parse `c`'s records, calling `emit` with each object's path (not yet normalized) and
 /// entry.
-pub fn parse(c: &pb::InventoryChunk, emit: &mut dyn FnMut(String, pb::CatalogEntry) -> Result<()>) -> Result<()> {
+fn parse(c: &pb::InventoryChunk, emit: &mut dyn FnMut(String, pb::CatalogEntry) -> Result<()>) -> Result<()> {
     let under = (!c.under.is_empty()).then_some(c.under.as_str());
     if let Some(u) = under {
         normalize(u)?;
