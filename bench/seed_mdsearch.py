@@ -294,6 +294,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# tantivy's segment files, by extension.
+SEGMENT_FILES = ("store", "term", "idx", "pos", "fast", "fieldnorm", "del")
+
+
 class Locus:
     def __init__(self, a, work: Path):
         self.a = a
@@ -336,6 +340,21 @@ class Locus:
             if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
                 out[k] = int(v.split()[0]) * 1024
         return out
+
+    def mapped_by_kind(self) -> dict:
+        """The resident bytes of the process's file mappings by the file's extension
+        (tantivy's segment files: `term` dictionaries, `idx` postings, `fast` columns,
+        `store` documents), from /proc/PID/smaps."""
+        out, kind = {}, None
+        for line in Path(f"/proc/{self.p.pid}/smaps").read_text().splitlines():
+            f = line.split()
+            if f and not f[0].endswith(":"):  # a mapping's header: range perms offset dev inode [path]
+                path = f[5] if len(f) > 5 and f[5].startswith("/") and f[4] != "0" else None
+                ext = Path(path).suffix.lstrip(".") if path else None
+                kind = None if path is None else ext if ext in SEGMENT_FILES else "other"
+            elif kind and f[0] == "Rss:":
+                out[kind] = out.get(kind, 0) + int(f[1]) * 1024
+        return {k: v for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v}
 
     def cpu_seconds(self) -> float:
         """User and system CPU time of the Locus process so far."""
@@ -503,6 +522,7 @@ def run_scale(a, n: int, work: Path) -> dict:
         log(f"import: {n / secs:,.0f} objects/s ({secs:.1f} s); CPU: Locus {cpu['locus']:.1f} s, CLI {cpu['cli']:.1f} s")
         res["index_bytes"] = loc.index_bytes()
         res["rss_after_import"] = loc.rss()
+        res["rss_after_import_mapped"] = loc.mapped_by_kind()
         res["locus"] = {}
         for q in qs:
             secs, keys = [], []
@@ -516,6 +536,7 @@ def run_scale(a, n: int, work: Path) -> dict:
                 f"{len(keys)} keys")
         res["rss_after_queries_parts"] = parts = loc.rss_parts()
         res["rss_after_queries"] = parts.get("VmRSS", 0)
+        res["rss_after_queries_mapped"] = loc.mapped_by_kind()
         if not a.no_live:
             res["live"] = lv = liveness(s, loc, a.live_rate, a.live_seconds, work)
             lg = lv["lag_seconds"]
@@ -553,8 +574,10 @@ def rss_split(sc: dict) -> str:
     p = sc.get("rss_after_queries_parts") or {}
     if "RssAnon" not in p:
         return ""
-    return (f" (heap {p['RssAnon'] / 2**20:,.0f} MiB, mapped index files {p.get('RssFile', 0) / 2**20:,.0f} MiB, "
-            f"shared memory {p.get('RssShmem', 0) / 2**20:,.0f} MiB)")
+    kinds = sc.get("rss_after_queries_mapped") or {}
+    by = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in list(kinds.items())[:5] if v >= 2**20)
+    return (f" (heap {p['RssAnon'] / 2**20:,.0f} MiB, mapped index files {p.get('RssFile', 0) / 2**20:,.0f} MiB"
+            f"{f' ({by} by kind)' if by else ''}, shared memory {p.get('RssShmem', 0) / 2**20:,.0f} MiB)")
 
 
 def import_cpu(sc: dict) -> str:

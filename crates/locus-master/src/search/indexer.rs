@@ -204,10 +204,10 @@ struct Writer {
 /// The index in `dir` (created when missing) and its writer, as the catalog and the
 /// import floor use them.
 fn open_index(dir: &Path) -> Result<(Index, IndexWriter)> {
-    let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(ix_err)?;
+    let files = super::directory::IndexDir::open(dir).map_err(ix_err)?;
     // Small doc-store blocks: a page of hits reads entries scattered over the store.
     let settings = tantivy::IndexSettings { docstore_blocksize: 4096, ..Default::default() };
-    let index = Index::builder().schema(index::schema()).settings(settings).open_or_create(mmap).map_err(|e| {
+    let index = Index::builder().schema(index::schema()).settings(settings).open_or_create(files).map_err(|e| {
         Error::internal(format!("search index {}: {e} (remove the directory to rebuild it)", dir.display()))
     })?;
     let w = index.writer_with_num_threads(WRITER_THREADS, WRITER_HEAP).map_err(ix_err)?;

@@ -23,6 +23,7 @@
 //! where it stopped, as S3 may.
 
 pub mod catalog;
+mod directory;
 pub mod index;
 pub mod indexer;
 pub mod inventory;
