@@ -77,6 +77,20 @@ def test_files_and_directories(fs, cluster, tmp):
         buf = bytearray(1000)
         f.seek(5)
         assert f.readinto(buf) == 1000 and bytes(buf) == data[5:1005]
+        # readinto fills any writable buffer straight from the client, across blocks (one
+        # of 16 MiB or more is read in two halves side by side), and stops at the end of
+        # the file; a read-only one is refused.
+        big = bytearray(17 * MiB)
+        f.seek(5 * MiB - 3)
+        assert f.readinto(big) == 17 * MiB and big == data[5 * MiB - 3:22 * MiB - 3]
+        assert f.tell() == 22 * MiB - 3
+        import numpy as np
+        arr = np.zeros(100, dtype=np.int8)  # signed bytes, format "b"
+        f.seek(len(data) - 40)
+        assert f.readinto(arr) == 40 and arr[:40].tobytes() == data[-40:]
+        assert f.readinto(arr) == 0
+        with pytest.raises(ValueError, match="writable"):
+            f.readinto(b"read-only bytes")
 
     # Writes in pieces, with a write type.
     with fs.open("/d/w.bin", "wb", write_type="MUST_CACHE", block_size=5 * MiB) as f:

@@ -311,6 +311,16 @@ class LocusFile(AbstractBufferedFile):
                 return data
         return super().read(length)
 
+    def readinto(self, b):
+        """Reads into the writable bytes-like ``b`` straight from the native client (no
+        read-ahead buffer). Returns the bytes read."""
+        if self.mode != "rb" or self.closed:
+            return super().readinto(b)
+        # Signed bytes (format "b": NumPy int8, a PyArrow buffer) are taken as unsigned.
+        n = self._reader.read_into(self.loc, memoryview(b).cast("B"))
+        self.loc += n
+        return n
+
     def _initiate_upload(self):
         self._writer = self.fs.client.create(self.path, overwrite=(self.mode == "wb"), write_type=self.write_type)
 
