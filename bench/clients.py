@@ -6,8 +6,10 @@ one run, on a 1 GiB file cached in MEM.
 
 What it starts (and stops, by PID): MinIO behind the `lan` profile (bench/netstage.py),
 `locus local start` (1 worker) with the bucket mounted at /bench, `locus fuse` on a
-directory of its own and, unless --no-peers, `rclone mount --vfs-cache-mode full` and
-`s3fs` (s3fs-fuse) over the same bucket, and Python's `s3fs` in process.
+directory of its own and, unless --no-peers, `rclone mount --vfs-cache-mode full`,
+`s3fs` (s3fs-fuse) and Alluxio 2.9.6's FUSE mount (its master and worker with the bucket
+as their root UFS; unless --no-alluxio) over the same bucket, and Python's `s3fs` in
+process.
 
 Measured, RUNS times each, interleaved, medians (wall time of one read of the whole file):
   * sequential read of the 1 GiB file: `dd bs=1M` from tmpfs (the floor), the native
@@ -51,6 +53,9 @@ MOUNT = "/bench"
 KEY, SECRET = "minioadmin", "minioadmin"
 CHUNK = 8 << 20
 FUSE_FLOOR = "FUSE floor: bindfs over the tmpfs file (dd)"
+ALLUXIO_VERSION = "2.9.6"
+#: The peers' FUSE mounts (their fio runs are at 1 job).
+PEER_MOUNTS = ("rclone", "s3fs-fuse", "alluxio-fuse")
 
 
 def log(msg: str):
@@ -261,6 +266,32 @@ def peers_env(st: Stage) -> dict:
                 RCLONE_CONFIG_MINIO_SECRET_ACCESS_KEY=SECRET, RCLONE_CONFIG_MINIO_REGION="us-east-1")
 
 
+def mount_alluxio(st: Stage, a) -> Path | None:
+    """Alluxio 2.9.6's FUSE mount: its master and worker (bench/alluxio/alluxio-up.sh: the
+    bucket in MinIO as the root UFS, a 4 GB MEM tier, short-circuit reads on), then
+    `alluxio.fuse.AlluxioFuse` (libfuse through Alluxio's JNI binding) over its root. None,
+    saying why in the log, when either does not come up here."""
+    d = Path(a.alluxio_dir)
+    env = dict(peers_env(st), S3_ENDPOINT=st.endpoint, S3_ACCESS_KEY=KEY, S3_SECRET_KEY=SECRET)
+    st.cleanups.append(("alluxio", lambda: subprocess.run([str(HERE / "alluxio" / "alluxio-down.sh"), str(d)],
+                                                          capture_output=True)))
+    r = subprocess.run([str(HERE / "alluxio" / "alluxio-up.sh"), str(d), f"s3://{BUCKET}/", "4GB"], env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        log(f"Alluxio {ALLUXIO_VERSION} did not start: {(r.stderr or r.stdout).strip()[-800:]}")
+        return None
+    cp = (d / "cp.txt").read_text().strip()
+    jopts = (d / "jopts-client.txt").read_text().split()
+    mnt = st.work / "mnt-alluxio"
+    try:
+        st.mount_fs("alluxio-fuse", ["java", "-Xmx1g", *jopts, "-cp", cp, "alluxio.fuse.AlluxioFuse",
+                                     "--mount-point", str(mnt), "--alluxio-path", "/"], mnt, env=env)
+    except RuntimeError as e:
+        log(f"Alluxio {ALLUXIO_VERSION}'s FUSE did not mount: {e}")
+        return None
+    return mnt
+
+
 def run(a) -> dict:
     st = Stage(a)
     try:
@@ -298,6 +329,8 @@ def run(a) -> dict:
             st.mount_fs("s3fs-fuse", ["s3fs", BUCKET, str(s), "-f", "-o", f"url={st.endpoint}", "-o",
                                       "use_path_request_style", "-o", f"passwd_file={pw}", "-o", "ro"], s)
             systems["s3fs-fuse"] = s
+            if not a.no_alluxio and (m := mount_alluxio(st, a)):
+                systems["alluxio-fuse"] = m
         return measure(st, a, data, systems)
     finally:
         st.close()
@@ -318,8 +351,8 @@ def measure(st: Stage, a, data: dict, systems: dict) -> dict:
     def py_read(fs, path):
         return timed_read(fs, path, size)
 
-    # Warm the peers' caches (rclone's VFS cache; nothing else keeps bytes) and every
-    # mount's metadata.
+    # Warm the peers' caches (rclone's VFS cache, Alluxio's worker; s3fs keeps no bytes)
+    # and every mount's metadata.
     for name, root in systems.items():
         dd(str(root / "big.bin"))
         read_table(str(root / "big.parquet"))
@@ -335,7 +368,7 @@ def measure(st: Stage, a, data: dict, systems: dict) -> dict:
             drop_pages(str(st.fuse_floor))
             add(seq, FUSE_FLOOR, dd(str(st.fuse_floor)))
         add(seq, "Locus Python (8 MiB reads)", py_read(lfs, f"{MOUNT}/big.bin"))
-        for name in ("rclone", "s3fs-fuse"):
+        for name in PEER_MOUNTS:
             if name in systems:
                 f = str(systems[name] / "big.bin")
                 drop_pages(f)
@@ -345,7 +378,7 @@ def measure(st: Stage, a, data: dict, systems: dict) -> dict:
         f = str(systems["locus-fuse"] / "big.parquet")
         drop_pages(f)
         add(pq_t, "Locus FUSE path", read_table(f))
-        for name in ("rclone", "s3fs-fuse"):
+        for name in PEER_MOUNTS:
             if name in systems:
                 f = str(systems[name] / "big.parquet")
                 drop_pages(f)
@@ -369,14 +402,14 @@ def measure(st: Stage, a, data: dict, systems: dict) -> dict:
     log("fio")
     fio_rows = {}
     targets = {"tmpfs": data["bin"], "Locus FUSE": str(systems["locus-fuse"] / "big.bin")}
-    for name in ("rclone", "s3fs-fuse"):
+    for name in PEER_MOUNTS:
         if name in systems:
             targets[name] = str(systems[name] / "big.bin")
     for name, path in targets.items():
         row = {}
         for label, rw, bs, jobs in (("4k random, 1 job", "randread", "4k", 1), ("4k random, 8 jobs", "randread", "4k", 8),
                                     ("1M sequential", "read", "1M", 1)):
-            if name in ("rclone", "s3fs-fuse") and jobs > 1:
+            if name in PEER_MOUNTS and jobs > 1:
                 continue
             row[label] = fio(path, rw, bs, jobs, a.fio_seconds)
         fio_rows[name] = row
@@ -447,7 +480,7 @@ def report(res: dict, out: Path, code: str):
         lines += ["", "## Locus against the peers", "", "| comparison | Locus | best peer | faster |", "|---|---:|---:|---|"]
         bp = min(med(seq[k]) for k in peers)
         lines.append(f"| cached sequential read, s | {best_seq:.3f} | {bp:.3f} | {'yes' if best_seq < bp else '**no**'} |")
-        pr = [v["4k random, 1 job"]["iops"] for k, v in res["fio"].items() if k in ("rclone", "s3fs-fuse")]
+        pr = [v["4k random, 1 job"]["iops"] for k, v in res["fio"].items() if k in PEER_MOUNTS]
         if pr:
             lines.append(f"| 4k random reads, IOPS (1 job) | {fuse_rand:,.0f} | {max(pr):,.0f} | "
                          f"{'yes' if fuse_rand > max(pr) else '**no**'} |")
@@ -488,7 +521,11 @@ def main():
     p.add_argument("--runs", type=int, default=5, help="timed runs per figure (default 5)")
     p.add_argument("--files", type=int, default=10_000, help="small files for the metadata test (default 10000)")
     p.add_argument("--fio-seconds", type=int, default=10, help="seconds per fio test (default 10)")
-    p.add_argument("--no-peers", action="store_true", help="skip rclone, s3fs-fuse and Python s3fs")
+    p.add_argument("--no-peers", action="store_true", help="skip rclone, s3fs-fuse, Alluxio's FUSE and Python s3fs")
+    p.add_argument("--no-alluxio", action="store_true", help="skip Alluxio's FUSE (its jars come from Maven Central)")
+    p.add_argument("--alluxio-dir", default=str(Path(os.environ.get("LOCUS_TOOLS_DIR", Path.home() / ".cache/locus-tools"))
+                                                / f"alluxio-{ALLUXIO_VERSION}"),
+                   help="Alluxio's directory (its jars, configuration and logs; default in LOCUS_TOOLS_DIR)")
     p.add_argument("--quick", action="store_true", help="64 MiB, 2 runs, 1,000 files, 2 s fio: a smoke test")
     p.add_argument("--work-dir", help="where the run's files go (default: the system's temporary directory)")
     p.add_argument("--out", default=str(HERE / "results" / "clients.md"), help="the Markdown report")
