@@ -82,7 +82,16 @@ pub fn scratch_dir() -> Result<PathBuf> {
 
 /// Remove a benchmark's scratch directory and the tmpfs MEM tier of its cluster.
 pub fn remove_scratch(work: &Path) {
-    let _ = std::fs::remove_dir_all(work);
+    // A few tries: a thread of the benchmark may still be adding files (the search
+    // index's merges run on after `locus bench index-floor`'s last commit), and a file
+    // made between `remove_dir_all`'s listing and its removal of the directory leaves the
+    // directory behind.
+    for _ in 0..10 {
+        if std::fs::remove_dir_all(work).is_ok() || !work.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let _ = std::fs::remove_dir_all(locus_cluster::default_mem_dir(work));
 }
 
