@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import netstage  # noqa: E402
 from seed_csd import Stage as CsdStage  # noqa: E402
+from seed_linecount import alluxio_up  # noqa: E402
 
 BUCKET = "bench"
 MOUNT = "/bench"
@@ -271,23 +272,13 @@ def mount_alluxio(st: Stage, a) -> Path | None:
     bucket in MinIO as the root UFS, a 4 GB MEM tier, short-circuit reads on), then
     `alluxio.fuse.AlluxioFuse` (libfuse through Alluxio's JNI binding) over its root. None,
     saying why in the log, when either does not come up here."""
-    d = Path(a.alluxio_dir)
-    env = dict(peers_env(st), S3_ENDPOINT=st.endpoint, S3_ACCESS_KEY=KEY, S3_SECRET_KEY=SECRET)
-    st.cleanups.append(("alluxio", lambda: subprocess.run([str(HERE / "alluxio" / "alluxio-down.sh"), str(d)],
-                                                          capture_output=True)))
-    r = subprocess.run([str(HERE / "alluxio" / "alluxio-up.sh"), str(d), f"s3://{BUCKET}/", "4GB"], env=env,
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        log(f"Alluxio {ALLUXIO_VERSION} did not start: {(r.stderr or r.stdout).strip()[-800:]}")
-        return None
-    cp = (d / "cp.txt").read_text().strip()
-    jopts = (d / "jopts-client.txt").read_text().split()
     mnt = st.work / "mnt-alluxio"
     try:
+        cp, jopts = alluxio_up(Path(a.alluxio_dir), f"s3://{BUCKET}/", st.endpoint, "4GB", st.cleanups, peers_env(st))
         st.mount_fs("alluxio-fuse", ["java", "-Xmx1g", *jopts, "-cp", cp, "alluxio.fuse.AlluxioFuse",
-                                     "--mount-point", str(mnt), "--alluxio-path", "/"], mnt, env=env)
+                                     "--mount-point", str(mnt), "--alluxio-path", "/"], mnt, env=peers_env(st))
     except RuntimeError as e:
-        log(f"Alluxio {ALLUXIO_VERSION}'s FUSE did not mount: {e}")
+        log(f"Alluxio {ALLUXIO_VERSION} or its FUSE mount did not come up: {str(e)[-800:]}")
         return None
     return mnt
 

@@ -141,6 +141,21 @@ def generate(path: Path, size: int) -> int:
     return full * chunk.count(b"\n") + tail.count(b"\n")
 
 
+def alluxio_up(d: Path, ufs: str, endpoint: str, quota: str, cleanups: list, env: dict | None = None):
+    """Alluxio 2.9.6's master, worker and S3 proxy in `d` (bench/alluxio/alluxio-up.sh: the
+    root UFS `ufs` in the MinIO at `endpoint`, a MEM tier of `quota`), their teardown added
+    to `cleanups`. Returns a client's class path and Java options; raises RuntimeError when
+    they do not start."""
+    env = dict(env or os.environ, S3_ENDPOINT=endpoint, S3_ACCESS_KEY="minioadmin", S3_SECRET_KEY="minioadmin")
+    cleanups.append(("alluxio", lambda: subprocess.run([str(HERE / "alluxio" / "alluxio-down.sh"), str(d)],
+                                                       capture_output=True)))
+    r = subprocess.run([str(HERE / "alluxio" / "alluxio-up.sh"), str(d), ufs, quota], env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"alluxio-up.sh failed: {(r.stderr or r.stdout)[-3000:]}")
+    return (d / "cp.txt").read_text().strip(), (d / "jopts-client.txt").read_text().split()
+
+
 class Stage:
     """Everything one harness run starts, torn down in reverse order by close()."""
 
@@ -231,16 +246,11 @@ class Stage:
     # -- Alluxio
     def start_alluxio(self, quota: str):
         d = Path(self.a.alluxio_dir)
-        env = dict(os.environ, S3_ENDPOINT=self.endpoint, S3_ACCESS_KEY="minioadmin", S3_SECRET_KEY="minioadmin")
-        self.cleanups.append(("alluxio", lambda: subprocess.run([str(HERE / "alluxio" / "alluxio-down.sh"), str(d)],
-                                                                capture_output=True)))
         t = time.monotonic()
-        r = subprocess.run([str(HERE / "alluxio" / "alluxio-up.sh"), str(d), f"s3://{BUCKET}/", quota], env=env,
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"alluxio-up.sh failed: {r.stderr[-3000:]}")
-        self.alluxio_cp = (d / "cp.txt").read_text().strip()
-        self.alluxio_jopts = (d / "jopts-client.txt").read_text().split()
+        try:
+            self.alluxio_cp, self.alluxio_jopts = alluxio_up(d, f"s3://{BUCKET}/", self.endpoint, quota, self.cleanups)
+        except RuntimeError as e:
+            raise SystemExit(str(e)) from None
         self.alluxio_client_jar = str(d / "client" / f"alluxio-shaded-client-{ALLUXIO_VERSION}.jar")
         jdir = self.work / "java"
         jdir.mkdir()
