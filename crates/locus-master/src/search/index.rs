@@ -24,6 +24,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use locus_common::{Error, Result};
+
+use super::columns::Columns;
 use locus_proto::pb;
 use prost::Message;
 use tantivy::collector::{Collector, SegmentCollector};
@@ -144,9 +146,32 @@ fn pair_into(buf: &mut String, name: &str, v: &str) {
 
 /// The entry stored with a document.
 pub fn entry_at(s: &Searcher, f: &Fields, a: DocAddress) -> Result<pb::CatalogEntry> {
+    stored(s, f, a, |b| pb::CatalogEntry::decode(b))
+}
+
+/// What a listing shows of the entry stored with a document: its maps (user metadata,
+/// tags) left empty, not decoded.
+pub fn listing_at(s: &Searcher, f: &Fields, a: DocAddress) -> Result<pb::CatalogEntry> {
+    let l = stored(s, f, a, |b| pb::CatalogListing::decode(b))?;
+    Ok(pb::CatalogEntry {
+        size: l.size,
+        mtime_ms: l.mtime_ms,
+        content_type: l.content_type,
+        etag: l.etag,
+        inode: l.inode,
+        ..Default::default()
+    })
+}
+
+fn stored<T>(
+    s: &Searcher,
+    f: &Fields,
+    a: DocAddress,
+    decode: impl FnOnce(&[u8]) -> std::result::Result<T, prost::DecodeError>,
+) -> Result<T> {
     let d: TantivyDocument = s.doc(a).map_err(ix_err)?;
     let b = d.get_first(f.entry).and_then(|v| v.as_bytes()).ok_or_else(|| ix_err("a document without its entry"))?;
-    pb::CatalogEntry::decode(b).map_err(|e| ix_err(format!("entry: {e}")))
+    decode(b).map_err(|e| ix_err(format!("entry: {e}")))
 }
 
 /// The first live document of a term of a segment.
@@ -191,6 +216,15 @@ fn ord_bounds(col: &tantivy::columnar::StrColumn, r: &KeyRange) -> tantivy::Resu
     Ok(col.dictionary().term_bounds_to_ord(b(&r.0), b(&r.1))?)
 }
 
+/// The key column of segment `seg` (`r`): cached, or opened when the cache was made
+/// for another searcher.
+fn key_column(cols: &Columns, seg: u32, r: &SegmentReader) -> tantivy::Result<Option<tantivy::columnar::StrColumn>> {
+    match cols.at(seg) {
+        Some(c) if c.id == r.segment_id() => Ok(c.key.clone()),
+        _ => r.fast_fields().str("key"),
+    }
+}
+
 /// A range of keys (the scope of a search).
 pub type KeyRange = (Bound<String>, Bound<String>);
 
@@ -200,6 +234,7 @@ pub type KeyRange = (Bound<String>, Bound<String>);
 pub struct KeyOrder {
     pub limit: usize,
     pub range: KeyRange,
+    pub cols: Arc<Columns>,
 }
 
 pub struct KeyOrderSeg {
@@ -215,7 +250,7 @@ impl Collector for KeyOrder {
     type Child = KeyOrderSeg;
 
     fn for_segment(&self, seg: u32, r: &SegmentReader) -> tantivy::Result<KeyOrderSeg> {
-        let col = r.fast_fields().str("key")?;
+        let col = key_column(&self.cols, seg, r)?;
         let ords = match &col {
             Some(c) => ord_bounds(c, &self.range)?,
             None => (Bound::Unbounded, Bound::Unbounded),
@@ -270,6 +305,7 @@ impl SegmentCollector for KeyOrderSeg {
 /// A collector of how many of a query's matches lie within a key range.
 pub struct KeyCount {
     pub range: KeyRange,
+    pub cols: Arc<Columns>,
 }
 
 pub struct KeyCountSeg {
@@ -282,8 +318,8 @@ impl Collector for KeyCount {
     type Fruit = u64;
     type Child = KeyCountSeg;
 
-    fn for_segment(&self, _: u32, r: &SegmentReader) -> tantivy::Result<KeyCountSeg> {
-        let col = r.fast_fields().str("key")?;
+    fn for_segment(&self, seg: u32, r: &SegmentReader) -> tantivy::Result<KeyCountSeg> {
+        let col = key_column(&self.cols, seg, r)?;
         let ords = match &col {
             Some(c) => ord_bounds(c, &self.range)?,
             None => (Bound::Unbounded, Bound::Unbounded),

@@ -127,6 +127,8 @@ pub struct Catalog {
     searchable: AtomicU64,
     /// Whether the writer holds changes not committed yet.
     dirty: std::sync::atomic::AtomicBool,
+    /// The fast columns of the segments searched last.
+    pub columns: super::columns::ColumnCache,
 }
 
 /// The journal's changes since the last commit (see the module doc).
@@ -294,6 +296,7 @@ impl Catalog {
             }),
             searchable: AtomicU64::new(applied),
             dirty: false.into(),
+            columns: Default::default(),
         };
         if fresh {
             cat.fill(store)?;

@@ -23,6 +23,7 @@
 //! where it stopped, as S3 may.
 
 pub mod catalog;
+mod columns;
 mod directory;
 pub mod index;
 pub mod indexer;
@@ -51,7 +52,8 @@ use tantivy::{DocAddress, Searcher, Term};
 use crate::store::{INODES, LOCATIONS, db_err, get_inode};
 use crate::*;
 use catalog::successor;
-use index::{Fields, KeyCount, KeyOrder, KeyRange, KeyScan, entry_at, ix_err};
+use columns::{ColumnRange, Columns, NumRange, inclusive};
+use index::{Fields, KeyCount, KeyOrder, KeyRange, KeyScan, entry_at, ix_err, listing_at};
 use indexer::Overlay;
 use query::{Attr, Expr, LocusAttrs, Object, Op, Value};
 use ranges::{Span, TERM_OPEN_COST, TERM_RANGE_MAX, estimated_matches, meet, numeric_range, size_span, time_span};
@@ -123,6 +125,17 @@ pub(crate) struct Snapshot {
     pub ov: Arc<Overlay>,
     pub f: Fields,
     pub r: ReadTransaction,
+    /// The searcher's fast columns.
+    pub cols: Arc<Columns>,
+}
+
+impl Snapshot {
+    /// The catalog as of now (see [`indexer::Catalog::view`]), with the namespace.
+    pub(crate) fn of(c: &indexer::Catalog, store: &crate::store::Store, commit: bool) -> Result<Snapshot> {
+        let (searcher, ov) = c.view(store, commit)?;
+        let cols = c.columns.columns(&searcher)?;
+        Ok(Snapshot { searcher, ov, f: c.f, r: store.read()?, cols })
+    }
 }
 
 /// One search, resolved against the namespace's layout.
@@ -139,6 +152,8 @@ pub(crate) struct Search {
     limit: usize,
     delimiter: Option<String>,
     count_only: bool,
+    /// Hits carry only what a listing shows (see `SearchRequest.listing`).
+    listing: bool,
     /// Mount points, longest first (for `locus.mount`).
     mounts: Vec<String>,
 }
@@ -200,7 +215,18 @@ impl Search {
             start = Bound::Included(lo.clone());
         }
         let limit = if req.limit == 0 { 1000 } else { (req.limit as usize).min(MAX_PAGE) };
-        Ok(Search { expr, base, lo, hi, start, limit, delimiter, count_only: req.count_only, mounts })
+        Ok(Search {
+            expr,
+            base,
+            lo,
+            hi,
+            start,
+            limit,
+            delimiter,
+            count_only: req.count_only,
+            listing: req.listing,
+            mounts,
+        })
     }
 
     /// The keys in scope from `from` on.
@@ -213,7 +239,7 @@ impl Search {
     }
 
     /// A query for `e` (see [`Translated`]): `None` matches every object.
-    fn translate(&self, s: &Searcher, f: &Fields, e: &Expr) -> Translated {
+    fn translate(&self, s: &Searcher, f: &Fields, cols: &Arc<Columns>, e: &Expr) -> Translated {
         let term = |field, s: &str| -> Box<dyn Query> {
             Box::new(TermQuery::new(Term::from_field_text(field, s), IndexRecordOption::Basic))
         };
@@ -241,13 +267,21 @@ impl Search {
         };
         // A range of sizes or times (`None`: no size at all), read through its terms when
         // it holds at most `terms` distinct values (see [`numeric_range`]).
+        let column = |r: Option<NumRange>| -> Box<dyn Query> {
+            match r {
+                Some(range) => Box::new(ColumnRange { range, cols: cols.clone() }),
+                None => Box::new(EmptyQuery),
+            }
+        };
         let size_query = |sp: Option<Span<u64>>, terms: u64| -> Box<dyn Query> {
             let t = |v: u64| Term::from_field_u64(f.size, v);
-            sp.map_or(Box::new(EmptyQuery), |(lo, hi)| numeric_range(s, f.size, lo.map(t), hi.map(t), terms))
+            sp.map_or(Box::new(EmptyQuery), |(lo, hi)| {
+                numeric_range(s, f.size, lo.map(t), hi.map(t), terms, || column(inclusive(lo, hi).map(NumRange::Size)))
+            })
         };
         let time_query = |(lo, hi): Span<i64>, terms: u64| -> Box<dyn Query> {
             let t = |v: i64| Term::from_field_i64(f.mtime, v);
-            numeric_range(s, f.mtime, lo.map(t), hi.map(t), terms)
+            numeric_range(s, f.mtime, lo.map(t), hi.map(t), terms, || column(inclusive(lo, hi).map(NumRange::Mtime)))
         };
         match e {
             Expr::And(v) => {
@@ -270,7 +304,7 @@ impl Search {
                         _ => rest.push(c),
                     }
                 }
-                let mut parts: Vec<Translated> = rest.into_iter().map(|c| self.translate(s, f, c)).collect();
+                let mut parts: Vec<Translated> = rest.into_iter().map(|c| self.translate(s, f, cols, c)).collect();
                 // Beside other clauses, a range is checked on their matches (one column read
                 // each) unless its terms are far fewer than those matches: each term is a
                 // posting list to open (thousands for `content-length > 1000000`).
@@ -291,7 +325,7 @@ impl Search {
                 let mut qs = Vec::new();
                 let mut exact = true;
                 for c in v {
-                    let (q, x) = self.translate(s, f, c);
+                    let (q, x) = self.translate(s, f, cols, c);
                     let Some(q) = q else { return (None, false) };
                     qs.push((Occur::Should, q));
                     exact &= x;
@@ -427,7 +461,7 @@ impl Search {
             },
             Candidates::Query { q, buf, after, batch, done } => {
                 if buf.is_empty() && !*done {
-                    let top = KeyOrder { limit: *batch, range: self.scope(after) };
+                    let top = KeyOrder { limit: *batch, range: self.scope(after), cols: snap.cols.clone() };
                     let got = snap.searcher.search(&**q, &top).map_err(ix_err)?;
                     *done = got.len() < *batch;
                     if let Some((k, _)) = got.last() {
@@ -463,7 +497,7 @@ impl Search {
 
     /// Run the search against `snap`.
     pub(crate) fn run(&self, snap: &Snapshot) -> Result<Page> {
-        let (q, exact) = self.translate(&snap.searcher, &snap.f, &self.expr);
+        let (q, exact) = self.translate(&snap.searcher, &snap.f, &snap.cols, &self.expr);
         let mut page = Page {
             hits: Vec::new(),
             prefixes: Vec::new(),
@@ -474,12 +508,14 @@ impl Search {
         };
         if self.count_only && exact && snap.ov.is_empty() {
             let q: Box<dyn Query> = q.unwrap_or_else(|| Box::new(AllQuery));
-            let count = KeyCount { range: self.scope(&self.start) };
+            let count = KeyCount { range: self.scope(&self.start), cols: snap.cols.clone() };
             page.count = snap.searcher.search(&*q, &count).map_err(ix_err)?;
             return Ok(page);
         }
         let ns = NsTables::open(&snap.r)?;
         let needs_locus = self.expr.needs_locus();
+        // The query's matches are the clause's: none needs checking against its entry.
+        let trusted = exact && !needs_locus;
         let only_key = self.expr.only_key();
         let no_entry = pb::CatalogEntry::default();
         let began = Instant::now();
@@ -508,13 +544,19 @@ impl Search {
             if only_key && !self.expr.matches(&Candidate { key, e: &no_entry, locus: None }) {
                 continue; // (without reading the entry)
             }
-            let entry = match src {
+            let check = !(trusted && matches!(src, Src::Doc(_)));
+            if !check && self.count_only {
+                page.count += 1;
+                continue;
+            }
+            let mut entry = match src {
+                Src::Doc(addr) if !check && self.listing => listing_at(&snap.searcher, &snap.f, addr)?,
                 Src::Doc(addr) => entry_at(&snap.searcher, &snap.f, addr)?,
                 Src::Changed(e) => e.clone(),
             };
             let locus = if needs_locus { Some(locus_attrs(&ns, &path, &entry, &self.mounts)?) } else { None };
             let cand = Candidate { key, e: &entry, locus };
-            if !self.expr.matches(&cand) {
+            if check && !self.expr.matches(&cand) {
                 continue;
             }
             if self.count_only {
@@ -544,8 +586,13 @@ impl Search {
             }
             let locus = match cand.locus {
                 Some(l) => l,
+                None if self.listing => LocusAttrs::default(),
                 None => locus_attrs(&ns, &path, &entry, &self.mounts)?,
             };
+            if self.listing {
+                entry.user.clear();
+                entry.tags.clear();
+            }
             page.next_after = key.to_string();
             page.hits.push((key.to_string(), entry, locus));
             emitted += 1;
@@ -623,9 +670,7 @@ impl Master {
         let s = Search::new(&req, self.mount_points())?;
         let me = self.clone();
         let page = tokio::task::spawn_blocking(move || {
-            let c = &me.inner.catalog;
-            let (searcher, ov) = c.view(&me.inner.store, s.count_only)?;
-            let snap = Snapshot { searcher, ov, f: c.f, r: me.inner.store.read()? };
+            let snap = Snapshot::of(&me.inner.catalog, &me.inner.store, s.count_only)?;
             s.run(&snap).map(|p| (p, s.base))
         })
         .await

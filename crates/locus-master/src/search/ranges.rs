@@ -5,7 +5,7 @@
 
 use std::ops::Bound;
 
-use tantivy::query::{InvertedIndexRangeQuery, Query, RangeQuery};
+use tantivy::query::{InvertedIndexRangeQuery, Query};
 use tantivy::schema::Field;
 use tantivy::{Searcher, Term};
 
@@ -98,18 +98,20 @@ pub(super) fn estimated_matches(s: &Searcher, q: &dyn Query) -> u64 {
 
 /// A range of a numeric field: through its terms when the range holds at most `terms`
 /// distinct values (a 30-minute window), else through its column (alone, a pass over
-/// every document; in an intersection, a read per candidate).
+/// every document; in an intersection, a read per candidate: `column`, a
+/// [`super::columns::ColumnRange`]).
 pub(super) fn numeric_range(
     s: &Searcher,
     field: Field,
     lo: Bound<Term>,
     hi: Bound<Term>,
     terms: u64,
+    column: impl FnOnce() -> Box<dyn Query>,
 ) -> Box<dyn Query> {
     if values_in(s, field, &lo, &hi, terms) <= terms {
         Box::new(InvertedIndexRangeQuery::new(lo, hi))
     } else {
-        Box::new(RangeQuery::new(lo, hi))
+        column()
     }
 }
 

@@ -169,11 +169,20 @@ fn brute(all: &[(String, pb::CatalogEntry)], dir: &str, prefix: &str, delim: &st
 
 /// What a search reads now (the last commit and the changes since).
 fn snap(store: &Store, cat: &Catalog) -> Snapshot {
-    let (searcher, ov) = cat.view(store, false).unwrap();
-    Snapshot { searcher, ov, f: cat.f, r: store.read().unwrap() }
+    Snapshot::of(cat, store, false).unwrap()
 }
 
-fn search_all(r: &Snapshot, dir: &str, prefix: &str, delim: &str, clause: &str, page: u32) -> Vec<String> {
+/// Every page of a search; with `listing`, each hit's listing fields checked against
+/// `all` (and its maps empty).
+fn search_all(
+    r: &Snapshot,
+    dir: &str,
+    prefix: &str,
+    delim: &str,
+    clause: &str,
+    page: u32,
+    listing: Option<&[(String, pb::CatalogEntry)]>,
+) -> Vec<String> {
     let mut out = Vec::new();
     let mut after = String::new();
     loop {
@@ -185,8 +194,21 @@ fn search_all(r: &Snapshot, dir: &str, prefix: &str, delim: &str, clause: &str, 
             limit: page,
             delimiter: delim.into(),
             count_only: false,
+            listing: listing.is_some(),
         };
         let p = Search::new(&req, vec!["/".into()]).unwrap().run(r).unwrap();
+        if let Some(all) = listing {
+            let base = if dir == "/" { "/".to_string() } else { format!("{dir}/") };
+            for (k, e, _) in &p.hits {
+                let want = &all.iter().find(|(p, _)| *p == format!("{base}{k}")).expect("a known key").1;
+                assert_eq!(
+                    (e.size, e.mtime_ms, &e.etag, &e.content_type),
+                    (want.size, want.mtime_ms, &want.etag, &want.content_type),
+                    "{k}"
+                );
+                assert!(e.user.is_empty() && e.tags.is_empty(), "a listing's hit without maps");
+            }
+        }
         let mut keys: Vec<String> = p.hits.iter().map(|h| h.0.clone()).chain(p.prefixes.iter().cloned()).collect();
         keys.sort();
         assert!(keys.len() <= page as usize);
@@ -221,7 +243,8 @@ fn check_clauses(rng: &mut StdRng, r: &Snapshot, all: &[(String, pb::CatalogEntr
         let delim = if rng.random_bool(0.25) { "/" } else { "" };
         let page = [1, 7, 100, 1000][rng.random_range(0..4)];
         let want = brute(all, dir, prefix, delim, &expr);
-        let got = search_all(r, dir, prefix, delim, &clause, page);
+        let listing = rng.random_bool(0.5).then_some(all);
+        let got = search_all(r, dir, prefix, delim, &clause, page, listing);
         assert_eq!(got, want, "#{i}: {clause} in {dir} prefix {prefix:?} delimiter {delim:?} page {page}");
         nonempty += usize::from(!want.is_empty());
         if delim.is_empty() {

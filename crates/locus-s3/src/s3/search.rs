@@ -41,6 +41,7 @@ pub(super) async fn search_page(
         limit: max_keys as u32,
         delimiter: delimiter.unwrap_or_default().to_string(),
         count_only: false,
+        listing: true,
     };
     let r = gw.client.search(req).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchBucket))?;
     // Objects and common prefixes, merged back into key order.
