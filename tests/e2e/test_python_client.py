@@ -205,6 +205,69 @@ def test_threads_read_at_once_and_short_circuit(fs, cluster):
     assert d == {"short_circuit": total, "local_worker": 0, "remote_worker": 0, "ufs": 0}, d
 
 
+def test_cached_files_are_mapped_without_a_copy(fs, cluster):
+    import gc
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    # Four 8 MiB blocks, the last one short (and not a whole number of pages).
+    data = os.urandom(3 * 8 * MiB + 12345)
+    # Persisted at once (so it can be freed below), in writes of many sizes.
+    with fs.open("/m/a.bin", "wb", write_type="CACHE_THROUGH") as f:
+        at = 0
+        for n in (1, 4095, 10 * MiB, 3, 9 * MiB):
+            assert f.write(data[at:at + n]) == n
+            at += n
+        f.write(memoryview(data)[at:])
+    assert fs.cat_file("/m/a.bin") == data
+    # Buffers of wider items are written as their bytes.
+    import array
+
+    ints = array.array("i", range(1000))
+    with fs.open("/m/ints.bin", "wb") as f:
+        assert f.write(ints) == len(ints.tobytes())
+    assert fs.cat_file("/m/ints.bin") == ints.tobytes()
+    fs.load("/m/a.bin")
+    with fs.open("/m/a.bin", "rb") as f:
+        f.seek(5)
+        v = f.read_buffer(10 * MiB)
+        # A view into the mapped block files, across a block boundary: no copy.
+        assert isinstance(v, memoryview) and v.readonly
+        assert bytes(v) == data[5:5 + 10 * MiB] and f.tell() == 5 + 10 * MiB
+        assert bytes(f.read_buffer(-1)) == data[5 + 10 * MiB:]
+        assert bytes(f.read_buffer(10)) == b""
+    with pytest.raises(TypeError):
+        v[0] = 1
+    # The file freed (its blocks dropped from the cache) while a view lives: the view
+    # still reads the bytes it was given.
+    fs.free("/m/a.bin")
+    assert bytes(v[-100:]) == data[5 + 10 * MiB - 100:5 + 10 * MiB]
+    del v
+    gc.collect()
+    # Not cached on this host: read_buffer reads as read does.
+    with fs.open("/m/a.bin", "rb") as f:
+        got = f.read_buffer(3 * MiB)
+        assert isinstance(got, bytes) and got == data[:3 * MiB]
+
+    # PyArrow reads a cached Parquet file through the mapping: the same table, and every
+    # byte short-circuit (a mapping counts its file when its leases end).
+    t = pa.table({"x": list(range(600_000)), "s": [f"v{i}" for i in range(600_000)]})
+    pq.write_table(t, "/m/t.parquet", filesystem=fs, compression="none")
+    fs.load("/m/t.parquet")
+    size = fs.size("/m/t.parquet")
+    assert size > 8 * MiB
+    base = cluster.counters()
+    back = pq.read_table("/m/t.parquet", filesystem=fs)
+    assert back.equals(t)
+    del back
+    gc.collect()
+    d = cluster.delta(base)
+    # Whole mappings (PyArrow opens the file twice: its footer, then the row groups), and
+    # nothing read another way.
+    sc = d.pop("short_circuit")
+    assert sc in (size, 2 * size) and d == {"local_worker": 0, "remote_worker": 0, "ufs": 0}, (sc, size, d)
+
+
 def test_fork(fs, cluster):
     fs.pipe_file("/f/x.bin", b"before fork")
     r = fs.client.open("/f/x.bin")

@@ -176,6 +176,21 @@ impl FileReader {
     }
 
     async fn take_lease(&self, k: usize) -> Option<Arc<Leased>> {
+        let l = self.lease_block(k).await?;
+        // The oldest lease beyond the limit is let go once its last read ends.
+        let mut held = self.leased.lock();
+        held.push_back(l.clone());
+        if held.len() > LEASES_HELD {
+            held.pop_front();
+        }
+        Some(l)
+    }
+
+    /// A lease on block `k` from a co-located holder (held reused), or `None`.
+    async fn lease_block(&self, k: usize) -> Option<Arc<Leased>> {
+        if let Some(l) = self.leased.lock().iter().find(|l| l.block == k) {
+            return Some(l.clone());
+        }
         let c = &self.client;
         if !c.cfg.short_circuit || self.unleased.lock().contains(&k) {
             return None;
@@ -197,17 +212,109 @@ impl FileReader {
             // Opened inline, as the client's own short-circuit read does: the worker has
             // just leased this file, so the open is a lookup in the kernel's caches.
             let (Ok(file), Ok(conn)) = (std::fs::File::open(&r.path), conn.into_std()) else { continue };
-            let l = Arc::new(Leased { block: k, file, length: r.length, read: Default::default(), conn });
-            // The oldest lease beyond the limit is let go once its last read ends.
-            let mut held = self.leased.lock();
-            held.push_back(l.clone());
-            if held.len() > LEASES_HELD {
-                held.pop_front();
-            }
-            return Some(l);
+            return Some(Arc::new(Leased { block: k, file, length: r.length, read: Default::default(), conn }));
         }
         self.unleased.lock().insert(k);
         None
+    }
+}
+
+impl FileReader {
+    /// The whole file as one read-only mapping of its block files, each leased from a
+    /// co-located worker for as long as the mapping lives: reads of it are loads from
+    /// the page cache, with no copy and no call (PyArrow's buffers point into it).
+    /// `None` when a block has no co-located holder (not cached, another host, no
+    /// short-circuit), the file is empty or has more than [`MAP_BLOCKS_MAX`] blocks, or
+    /// a block does not start on a page boundary.
+    pub async fn map(&self) -> Result<Option<FileMap>> {
+        let fi = &self.fi;
+        let page = page_size();
+        if fi.length == 0 || fi.blocks.len() > MAP_BLOCKS_MAX || fi.blocks.iter().any(|b| b.offset % page != 0) {
+            return Ok(None);
+        }
+        let mut leases = Vec::with_capacity(fi.blocks.len());
+        for k in 0..fi.blocks.len() {
+            match self.lease_block(k).await {
+                Some(l) if l.length >= fi.blocks[k].length => leases.push(l),
+                _ => return Ok(None),
+            }
+        }
+        let reserved = fi.length.div_ceil(page) * page;
+        // SAFETY: a fresh anonymous reservation (no access) that nothing else refers to;
+        // each block's file is then mapped read-only over its part with MAP_FIXED, which
+        // replaces only pages of this reservation. The leases keep the files in place
+        // (the worker neither removes nor rewrites a leased block's file) and the
+        // mapping holds them until it is unmapped in `FileMap`'s drop.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                reserved as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return Err(Error::io("reserve a file's mapping", std::io::Error::last_os_error()));
+            }
+            let map =
+                FileMap { base: base.cast(), len: fi.length as usize, reserved: reserved as usize, _leases: leases };
+            for (b, l) in fi.blocks.iter().zip(&map._leases) {
+                use std::os::fd::AsRawFd;
+                let at = map.base.add(b.offset as usize).cast();
+                let len = (b.length.div_ceil(page) * page) as usize;
+                let got =
+                    libc::mmap(at, len, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_FIXED, l.file.as_raw_fd(), 0);
+                if got == libc::MAP_FAILED {
+                    return Err(Error::io("map a block's file", std::io::Error::last_os_error()));
+                }
+                l.read.fetch_add(b.length, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.client.count_read(locus_common::metrics::ReadReason::ShortCircuit, fi.length);
+            Ok(Some(map))
+        }
+    }
+}
+
+/// Blocks a [`FileMap`] leases at most (16 GiB of 64 MiB blocks): each lease is a
+/// connection to the worker, and keeps its block from eviction while the map lives.
+pub const MAP_BLOCKS_MAX: usize = 256;
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as u64 } else { 4096 }
+}
+
+/// A file mapped from its leased block files ([`FileReader::map`]).
+pub struct FileMap {
+    base: *mut u8,
+    len: usize,
+    reserved: usize,
+    /// Held for as long as the mapping: the files stay in place.
+    _leases: Vec<Arc<Leased>>,
+}
+
+// SAFETY: the mapping is read-only and owned by this value alone.
+unsafe impl Send for FileMap {}
+// SAFETY: as above: shared access only reads.
+unsafe impl Sync for FileMap {}
+
+impl FileMap {
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes from `base` are mapped read-only for as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the reservation `map` made (the blocks' mappings lie
+        // within it); no borrow of `bytes` outlives `self`.
+        unsafe {
+            libc::munmap(self.base.cast(), self.reserved);
+        }
     }
 }
 

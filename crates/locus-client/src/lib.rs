@@ -29,7 +29,7 @@ mod workers;
 mod write;
 
 pub use compute::{ComputeJob, ComputeOutcome, FragmentPiece};
-pub use file::{FileReader, FileWriter};
+pub use file::{FileMap, FileReader, FileWriter, MAP_BLOCKS_MAX};
 /// TLS of a client's connections (re-exported for the front ends).
 pub use locus_proto::tls::Tls;
 pub use read::{ReadOptions, ReadSink};

@@ -6,7 +6,9 @@
 //! - Every call releases the GIL while it waits (`Python::detach`), so many Python
 //!   threads read and write at once.
 //! - Reads land in the `bytes` object Python gets back (one buffer, filled by the
-//!   client's short-circuit or network read).
+//!   client's short-circuit or network read), or in a caller's buffer (`read_into`);
+//!   a file cached on this host can be mapped instead (`Reader.map`: its block files
+//!   mapped read-only, exported through the buffer protocol, no copy at all).
 //! - A client made before `fork` works in the child: the child builds its own runtime
 //!   and connections on first use (the parent's threads do not exist there), and leaves
 //!   the parent's alone.
@@ -15,20 +17,22 @@
 //! Depends on `locus-client` (and its `locus-common`, `locus-proto` and `locus-compute`
 //! types) only.
 
+use std::ffi::c_int;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use locus_client::{Client as Core, ConnectOptions, FileReader, FileWriter, PutOptions};
+use bytes::{Bytes, BytesMut};
+use locus_client::{Client as Core, ConnectOptions, FileMap, FileReader, FileWriter, PutOptions};
 use locus_common::config::{Config, WriteType};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use parking_lot::Mutex;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{
-    PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError, PyNotADirectoryError, PyOSError, PyPermissionError,
-    PyValueError,
+    PyBufferError, PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError, PyNotADirectoryError, PyOSError,
+    PyPermissionError, PyValueError,
 };
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -223,7 +227,7 @@ impl Client {
         // A refused create (an existing file without `overwrite`, a read-only mount)
         // raises here, not at the first write.
         py.detach(|| c.run(file.ready()))?;
-        Ok(Writer { conn: c, file: Mutex::new(Some(file)) })
+        Ok(Writer { conn: c, file: Mutex::new(Some(file)), pending: Mutex::new(BytesMut::new()) })
     }
 
     /// Fills the cache with every block of `path` (a directory: every file under it).
@@ -416,6 +420,73 @@ impl Reader {
         })?;
         Ok(n)
     }
+
+    /// The whole file mapped read-only from the co-located worker's cache (a `Mapped`),
+    /// or `None` where it cannot be (a block not cached on this host, short-circuit off,
+    /// an empty file, more blocks than `locus_client::MAP_BLOCKS_MAX`). Its blocks stay
+    /// cached, and are not evicted, for as long as the map or a view of it lives.
+    fn map(&self, py: Python<'_>) -> PyResult<Option<Mapped>> {
+        let (c, f) = self.file()?;
+        Ok(py.detach(|| c.run(f.map()))?.map(|map| Mapped { map }))
+    }
+}
+
+/// A file mapped read-only from the co-located worker's cache (`Reader.map`). Its bytes
+/// are exported through the buffer protocol (`memoryview(m)[a:b]` copies nothing); the
+/// mapping, and the leases that keep its blocks cached, end when the last view goes.
+#[pyclass(module = "locus._native", frozen)]
+struct Mapped {
+    map: FileMap,
+}
+
+#[pymethods]
+impl Mapped {
+    fn __len__(&self) -> usize {
+        self.map.bytes().len()
+    }
+
+    /// Read-only, contiguous, one-dimensional bytes (format `B`).
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no view to fill"));
+        }
+        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("a mapped locus:// file is read-only"));
+        }
+        let (ptr, len) = {
+            let b = slf.get().map.bytes();
+            (b.as_ptr(), b.len())
+        };
+        // SAFETY: `view` is the caller's to fill (checked non-null); it takes a reference
+        // to `slf`, which keeps the mapping alive until the view is released. `shape` and
+        // `strides` point into the view itself, as CPython's own exporters do.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = ptr as *mut std::ffi::c_void;
+            (*view).len = len as ffi::Py_ssize_t;
+            (*view).readonly = 1;
+            (*view).itemsize = 1;
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+                c"B".as_ptr() as *mut std::ffi::c_char
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape =
+                if flags & ffi::PyBUF_ND == ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    /// Nothing to free: the format is a static string.
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
 
 /// Reads of at least this many bytes are split in two halves, read side by side (the
@@ -459,7 +530,14 @@ async fn read_fully(f: &FileReader, offset: u64, buf: &mut [u8]) -> Result<()> {
 struct Writer {
     conn: Arc<Conn>,
     file: Mutex<Option<FileWriter>>,
+    /// Bytes written and not sent yet: gathered into chunks of [`WRITE_CHUNK`], so a
+    /// caller's many small writes (PyArrow's pages, pandas' text) cost one copy each and
+    /// the write pipeline sees whole chunks.
+    pending: Mutex<BytesMut>,
 }
+
+/// Bytes a writer sends at a time.
+const WRITE_CHUNK: usize = 8 << 20;
 
 impl Writer {
     fn with<T: Send>(&self, py: Python<'_>, f: impl AsyncFnOnce(&mut FileWriter) -> Result<T> + Send) -> PyResult<T> {
@@ -474,24 +552,57 @@ impl Writer {
             self.conn.run(f(w))
         })
     }
+
+    /// Hands a chunk to the write pipeline.
+    fn send(&self, py: Python<'_>, chunk: Bytes) -> PyResult<()> {
+        self.with(py, async move |w: &mut FileWriter| w.write(chunk).await)
+    }
 }
 
 #[pymethods]
 impl Writer {
-    /// Appends `data` (any bytes-like object: bytes, bytearray, memoryview, NumPy...).
+    /// Appends `data` (any bytes-like object of bytes: bytes, bytearray, memoryview,
+    /// NumPy `uint8`...). It is copied before the call returns (the caller may reuse
+    /// it); whole chunks go to the write pipeline as they fill.
     fn write(&self, py: Python<'_>, data: PyBuffer<u8>) -> PyResult<usize> {
-        let mut v = vec![0u8; data.item_count()];
-        data.copy_to_slice(py, &mut v)?;
-        let chunk = Bytes::from(v);
-        let n = chunk.len();
-        self.with(py, async move |w: &mut FileWriter| w.write(chunk).await)?;
+        let n = data.item_count();
+        if self.file.lock().is_none() {
+            return Err(py_err(Error::new(ErrorKind::FailedPrecondition, "the file is closed")));
+        }
+        // What is pending goes first when `data` would not fit beside it.
+        let before = {
+            let mut p = self.pending.lock();
+            (!p.is_empty() && p.len() + n > WRITE_CHUNK).then(|| p.split().freeze())
+        };
+        if let Some(c) = before {
+            self.send(py, c)?;
+        }
+        let full = {
+            let mut p = self.pending.lock();
+            let room = n.max(WRITE_CHUNK.saturating_sub(p.len()));
+            p.reserve(room);
+            if data.is_c_contiguous() {
+                // SAFETY: `data` holds the exporter's view of `n` contiguous bytes for as
+                // long as it lives (the buffer protocol forbids resizing meanwhile), and
+                // the GIL is held: no Python code runs during the copy.
+                p.extend_from_slice(unsafe { std::slice::from_raw_parts(data.buf_ptr() as *const u8, n) });
+            } else {
+                let at = p.len();
+                p.resize(at + n, 0);
+                data.copy_to_slice(py, &mut p[at..])?;
+            }
+            (p.len() >= WRITE_CHUNK).then(|| p.split().freeze())
+        };
+        if let Some(c) = full {
+            self.send(py, c)?;
+        }
         Ok(n)
     }
 
     /// Bytes written so far.
     #[getter]
     fn written(&self) -> u64 {
-        self.file.lock().as_ref().map_or(0, FileWriter::written)
+        self.file.lock().as_ref().map_or(0, FileWriter::written) + self.pending.lock().len() as u64
     }
 
     /// Completes the file (acknowledged per its write type) and returns its attributes
@@ -500,6 +611,13 @@ impl Writer {
         if self.file.lock().is_none() {
             return Ok(None);
         }
+        let rest = self.pending.lock().split().freeze();
+        if !rest.is_empty()
+            && let Err(e) = self.send(py, rest)
+        {
+            self.abort(py)?;
+            return Err(e);
+        }
         let r = self.with(py, async |w: &mut FileWriter| w.finish().await);
         *self.file.lock() = None;
         r?.map(|fi| info(py, &fi)).transpose()
@@ -507,6 +625,7 @@ impl Writer {
 
     /// Abandons the file: nothing of it becomes visible.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.pending.lock().clear();
         if self.file.lock().is_none() {
             return Ok(());
         }
@@ -519,11 +638,12 @@ impl Writer {
     }
 }
 
-/// The module: `Client`, `Reader`, `Writer`.
+/// The module: `Client`, `Reader`, `Mapped`, `Writer`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<Reader>()?;
+    m.add_class::<Mapped>()?;
     m.add_class::<Writer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -281,6 +281,9 @@ class LocusFile(AbstractBufferedFile):
     def __init__(self, fs, path, mode="rb", block_size=None, cache_options=None, write_type=None, **kwargs):
         self._reader = None
         self._writer = None
+        #: The file mapped from the cache (``read_buffer``): None before the first
+        #: try, False when it cannot be.
+        self._map = None
         self.write_type = write_type or fs.write_type
         size = None
         if mode == "rb":
@@ -311,6 +314,25 @@ class LocusFile(AbstractBufferedFile):
                 return data
         return super().read(length)
 
+    def read_buffer(self, nbytes=-1):
+        """Up to ``nbytes`` bytes from the current position (all that is left when
+        negative) as a read-only buffer. PyArrow's ``PythonFile`` reads through this when
+        it is there. A file cached on this host is mapped from the worker's block files
+        on the first call (``Reader.map``), and each answer is a ``memoryview`` into that
+        mapping: no copy, so PyArrow's threads decode while the file's lock is free. Else
+        the bytes are read as ``read`` does."""
+        if self.mode != "rb" or self.closed:
+            return self.read(nbytes)
+        if self._map is None:
+            m = self._reader.map()
+            self._map = memoryview(m) if m is not None else False
+        if self._map is False:
+            return self.read(nbytes)
+        start = min(self.loc, self.size)
+        end = self.size if nbytes is None or nbytes < 0 else min(start + int(nbytes), self.size)
+        self.loc = end
+        return self._map[start:end]
+
     def readinto(self, b):
         """Reads into the writable bytes-like ``b`` straight from the native client (no
         read-ahead buffer). Returns the bytes read."""
@@ -319,6 +341,26 @@ class LocusFile(AbstractBufferedFile):
         # Signed bytes (format "b": NumPy int8, a PyArrow buffer) are taken as unsigned.
         n = self._reader.read_into(self.loc, memoryview(b).cast("B"))
         self.loc += n
+        return n
+
+    def write(self, data):
+        """Appends ``data``; it goes straight to the native writer, which gathers it into
+        chunks (fsspec's own buffer would copy every byte once more)."""
+        if self.mode not in ("wb", "xb") or self.closed or self.forced:
+            return super().write(data)  # the error fsspec gives
+        mv = memoryview(data)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
+        if self.offset is None:
+            self.offset = 0
+            try:
+                self._initiate_upload()
+            except BaseException:
+                self.closed = True
+                raise
+        n = self._writer.write(mv)
+        self.loc += n
+        self.offset += n
         return n
 
     def _initiate_upload(self):
@@ -351,6 +393,8 @@ class LocusFile(AbstractBufferedFile):
     def close(self):
         if self.closed:
             return
+        # The mapping stays while a buffer read from it lives (PyArrow's arrays may).
+        self._map = False
         try:
             super().close()
         except BaseException:
