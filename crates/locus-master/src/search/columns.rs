@@ -174,22 +174,32 @@ fn scorer<T: Val>(docs: Option<Docs<T>>, target: Option<DocId>, boost: Score) ->
 }
 
 impl ColumnRange {
-    fn make(&self, r: &SegmentReader, target: Option<DocId>, boost: Score) -> (SeekDangerResult, Box<dyn Scorer>) {
-        let seg = self.cols.of(r);
-        match &self.range {
-            NumRange::Size(v) => {
-                scorer(seg.and_then(|s| s.size.clone()).map(|c| Docs::new(v.clone(), c)), target, boost)
+    /// The scorer of segment `r`: from the cache, or (a segment the cache was not made
+    /// for) from its columns opened here.
+    fn make(
+        &self,
+        r: &SegmentReader,
+        target: Option<DocId>,
+        boost: Score,
+    ) -> tantivy::Result<(SeekDangerResult, Box<dyn Scorer>)> {
+        let opened;
+        let seg = match self.cols.of(r) {
+            Some(s) => s,
+            None => {
+                opened = SegColumns::open(r).map_err(|e| TantivyError::InternalError(e.to_string()))?;
+                &opened
             }
-            NumRange::Mtime(v) => {
-                scorer(seg.and_then(|s| s.mtime.clone()).map(|c| Docs::new(v.clone(), c)), target, boost)
-            }
-        }
+        };
+        Ok(match &self.range {
+            NumRange::Size(v) => scorer(seg.size.clone().map(|c| Docs::new(v.clone(), c)), target, boost),
+            NumRange::Mtime(v) => scorer(seg.mtime.clone().map(|c| Docs::new(v.clone(), c)), target, boost),
+        })
     }
 }
 
 impl Weight for ColumnRange {
     fn scorer(&self, r: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
-        Ok(self.make(r, None, boost).1)
+        Ok(self.make(r, None, boost)?.1)
     }
 
     fn scorer_danger(
@@ -198,7 +208,7 @@ impl Weight for ColumnRange {
         target: DocId,
         boost: Score,
     ) -> tantivy::Result<(SeekDangerResult, Box<dyn Scorer>)> {
-        Ok(self.make(r, Some(target), boost))
+        self.make(r, Some(target), boost)
     }
 
     fn explain(&self, _: &SegmentReader, _: DocId) -> tantivy::Result<Explanation> {
@@ -387,6 +397,13 @@ mod tests {
             let mut got: Vec<_> = searcher.search(&q, &DocSetCollector).unwrap().into_iter().collect();
             got.sort();
             assert_eq!(got, expect(false), "round {round}: the range alone");
+            if round < 2 {
+                // Segments the cache was not made for: their columns opened on the spot.
+                let cold = ColumnRange { range: q.range.clone(), cols: Arc::new(Columns { segs: Vec::new() }) };
+                let mut got: Vec<_> = searcher.search(&cold, &DocSetCollector).unwrap().into_iter().collect();
+                got.sort();
+                assert_eq!(got, expect(false), "round {round}: columns not cached");
+            }
             let and = BooleanQuery::new(vec![
                 (Occur::Must, Box::new(TermQuery::new(tag.clone(), IndexRecordOption::Basic)) as Box<dyn Query>),
                 (Occur::Must, Box::new(q.clone())),
