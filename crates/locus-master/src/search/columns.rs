@@ -31,18 +31,18 @@ pub struct SegColumns {
 }
 
 impl SegColumns {
-    fn open(r: &SegmentReader) -> Result<SegColumns> {
+    fn open(r: &SegmentReader) -> tantivy::Result<SegColumns> {
         let ff = r.fast_fields();
         Ok(SegColumns {
             id: r.segment_id(),
-            key: ff.str("key").map_err(ix_err)?,
+            key: ff.str("key")?,
             size: ff.u64("size").ok(),
             mtime: ff.i64("mtime").ok(),
         })
     }
 }
 
-/// The columns of one searcher's segments, by segment ordinal.
+/// The columns of one searcher's segments.
 pub struct Columns {
     segs: Vec<Arc<SegColumns>>,
 }
@@ -54,15 +54,14 @@ impl fmt::Debug for Columns {
 }
 
 impl Columns {
-    /// The columns of the segment with ordinal `ord` in the searcher they were made for.
-    pub fn at(&self, ord: u32) -> Option<&SegColumns> {
-        self.segs.get(ord as usize).map(|s| &**s)
-    }
-
-    /// The columns of the segment `r` reads.
-    pub fn of(&self, r: &SegmentReader) -> Option<&SegColumns> {
+    /// The columns of the segment `r` reads: cached, or (a segment the cache was not
+    /// made for) opened here.
+    pub fn get(&self, r: &SegmentReader) -> tantivy::Result<Arc<SegColumns>> {
         let id = r.segment_id();
-        self.segs.iter().find(|s| s.id == id).map(|s| &**s)
+        match self.segs.iter().find(|s| s.id == id) {
+            Some(s) => Ok(s.clone()),
+            None => SegColumns::open(r).map(Arc::new),
+        }
     }
 }
 
@@ -89,7 +88,7 @@ impl ColumnCache {
             .iter()
             .map(|r| match old.get(&r.segment_id()) {
                 Some(c) => Ok(c.clone()),
-                None => SegColumns::open(r).map(Arc::new),
+                None => SegColumns::open(r).map(Arc::new).map_err(ix_err),
             })
             .collect::<Result<Vec<_>>>()?;
         let c = Arc::new(Columns { segs });
@@ -174,22 +173,14 @@ fn scorer<T: Val>(docs: Option<Docs<T>>, target: Option<DocId>, boost: Score) ->
 }
 
 impl ColumnRange {
-    /// The scorer of segment `r`: from the cache, or (a segment the cache was not made
-    /// for) from its columns opened here.
+    /// The scorer of segment `r`.
     fn make(
         &self,
         r: &SegmentReader,
         target: Option<DocId>,
         boost: Score,
     ) -> tantivy::Result<(SeekDangerResult, Box<dyn Scorer>)> {
-        let opened;
-        let seg = match self.cols.of(r) {
-            Some(s) => s,
-            None => {
-                opened = SegColumns::open(r).map_err(|e| TantivyError::InternalError(e.to_string()))?;
-                &opened
-            }
-        };
+        let seg = self.cols.get(r)?;
         Ok(match &self.range {
             NumRange::Size(v) => scorer(seg.size.clone().map(|c| Docs::new(v.clone(), c)), target, boost),
             NumRange::Mtime(v) => scorer(seg.mtime.clone().map(|c| Docs::new(v.clone(), c)), target, boost),

@@ -24,8 +24,6 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use locus_common::{Error, Result};
-
-use super::columns::Columns;
 use locus_proto::pb;
 use prost::Message;
 use tantivy::collector::{Collector, SegmentCollector};
@@ -35,6 +33,8 @@ use tantivy::schema::{
 use tantivy::{
     DocAddress, DocId, DocSet, InvertedIndexReader, Searcher, SegmentReader, TERMINATED, TantivyDocument, Term,
 };
+
+use super::columns::Columns;
 
 pub fn ix_err(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("search index: {e}"))
@@ -216,15 +216,6 @@ fn ord_bounds(col: &tantivy::columnar::StrColumn, r: &KeyRange) -> tantivy::Resu
     Ok(col.dictionary().term_bounds_to_ord(b(&r.0), b(&r.1))?)
 }
 
-/// The key column of segment `seg` (`r`): cached, or opened when the cache was made
-/// for another searcher.
-fn key_column(cols: &Columns, seg: u32, r: &SegmentReader) -> tantivy::Result<Option<tantivy::columnar::StrColumn>> {
-    match cols.at(seg) {
-        Some(c) if c.id == r.segment_id() => Ok(c.key.clone()),
-        _ => r.fast_fields().str("key"),
-    }
-}
-
 /// A range of keys (the scope of a search).
 pub type KeyRange = (Bound<String>, Bound<String>);
 
@@ -250,7 +241,7 @@ impl Collector for KeyOrder {
     type Child = KeyOrderSeg;
 
     fn for_segment(&self, seg: u32, r: &SegmentReader) -> tantivy::Result<KeyOrderSeg> {
-        let col = key_column(&self.cols, seg, r)?;
+        let col = self.cols.get(r)?.key.clone();
         let ords = match &col {
             Some(c) => ord_bounds(c, &self.range)?,
             None => (Bound::Unbounded, Bound::Unbounded),
@@ -318,8 +309,8 @@ impl Collector for KeyCount {
     type Fruit = u64;
     type Child = KeyCountSeg;
 
-    fn for_segment(&self, seg: u32, r: &SegmentReader) -> tantivy::Result<KeyCountSeg> {
-        let col = key_column(&self.cols, seg, r)?;
+    fn for_segment(&self, _: u32, r: &SegmentReader) -> tantivy::Result<KeyCountSeg> {
+        let col = self.cols.get(r)?.key.clone();
         let ords = match &col {
             Some(c) => ord_bounds(c, &self.range)?,
             None => (Bound::Unbounded, Bound::Unbounded),

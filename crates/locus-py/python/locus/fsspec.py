@@ -367,11 +367,8 @@ class LocusFile(AbstractBufferedFile):
         self._writer = self.fs.client.create(self.path, overwrite=(self.mode == "wb"), write_type=self.write_type)
 
     def _upload_chunk(self, final=False):
-        if self._writer is None:
-            self._initiate_upload()
-        data = self.buffer.getbuffer()
-        if len(data):
-            self._writer.write(data)
+        # `write` hands every byte to the native writer, so fsspec's buffer stays empty:
+        # its last flush only completes the file.
         if final:
             self._writer.close()
         return True
