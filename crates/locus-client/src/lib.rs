@@ -27,6 +27,7 @@ mod master;
 mod read;
 mod workers;
 mod write;
+mod write_local;
 
 pub use compute::{ComputeJob, ComputeOutcome, FragmentPiece};
 pub use file::{FileMap, FileReader, FileWriter, MAP_BLOCKS_MAX};

@@ -69,6 +69,40 @@ impl Client {
             .ok_or_else(|| Error::internal(format!("the master named no write type for {path}")))?;
         let copies =
             if wt.needs_durable_copies() { opts.durable_replicas.unwrap_or(self.cfg.replication.durable) } else { 1 };
+        let mut seal = Some(seal);
+        let (r, meta) = match self.put_local(path, &target, wt, copies, opts, input, &mut seal).await? {
+            Some(done) => done,
+            None => {
+                let seal = seal.take().expect("put_local seals only a write it took");
+                self.put_data_path(path, &target, copies, opts, input, seal).await?
+            }
+        };
+        // The write type that applied: the worker names it when it changed.
+        let applied = if r.write_type() == pb::WriteType::Unspecified { target.write_type } else { r.write_type };
+        let req = pb::CompleteFileRequest {
+            path: target.path,
+            length: r.length,
+            etag: r.etag,
+            mtime_ms: r.mtime_ms,
+            meta: Some(meta),
+            version: target.version,
+            write_type: applied,
+            persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
+        };
+        self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.complete_file(r).await }).await
+    }
+
+    /// The write over the data path: the bytes, in chunk frames, through the first worker of
+    /// the pipeline (and on down it); the worker's answer and the sealed metadata.
+    async fn put_data_path<R: AsyncRead + Unpin>(
+        &self,
+        path: &str,
+        target: &pb::FileInfo,
+        copies: u32,
+        opts: &PutOptions,
+        input: &mut R,
+        seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
+    ) -> Result<(pb::DataResponse, pb::ObjectMeta)> {
         // Open the pipeline. A worker that died a moment ago (the master still lists it)
         // fails the opening before any byte is read from `input`: leave it out and choose
         // again, for up to `client.replication.wait`.
@@ -152,19 +186,7 @@ impl Client {
         end_chunks(&mut c).await.map_err(|e| Error::io("send", e))?;
         let r = read_response(&mut c).await?;
         self.put_conn(&w.data_address, c);
-        // The write type that applied: the worker names it when it changed.
-        let applied = if r.write_type() == pb::WriteType::Unspecified { target.write_type } else { r.write_type };
-        let req = pb::CompleteFileRequest {
-            path: target.path,
-            length: r.length,
-            etag: r.etag,
-            mtime_ms: r.mtime_ms,
-            meta: Some(meta),
-            version: target.version,
-            write_type: applied,
-            persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
-        };
-        self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.complete_file(r).await }).await
+        Ok((r, meta))
     }
 }
 
@@ -178,7 +200,7 @@ async fn early_answer<S: tokio::io::AsyncRead + Unpin>(c: &mut S) -> Error {
 
 /// A failed read of a write's input keeps the error the input gave, when it is ours (a
 /// front end's stream carries a Locus error inside the `io::Error`).
-fn input_err(e: std::io::Error) -> Error {
+pub(crate) fn input_err(e: std::io::Error) -> Error {
     if e.get_ref().is_some_and(|i| i.is::<Error>()) {
         return *e.into_inner().unwrap().downcast::<Error>().unwrap();
     }

@@ -21,6 +21,7 @@ pub(crate) struct Metrics {
     pub(crate) files_loaded: IntCounter,
     pub(crate) corrupt_blocks: IntCounter,
     pub(crate) compute_bytes: IntCounterVec,
+    pub(crate) bytes_written: IntCounterVec,
     /// Persist-queue operations carried out, by kind and result (`done`, or `skipped`: a
     /// persist whose file was deleted or overwritten before its turn, no UFS write).
     pub(crate) persist_ops: IntCounterVec,
@@ -76,6 +77,15 @@ impl Metrics {
         )
         .unwrap();
         registry.register(Box::new(compute_bytes.clone())).unwrap();
+        let bytes_written = IntCounterVec::new(
+            Opts::new(
+                "locus_bytes_written_total",
+                "Bytes of client writes that workers stored, by path: short_circuit (a co-located client wrote the block files itself) or data_path (sent in chunk frames)",
+            ),
+            &["path"],
+        )
+        .unwrap();
+        registry.register(Box::new(bytes_written.clone())).unwrap();
         let persist_ops = IntCounterVec::new(
             Opts::new("locus_persist_ops_total", "Persist-queue operations carried out, by kind and result"),
             &["kind", "result"],
@@ -107,6 +117,7 @@ impl Metrics {
             files_loaded,
             corrupt_blocks,
             compute_bytes,
+            bytes_written,
             persist_ops,
             persisted_bytes,
             persist_failed,
@@ -147,6 +158,8 @@ impl Master {
             corrupt_blocks: m.corrupt_blocks.get(),
             compute_scanned: m.compute_bytes.with_label_values(&["scanned"]).get(),
             compute_returned: m.compute_bytes.with_label_values(&["returned"]).get(),
+            written_short_circuit: m.bytes_written.with_label_values(&["short_circuit"]).get(),
+            written_data_path: m.bytes_written.with_label_values(&["data_path"]).get(),
         });
         drop(ws);
         let b = self.persist_backlog();

@@ -166,6 +166,10 @@ impl Master {
                 m.corrupt_blocks.inc_by(d(c.corrupt_blocks, old.corrupt_blocks));
                 m.compute_bytes.with_label_values(&["scanned"]).inc_by(d(c.compute_scanned, old.compute_scanned));
                 m.compute_bytes.with_label_values(&["returned"]).inc_by(d(c.compute_returned, old.compute_returned));
+                m.bytes_written
+                    .with_label_values(&["short_circuit"])
+                    .inc_by(d(c.written_short_circuit, old.written_short_circuit));
+                m.bytes_written.with_label_values(&["data_path"]).inc_by(d(c.written_data_path, old.written_data_path));
                 s.counters = c;
             }
             s.host_reads = Some(self.inner.reads.lock().record(s.host_reads.take(), req.boot_id, rows));

@@ -150,6 +150,8 @@ impl pb::ReadCounters {
         self.cache_hits += o.cache_hits;
         self.cache_misses += o.cache_misses;
         self.evictions += o.evictions;
+        self.written_short_circuit += o.written_short_circuit;
+        self.written_data_path += o.written_data_path;
     }
     /// Hits over hits + misses; 0 when nothing was read.
     pub fn hit_ratio(&self) -> f64 {
@@ -256,7 +258,8 @@ pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Valu
         "capacity": cap.iter().map(|(k, (c, u))| (k.clone(), json!({"capacity": c, "used": u}))).collect::<serde_json::Map<_, _>>(),
         "bytes_read": ReadSource::ALL.iter().map(|s| (s.as_str().to_string(), json!(t.bytes(*s)))).collect::<serde_json::Map<_, _>>(),
         "cache": {"hits": t.cache_hits, "misses": t.cache_misses, "evictions": t.evictions, "hit_ratio": t.hit_ratio(), "corrupt_blocks": t.corrupt_blocks},
-        "compute": {"bytes_scanned": t.compute_scanned, "bytes_returned": t.compute_returned},
+    "compute": {"bytes_scanned": t.compute_scanned, "bytes_returned": t.compute_returned},
+        "bytes_written": {"short_circuit": t.written_short_circuit, "data_path": t.written_data_path},
         "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type().typed().map(|w| w.as_str())})).collect::<Vec<_>>(),
         "persist_backlog": {"files": r.persist_backlog_files, "bytes": r.persist_backlog_bytes, "oldest_age_ms": r.persist_oldest_age_ms, "queued_ops": r.persist_queue_ops},
         "jobs": jobs_json(r),

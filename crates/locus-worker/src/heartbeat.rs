@@ -125,6 +125,8 @@ impl Inner {
                 corrupt_blocks: self.store.corrupt_blocks() + c.corrupt.load(Relaxed),
                 compute_scanned: c.compute_scanned.load(Relaxed),
                 compute_returned: c.compute_returned.load(Relaxed),
+                written_short_circuit: c.written_short_circuit.load(Relaxed),
+                written_data_path: c.written_data_path.load(Relaxed),
             }),
             pin_epoch: self.pin_epoch.load(Relaxed),
             jobs: self.jobs.lock().iter().map(|j| j.status().into()).collect(),

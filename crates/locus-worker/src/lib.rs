@@ -56,6 +56,10 @@ struct Counters {
     /// Near-data compute: block bytes scanned, and partial-result bytes sent back.
     compute_scanned: AtomicU64,
     compute_returned: AtomicU64,
+    /// Client writes: bytes co-located clients wrote into block files themselves, and
+    /// bytes received in chunk frames.
+    written_short_circuit: AtomicU64,
+    written_data_path: AtomicU64,
     /// Client reads by the client's host, the bytes' source and why they were not
     /// short-circuit (cumulative, sent whole with each heartbeat).
     by_host: Mutex<HashMap<HostKey, (u64, u64)>>,

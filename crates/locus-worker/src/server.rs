@@ -59,9 +59,11 @@ async fn serve_conn(inner: Arc<Inner>, s: &mut DataStream) {
             Some(pb::data_request::Req::Compute(c)) => inner.handle_compute(s, c).await,
             Some(pb::data_request::Req::Fragment(f)) => inner.handle_fragment(s, f).await,
             Some(pb::data_request::Req::Hello(_)) => write_frame(s, &inner.hello()).await,
-            Some(pb::data_request::Req::Lease(_) | pb::data_request::Req::LeaseEnd(_)) => {
-                Err(Error::invalid("leases are granted over the Unix socket only"))
-            }
+            Some(
+                pb::data_request::Req::Lease(_)
+                | pb::data_request::Req::LeaseEnd(_)
+                | pb::data_request::Req::BlockWritten(_),
+            ) => Err(Error::invalid("leases and short-circuit writes are over the Unix socket only")),
             Some(pb::data_request::Req::Auth(_)) => Err(Error::invalid("a connection authenticates once, first")),
             None => Err(Error::invalid("empty data request")),
         };
@@ -136,6 +138,13 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
                 Err(e) => pb::DataResponse::error(&e),
             },
             Some(pb::data_request::Req::Hello(_)) => inner.hello(),
+            // A write takes the connection over; it is closed after the answer.
+            Some(pb::data_request::Req::Write(w)) => {
+                if let Err(e) = inner.handle_local_write(sock, w).await {
+                    send_error(sock, &e).await;
+                }
+                return;
+            }
             Some(pb::data_request::Req::LeaseEnd(e)) => {
                 // The reads of a lease held for many (its grant counted none of them).
                 inner.counters.short_circuit.fetch_add(e.bytes_read, std::sync::atomic::Ordering::Relaxed);
@@ -147,7 +156,9 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
                 );
                 return;
             }
-            _ => pb::DataResponse::error(&Error::invalid("only reads, leases and hello on the Unix socket")),
+            _ => pb::DataResponse::error(&Error::invalid(
+                "only reads, leases, short-circuit writes and hello on the Unix socket",
+            )),
         };
         if write_frame(sock, &resp).await.is_err() {
             return;

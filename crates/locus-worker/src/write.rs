@@ -7,8 +7,9 @@ use locus_common::config::WriteType;
 use locus_common::security::Secret;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::tls::{DataStream, Tls};
-use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk, write_frame};
+use locus_proto::{end_chunks, exchange, pb, read_frame, read_response, write_chunk, write_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
 
 use crate::block::BlockSource;
 use crate::{DropOffRuntime, Inner};
@@ -111,6 +112,7 @@ impl Inner {
                 let mut buf = buf.freeze();
                 let before = total;
                 total += len as u64;
+                self.counters.written_data_path.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
                 if let Some((tx, _)) = &down {
                     // A broken pipeline shows in its task's result below.
                     let _ = tx.send(buf.clone()).await;
@@ -212,6 +214,180 @@ impl Inner {
             self.commit_changes().await?;
         }
         write_frame(sock, &resp).await
+    }
+
+    /// Take a write from a co-located client over the Unix socket (short-circuit): no
+    /// bytes cross the socket. This worker creates each block's file and names it; the
+    /// client writes the block into it and answers with a `BlockWritten` (its length and
+    /// crc32c); the block is then committed and the next named. Only a cached write with
+    /// no replica pipeline and no UFS stream comes this way (MUST_CACHE, and ASYNC_THROUGH
+    /// on one copy); any other is refused with `FailedPrecondition` before anything is
+    /// stored, and the client sends it over the data path instead. When the cache cannot
+    /// take the next block, a write that may go through (not MUST_CACHE) spills: the
+    /// blocks so far are replayed to the UFS and the client sends the rest as chunk frames.
+    /// A client that hangs up mid-write leaves nothing: its blocks are dropped.
+    pub(crate) async fn handle_local_write(&self, sock: &mut UnixStream, w: pb::WriteFileRequest) -> Result<()> {
+        let wt = w.write_type().typed().unwrap_or(WriteType::Through);
+        if !wt.caches() || wt.writes_ufs() || !w.pipeline.is_empty() {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "a short-circuit write is a cached write with no replica pipeline and no UFS stream: use the data path",
+            ));
+        }
+        if w.version == 0 || w.block_size == 0 {
+            return Err(Error::invalid("a cached write needs a file version and a block size"));
+        }
+        if w.expected_length > 0 {
+            let (store, need) = (self.store.clone(), w.expected_length);
+            if let Err(e) = crate::blocking(move || store.check_room(need)).await? {
+                if wt == WriteType::MustCache {
+                    return Err(e.context(format!("MUST_CACHE write of {} ({need} bytes)", w.ufs_path)));
+                }
+                // The data path sends it through to the UFS from its first byte.
+                return Err(Error::new(ErrorKind::FailedPrecondition, format!("{e}: use the data path")));
+            }
+        }
+        if wt.needs_durable_copies() {
+            self.store.pin_written(w.version, w.pin_epoch);
+        }
+        let res = self.take_local_blocks(sock, &w, wt).await;
+        match res {
+            Ok(resp) => write_frame(sock, &resp).await,
+            Err(e) => {
+                self.abandon_blocks(&w, true).await;
+                tracing::info!(path = %w.ufs_path, error = %e, "short-circuit write failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// The blocks of a short-circuit write, named, written by the client and committed in
+    /// turn; its answer once the last is in (and the master knows of them).
+    async fn take_local_blocks(
+        &self,
+        sock: &mut UnixStream,
+        w: &pb::WriteFileRequest,
+        wt: WriteType,
+    ) -> Result<pb::DataResponse> {
+        let (version, block_size) = (w.version, w.block_size);
+        let mut index = 0u64;
+        let mut total = 0u64;
+        loop {
+            let (store, id) = (self.store.clone(), locus_common::block_id(version, index));
+            let created = crate::blocking(move || {
+                // Nothing is evicted for a block that cannot fit whatever goes.
+                store.check_room(block_size)?;
+                let t = store.create(id, block_size)?;
+                t.open()?;
+                Ok::<_, Error>(t)
+            })
+            .await?;
+            let t = match created {
+                Ok(t) => DropOffRuntime::new(t),
+                Err(e) if e.kind() == ErrorKind::ResourceExhausted && wt != WriteType::MustCache => {
+                    tracing::info!(path = %w.ufs_path, at = total, "cache full: the write goes on through to the UFS");
+                    return self.spill_local(sock, w, index, total).await;
+                }
+                Err(e) => return Err(e),
+            };
+            let named = pb::DataResponse { path: t.path.display().to_string(), ..Default::default() };
+            write_frame(sock, &named).await?;
+            let done = match read_frame::<_, pb::DataRequest>(sock).await? {
+                Some(pb::DataRequest { req: Some(pb::data_request::Req::BlockWritten(b)) }) => b,
+                Some(_) => return Err(Error::invalid("a short-circuit write takes BlockWritten frames only")),
+                None => return Err(Error::unavailable("the client hung up mid-write")),
+            };
+            if done.length > block_size || (done.length < block_size && !done.last) {
+                return Err(Error::invalid(format!(
+                    "block {index} of a short-circuit write: {} bytes written of a {block_size}-byte block, and more to come",
+                    done.length
+                )));
+            }
+            let t = t.into_inner();
+            let path = t.path.clone();
+            let (n, crc) = (done.length, done.crc32c);
+            crate::blocking(move || {
+                // The file holds at least what the client says it wrote.
+                let have = std::fs::metadata(&path).map_err(|e| Error::io("stat a written block", e))?.len();
+                if have < n {
+                    return Err(Error::invalid(format!("block file holds {have} bytes, the client wrote {n}")));
+                }
+                if n == 0 {
+                    drop(t); // an empty last block: the file ended on the block before
+                    return Ok(());
+                }
+                t.commit(n, Some(crc))
+            })
+            .await??;
+            total += n;
+            index += 1;
+            self.counters.written_short_circuit.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            if done.last {
+                break;
+            }
+        }
+        locus_common::fail::fail_point!("worker.write.before_ack", |_| Err(Error::internal("failpoint")));
+        self.commit_changes().await?;
+        Ok(pb::DataResponse { length: total, replicas: 1, ..Default::default() })
+    }
+
+    /// A short-circuit write the cache cannot hold goes on through to the UFS: the blocks
+    /// stored so far first, then the rest, which the client sends as chunk frames.
+    async fn spill_local(
+        &self,
+        sock: &mut UnixStream,
+        w: &pb::WriteFileRequest,
+        blocks: u64,
+        stored: u64,
+    ) -> Result<pb::DataResponse> {
+        let mut u = self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
+        let done = BlockWriter {
+            store: self.store.clone(),
+            version: w.version,
+            block_size: w.block_size,
+            index: blocks,
+            cur: None,
+            crc: 0,
+        };
+        let res = async {
+            self.replay(&done, &mut u).await?;
+            write_frame(sock, &pb::DataResponse { spill: true, ..Default::default() }).await?;
+            let mut total = stored;
+            loop {
+                let mut lenb = [0u8; 4];
+                sock.read_exact(&mut lenb).await.map_err(|e| Error::io("read write chunk", e))?;
+                let len = u32::from_be_bytes(lenb) as usize;
+                if len == 0 {
+                    break;
+                }
+                if len > 64 << 20 {
+                    return Err(Error::invalid("write chunk larger than 64 MiB"));
+                }
+                let mut buf = bytes::BytesMut::zeroed(len);
+                sock.read_exact(&mut buf).await.map_err(|e| Error::io("read write chunk", e))?;
+                total += len as u64;
+                self.counters.written_data_path.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+                u.write(buf.freeze()).await?;
+            }
+            Ok(total)
+        }
+        .await;
+        let total = match res {
+            Ok(t) => t,
+            Err(e) => {
+                u.abort().await;
+                return Err(e);
+            }
+        };
+        let st = u.close().await?;
+        if st.length != total {
+            return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after writing {total}", st.length)));
+        }
+        self.commit_changes().await?;
+        let mut resp =
+            pb::DataResponse { length: total, replicas: 1, etag: st.etag, mtime_ms: st.mtime_ms, ..Default::default() };
+        resp.set_write_type(pb::WriteType::CacheThrough);
+        Ok(resp)
     }
 
     /// A write failed while its chunks stream in: drop what it stored here at once, answer

@@ -632,6 +632,99 @@ async fn writes_beyond_the_cache_fail_clearly_for_must_cache_and_go_through_othe
     c.shutdown().await;
 }
 
+/// An input that gives `data`, then fails (a writer that gives up mid-write).
+struct FailsAfter(Vec<u8>, usize);
+
+impl tokio::io::AsyncRead for FailsAfter {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let at = self.1;
+        if at == self.0.len() {
+            return Poll::Ready(Err(std::io::Error::other("the writer gave up")));
+        }
+        let n = buf.remaining().min(self.0.len() - at);
+        buf.put_slice(&self.0[at..at + n]);
+        self.1 += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A co-located client's cached write with one copy goes short-circuit (the client
+/// writes the block files itself; no byte crosses a socket) at every length around the
+/// block boundaries; one the cache cannot hold fails (MUST_CACHE) or goes on through to
+/// the UFS part-way (ASYNC_THROUGH: the rest is sent over the socket); a writer that
+/// gives up, or a remote client, leaves the counts and the cache as they should.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn co_located_cached_writes_go_short_circuit() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1, 64 << 20, false).await;
+    let cl = client(&c, Locality::Auto);
+    let b = BLOCK as usize;
+    let mut sc = 0u64;
+    for (i, n) in [0, 1, b - 1, b, b + 1, 2 * b, 3 * b + 7].into_iter().enumerate() {
+        let data = random(n);
+        let wt = if i % 2 == 0 { WriteType::MustCache } else { WriteType::AsyncThrough };
+        let fi = put_as(&cl, &format!("/sc{i}"), &data, wt).await.unwrap();
+        assert_eq!(fi.length, n as u64, "{wt:?} of {n} bytes");
+        assert_eq!(sha(&read_all(&cl, &format!("/sc{i}")).await), sha(&data), "{wt:?} of {n} bytes");
+        if wt == WriteType::AsyncThrough {
+            wait_persisted(&cl, &format!("/sc{i}")).await;
+            assert_eq!(sha(&std::fs::read(ufs_dir(&c).join(format!("sc{i}"))).unwrap()), sha(&data));
+        }
+        sc += n as u64;
+    }
+    let t = wait_for(&cl, "short-circuit writes", |t| t.written_short_circuit == sc).await;
+    assert_eq!(t.written_data_path, 0, "{t:?}");
+
+    // A remote client's write goes over the data path.
+    let remote = client(&c, Locality::Remote);
+    put_as(&remote, "/remote.bin", &random(b + 3), WriteType::MustCache).await.unwrap();
+    wait_for(&cl, "data-path writes", |t| t.written_data_path == (b + 3) as u64).await;
+    c.shutdown().await;
+
+    // Beyond the cache: MUST_CACHE fails and leaves nothing; ASYNC_THROUGH goes on
+    // through to the UFS with what was cached so far.
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1, 4 * BLOCK, false).await;
+    let cl = client(&c, Locality::Auto);
+    let first = random(2 * b);
+    put_as(&cl, "/first.bin", &first, WriteType::MustCache).await.unwrap();
+    let big = random(4 * b + 5);
+    let e = put_as(&cl, "/big.bin", &big, WriteType::MustCache).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ResourceExhausted, "{e}");
+    assert!(cl.status("/big.bin", false).await.is_err(), "a failed write leaves no file");
+    let before = settled(&cl).await;
+    let fi = put_as(&cl, "/big.bin", &big, WriteType::AsyncThrough).await.unwrap();
+    assert_eq!(fi.persist_state(), pb::PersistState::Persisted, "went through: persisted at the ack");
+    assert_eq!(sha(&std::fs::read(ufs_dir(&c).join("big.bin")).unwrap()), sha(&big));
+    assert_eq!(sha(&read_all(&cl, "/big.bin").await), sha(&big));
+    assert_eq!(sha(&read_all(&cl, "/first.bin").await), sha(&first), "earlier data is not lost");
+    let after = settled(&cl).await;
+    let (sc_big, dp_big) = (
+        after.written_short_circuit - before.written_short_circuit,
+        after.written_data_path - before.written_data_path,
+    );
+    assert_eq!(sc_big + dp_big, big.len() as u64, "{before:?} {after:?}");
+    assert!(sc_big > 0 && sc_big % BLOCK == 0 && dp_big > 0, "{sc_big} short-circuit, {dp_big} over the socket");
+    cl.delete("/big.bin", false).await.unwrap();
+
+    // A writer that gives up mid-write: no file, and its blocks are gone from the cache
+    // (what is left holds a new 2-block file beside the first).
+    let opts = PutOptions { write_type: Some(WriteType::MustCache), ..Default::default() };
+    let mut input = FailsAfter(random(b + b / 2), 0);
+    let e = cl.put_with("/gave-up.bin", &mut input, &opts, |_| Ok(pb::ObjectMeta::default())).await.unwrap_err();
+    assert!(e.to_string().contains("gave up"), "{e}");
+    assert!(cl.status("/gave-up.bin", false).await.is_err());
+    let again = random(2 * b);
+    put_as(&cl, "/again.bin", &again, WriteType::MustCache).await.unwrap();
+    assert_eq!(sha(&read_all(&cl, "/again.bin").await), sha(&again));
+    assert_eq!(c.worker(0).unwrap().store().usage()[0].used, 4 * BLOCK);
+    c.shutdown().await;
+}
+
 /// Create, rename and delete reach the UFS in order; a master restart mid-backlog
 /// resumes the queue and the deleted file never appears in the UFS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -254,6 +254,12 @@ fn print_report(j: &serde_json::Value) {
         human(nd["bytes_scanned"].as_u64().unwrap_or(0)),
         human(nd["bytes_returned"].as_u64().unwrap_or(0))
     );
+    let bw = &j["bytes_written"];
+    println!(
+        "Bytes written: {} short-circuit (into block files by co-located clients), {} over the data path",
+        human(bw["short_circuit"].as_u64().unwrap_or(0)),
+        human(bw["data_path"].as_u64().unwrap_or(0))
+    );
     println!("Background jobs:");
     println!(
         "  {:<10} {:<20} {:<8} {:>8} {:>8} {:>10} {:>8}  last error",
