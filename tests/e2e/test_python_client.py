@@ -268,6 +268,30 @@ def test_cached_files_are_mapped_without_a_copy(fs, cluster):
     assert sc in (size, 2 * size) and d == {"local_worker": 0, "remote_worker": 0, "ufs": 0}, (sc, size, d)
 
 
+def test_writes_go_short_circuit(fs, cluster):
+    """A cached write with one copy to the co-located worker (MUST_CACHE; ASYNC_THROUGH,
+    the cluster having one worker) is written into the block files by this process: every
+    byte counts as short-circuit, none crosses a socket, and the file reads back whole,
+    ending on a block boundary or not. A write that goes to the UFS at once
+    (CACHE_THROUGH) goes over the data path."""
+    base = cluster.quiesce()["bytes_written"]
+    sizes = {"MUST_CACHE": 2 * 8 * MiB, "ASYNC_THROUGH": 2 * 8 * MiB + 12345}
+    for wt, n in sizes.items():
+        data = os.urandom(n)
+        with fs.open(f"/w/{wt}.bin", "wb", write_type=wt) as f:
+            for at in range(0, n, 3 * MiB + 1):
+                f.write(data[at:at + 3 * MiB + 1])
+        assert fs.cat_file(f"/w/{wt}.bin") == data, wt
+        assert fs.size(f"/w/{wt}.bin") == n
+    now = cluster.quiesce()["bytes_written"]
+    assert now["short_circuit"] - base["short_circuit"] == sum(sizes.values()), (base, now)
+    assert now["data_path"] == base["data_path"], (base, now)
+    fs.pipe_file("/w/through.bin", b"x" * 1000, write_type="CACHE_THROUGH")
+    assert fs.cat_file("/w/through.bin") == b"x" * 1000
+    after = cluster.quiesce()["bytes_written"]
+    assert after["data_path"] - now["data_path"] == 1000 and after["short_circuit"] == now["short_circuit"]
+
+
 def test_fork(fs, cluster):
     fs.pipe_file("/f/x.bin", b"before fork")
     r = fs.client.open("/f/x.bin")

@@ -67,10 +67,9 @@ impl Client {
             .write_type()
             .typed()
             .ok_or_else(|| Error::internal(format!("the master named no write type for {path}")))?;
-        let copies =
-            if wt.needs_durable_copies() { opts.durable_replicas.unwrap_or(self.cfg.replication.durable) } else { 1 };
+        let copies = self.copies(wt, opts);
         let mut seal = Some(seal);
-        let (r, meta) = match self.put_local(path, &target, wt, copies, opts, input, &mut seal).await? {
+        let (r, meta) = match self.put_local(path, &target, opts, input, &mut seal).await? {
             Some(done) => done,
             None => {
                 let seal = seal.take().expect("put_local seals only a write it took");
@@ -90,6 +89,11 @@ impl Client {
             persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
         };
         self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.complete_file(r).await }).await
+    }
+
+    /// Worker copies a write of type `wt` needs (0: min(2, live workers)).
+    pub(crate) fn copies(&self, wt: WriteType, opts: &PutOptions) -> u32 {
+        if wt.needs_durable_copies() { opts.durable_replicas.unwrap_or(self.cfg.replication.durable) } else { 1 }
     }
 
     /// The write over the data path: the bytes, in chunk frames, through the first worker of

@@ -10,7 +10,6 @@
 use std::collections::HashSet;
 use std::io::Write;
 
-use locus_common::config::WriteType;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{end_chunks, exchange, pb, read_response, write_chunk};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -40,12 +39,12 @@ impl Client {
         &self,
         path: &str,
         target: &pb::FileInfo,
-        wt: WriteType,
-        copies: u32,
         opts: &crate::PutOptions,
         input: &mut R,
         seal: &mut Option<F>,
     ) -> Result<Option<(pb::DataResponse, pb::ObjectMeta)>> {
+        let Some(wt) = target.write_type().typed() else { return Ok(None) };
+        let copies = self.copies(wt, opts);
         if !self.cfg.short_circuit || !wt.caches() || wt.writes_ufs() || copies > 1 {
             return Ok(None);
         }

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -161,7 +160,8 @@ pub(crate) enum BlockSource {
         file: Arc<File>,
         pos: u64,
         left: u64,
-        _lease: Option<DropOffRuntime<Lease>>,
+        /// Held by every chunk handed out too (see [`MappedChunk`]).
+        lease: Option<Arc<DropOffRuntime<Lease>>>,
     },
     Peer {
         sock: tokio::io::BufReader<DataStream>,
@@ -174,7 +174,7 @@ impl BlockSource {
     /// The first `len` bytes of the file at `path` (opened on a blocking thread).
     pub(crate) async fn local(path: PathBuf, len: u64, lease: Option<DropOffRuntime<Lease>>) -> Result<BlockSource> {
         let file = crate::blocking(move || File::open(path).map_err(|e| Error::io("open block file", e))).await??;
-        Ok(BlockSource::Local { file: Arc::new(file), pos: 0, left: len, _lease: lease })
+        Ok(BlockSource::Local { file: Arc::new(file), pos: 0, left: len, lease: lease.map(Arc::new) })
     }
 
     /// The checksum the holder recorded for the block, when it sent one.
@@ -189,20 +189,15 @@ impl BlockSource {
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>> {
         const CHUNK: u64 = 4 << 20;
         match self {
-            BlockSource::Local { file, pos, left, .. } => {
+            BlockSource::Local { file, pos, left, lease } => {
                 if *left == 0 {
                     return Ok(None);
                 }
-                let (f, at, n) = (file.clone(), *pos, CHUNK.min(*left));
-                let buf = crate::blocking(move || {
-                    let mut buf = vec![0u8; n as usize];
-                    f.read_exact_at(&mut buf, at).map_err(|e| Error::io("read block file", e))?;
-                    Ok::<_, Error>(buf)
-                })
-                .await??;
+                let (f, at, n, lease) = (file.clone(), *pos, CHUNK.min(*left), lease.clone());
+                let chunk = crate::blocking(move || MappedChunk::map(&f, at, n as usize, lease)).await??;
                 *pos += n;
                 *left -= n;
-                Ok(Some(Bytes::from(buf)))
+                Ok(Some(Bytes::from_owner(chunk)))
             }
             BlockSource::Peer { sock, left, .. } => {
                 if *left == 0 {
@@ -214,5 +209,66 @@ impl BlockSource {
                 Ok(Some(Bytes::from(buf)))
             }
         }
+    }
+}
+
+/// A piece of a block file, mapped read-only: the bytes a persist hands to the UFS writer
+/// without copying them out of the file first (nor zeroing a buffer for them). It keeps
+/// the block's lease for as long as any `Bytes` of it lives (the UFS writer may hold them
+/// past the block's end), so the block is not evicted and its file not reused for
+/// another block meanwhile. Unleased (a spilling write's own block being written), the
+/// mapped range is bytes already written, which that write never rewrites.
+struct MappedChunk {
+    ptr: *mut libc::c_void,
+    len: usize,
+    _lease: Option<Arc<DropOffRuntime<Lease>>>,
+}
+
+// SAFETY: the mapping is read-only and owned by this value alone (unmapped once, in drop).
+unsafe impl Send for MappedChunk {}
+unsafe impl Sync for MappedChunk {}
+
+impl MappedChunk {
+    /// Maps `len` bytes of `file` from `at` (a multiple of the page size), populated now.
+    /// Blocking (the page tables are filled, and a disk tier's pages read, in the call).
+    fn map(file: &File, at: u64, len: usize, lease: Option<Arc<DropOffRuntime<Lease>>>) -> Result<MappedChunk> {
+        use std::os::fd::AsRawFd;
+        let have = file.metadata().map_err(|e| Error::io("stat block file", e))?.len();
+        if at + len as u64 > have {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("block file holds {have} bytes, not {}", at + len as u64),
+            ));
+        }
+        // SAFETY: a new shared read-only mapping of a range the file holds (checked above);
+        // no Rust reference exists into it until `as_ref`, which lives no longer than self.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                at as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::io("map block file", std::io::Error::last_os_error()));
+        }
+        Ok(MappedChunk { ptr, len, _lease: lease })
+    }
+}
+
+impl AsRef<[u8]> for MappedChunk {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes until drop.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for MappedChunk {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `map`, unmapped only here.
+        unsafe { libc::munmap(self.ptr, self.len.max(1)) };
     }
 }
