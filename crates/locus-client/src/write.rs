@@ -68,12 +68,23 @@ impl Client {
             .typed()
             .ok_or_else(|| Error::internal(format!("the master named no write type for {path}")))?;
         let copies = self.copies(wt, opts);
+        // The first bytes choose the way: a file that ends within them goes over the data
+        // path (one round trip on a pooled connection is quicker for a small file than the
+        // short-circuit write's steps), a longer one short-circuit where it can.
+        let mut head = Vec::new();
+        (&mut *input).take(SHORT_CIRCUIT_MIN + 1).read_to_end(&mut head).await.map_err(input_err)?;
+        let small = head.len() as u64 <= SHORT_CIRCUIT_MIN;
+        let mut input = Input { head, at: 0, rest: input };
         let mut seal = Some(seal);
-        let (r, meta) = match self.put_local(path, &target, opts, input, &mut seal).await? {
+        let local = match small {
+            true => None,
+            false => self.put_local(path, &target, opts, &mut input, &mut seal).await?,
+        };
+        let (r, meta) = match local {
             Some(done) => done,
             None => {
                 let seal = seal.take().expect("put_local seals only a write it took");
-                self.put_data_path(path, &target, copies, opts, input, seal).await?
+                self.put_data_path(path, &target, copies, opts, &mut input, seal).await?
             }
         };
         // The write type that applied: the worker names it when it changed.
@@ -104,7 +115,7 @@ impl Client {
         target: &pb::FileInfo,
         copies: u32,
         opts: &PutOptions,
-        input: &mut R,
+        input: &mut Input<'_, R>,
         seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
     ) -> Result<(pb::DataResponse, pb::ObjectMeta)> {
         // Open the pipeline. A worker that died a moment ago (the master still lists it)
@@ -186,11 +197,43 @@ impl Client {
                 );
             }
         }
-        let meta = seal(input)?;
+        let meta = seal(input.rest)?;
         end_chunks(&mut c).await.map_err(|e| Error::io("send", e))?;
         let r = read_response(&mut c).await?;
         self.put_conn(&w.data_address, c);
         Ok((r, meta))
+    }
+}
+
+/// A file of at most this many bytes is written over the data path even when it could go
+/// short-circuit.
+const SHORT_CIRCUIT_MIN: u64 = 1 << 20;
+
+/// A write's input once its first bytes were read (to choose the way): those bytes, then
+/// the rest; `seal` gets the rest.
+pub(crate) struct Input<'a, R> {
+    head: Vec<u8>,
+    at: usize,
+    pub(crate) rest: &'a mut R,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Input<'_, R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.at < self.head.len() {
+            let n = buf.remaining().min(self.head.len() - self.at);
+            buf.put_slice(&self.head[self.at..self.at + n]);
+            self.at += n;
+            if self.at == self.head.len() {
+                self.head = Vec::new();
+                self.at = 0;
+            }
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut *self.rest).poll_read(cx, buf)
     }
 }
 

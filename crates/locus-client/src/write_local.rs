@@ -1,5 +1,6 @@
 //! The short-circuit write: a cached write with one copy, to a worker on this host, goes
-//! into that worker's block files directly. The worker names each new block's file over
+//! into that worker's block files directly (files over 1 MiB: `put_with` sends smaller
+//! ones over the data path). The worker names each new block's file over
 //! its Unix socket, this client writes the block into it (on a blocking thread, while the
 //! next piece of the input is read) and answers with the block's length and crc32c; no
 //! byte crosses a socket. A write the worker refuses before it starts (another write
@@ -17,6 +18,7 @@ use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
 use crate::Client;
+use crate::write::Input;
 
 /// Bytes read from the input and written to a block file at a time.
 const LOCAL_CHUNK: usize = 8 << 20;
@@ -40,7 +42,7 @@ impl Client {
         path: &str,
         target: &pb::FileInfo,
         opts: &crate::PutOptions,
-        input: &mut R,
+        input: &mut Input<'_, R>,
         seal: &mut Option<F>,
     ) -> Result<Option<(pb::DataResponse, pb::ObjectMeta)>> {
         let Some(wt) = target.write_type().typed() else { return Ok(None) };
@@ -96,17 +98,21 @@ async fn open_block(path: String) -> Result<Block> {
     Ok(Block { file, len: 0, crc: 0 })
 }
 
-/// Fills `buf` from `input` as far as it goes; 0 at the end of the input.
-async fn fill<R: AsyncRead + Unpin>(input: &mut R, buf: &mut [u8]) -> Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        let k = input.read(&mut buf[n..]).await.map_err(crate::write::input_err)?;
+/// Fills `buf` (emptied first) with up to `want` bytes of `input`, as far as it goes; 0
+/// at the end of the input. The bytes land in the vector's spare capacity: nothing is
+/// zeroed first.
+async fn fill<R: AsyncRead + Unpin>(input: &mut R, buf: &mut Vec<u8>, want: usize) -> Result<usize> {
+    use bytes::BufMut;
+    buf.clear();
+    buf.reserve(want);
+    while buf.len() < want {
+        let left = want - buf.len();
+        let k = input.read_buf(&mut (&mut *buf).limit(left)).await.map_err(crate::write::input_err)?;
         if k == 0 {
             break;
         }
-        n += k;
     }
-    Ok(n)
+    Ok(buf.len())
 }
 
 fn start_write(mut b: Block, buf: Vec<u8>, n: usize) -> InFlight {
@@ -135,7 +141,7 @@ async fn write_blocks<R: AsyncRead + Unpin>(
     s: &mut UnixStream,
     block_size: u64,
     first: Block,
-    input: &mut R,
+    input: &mut Input<'_, R>,
     seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
 ) -> Result<(pb::DataResponse, pb::ObjectMeta)> {
     let piece = |queued: u64| ((block_size - queued) as usize).min(LOCAL_CHUNK);
@@ -154,8 +160,8 @@ async fn write_blocks<R: AsyncRead + Unpin>(
             let (buf, n) = match ahead.take() {
                 Some(p) => p,
                 None => {
-                    let mut buf = spare.take().unwrap_or_else(|| vec![0u8; LOCAL_CHUNK]);
-                    let n = fill(input, &mut buf[..want]).await?;
+                    let mut buf = spare.take().unwrap_or_else(|| Vec::with_capacity(LOCAL_CHUNK));
+                    let n = fill(input, &mut buf, want).await?;
                     (buf, n)
                 }
             };
@@ -186,8 +192,8 @@ async fn write_blocks<R: AsyncRead + Unpin>(
             spare.get_or_insert(back);
         }
         if !ended {
-            let mut buf = spare.take().unwrap_or_else(|| vec![0u8; LOCAL_CHUNK]);
-            let n = fill(input, &mut buf[..piece(0)]).await?;
+            let mut buf = spare.take().unwrap_or_else(|| Vec::with_capacity(LOCAL_CHUNK));
+            let n = fill(input, &mut buf, piece(0)).await?;
             if n == 0 {
                 ended = true;
                 spare = Some(buf);
@@ -199,7 +205,7 @@ async fn write_blocks<R: AsyncRead + Unpin>(
         let done = pb::BlockWritten { length: b.len, crc32c: b.crc, last: ended };
         drop(b.file); // closed before the worker commits (and renames) it
         if ended {
-            let meta = seal(input)?;
+            let meta = seal(input.rest)?;
             let r = exchange(s, pb::data_request::Req::BlockWritten(done)).await?;
             return Ok((r, meta));
         }
@@ -216,16 +222,16 @@ async fn write_blocks<R: AsyncRead + Unpin>(
 /// bytes of `buf` (read already), then what follows.
 async fn spill<R: AsyncRead + Unpin>(
     s: &mut UnixStream,
-    input: &mut R,
+    input: &mut Input<'_, R>,
     mut buf: Vec<u8>,
     mut n: usize,
     seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
 ) -> Result<(pb::DataResponse, pb::ObjectMeta)> {
     while n > 0 {
         write_chunk(s, &buf[..n]).await.map_err(|e| Error::io("send", e))?;
-        n = fill(input, &mut buf).await?;
+        n = fill(input, &mut buf, LOCAL_CHUNK).await?;
     }
-    let meta = seal(input)?;
+    let meta = seal(input.rest)?;
     end_chunks(s).await.map_err(|e| Error::io("send", e))?;
     Ok((read_response(s).await?, meta))
 }
