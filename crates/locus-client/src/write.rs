@@ -127,18 +127,7 @@ impl Client {
             let mut pipeline = self.write_pipeline(path, copies, &dead).await?;
             let all = pipeline.clone();
             let w = pipeline.remove(0);
-            let req = pb::WriteFileRequest {
-                mount_id: target.mount_id,
-                ufs_path: target.ufs_path.clone(),
-                content_type: opts.content_type.clone(),
-                user_metadata: opts.user_metadata.clone(),
-                write_type: target.write_type,
-                version: target.version,
-                block_size: target.block_size,
-                pipeline,
-                pin_epoch: target.pin_epoch,
-                expected_length: opts.expected_length.unwrap_or(0),
-            };
+            let req = write_request(target, opts, pipeline);
             let opened = async {
                 let mut c = self.conn(&w.data_address).await?;
                 exchange(&mut c, pb::data_request::Req::Write(req)).await?;
@@ -202,6 +191,26 @@ impl Client {
         let r = read_response(&mut c).await?;
         self.put_conn(&w.data_address, c);
         Ok((r, meta))
+    }
+}
+
+/// The request that opens a write of `target` at a worker, `pipeline` the further workers.
+pub(crate) fn write_request(
+    target: &pb::FileInfo,
+    opts: &PutOptions,
+    pipeline: Vec<pb::WorkerAddress>,
+) -> pb::WriteFileRequest {
+    pb::WriteFileRequest {
+        mount_id: target.mount_id,
+        ufs_path: target.ufs_path.clone(),
+        content_type: opts.content_type.clone(),
+        user_metadata: opts.user_metadata.clone(),
+        write_type: target.write_type,
+        version: target.version,
+        block_size: target.block_size,
+        pipeline,
+        pin_epoch: target.pin_epoch,
+        expected_length: opts.expected_length.unwrap_or(0),
     }
 }
 

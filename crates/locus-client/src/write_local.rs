@@ -56,18 +56,7 @@ impl Client {
             return Ok(None);
         }
         let Ok(mut s) = self.uds_connect(&w.uds_path).await else { return Ok(None) };
-        let req = pb::WriteFileRequest {
-            mount_id: target.mount_id,
-            ufs_path: target.ufs_path.clone(),
-            content_type: opts.content_type.clone(),
-            user_metadata: opts.user_metadata.clone(),
-            write_type: target.write_type,
-            version: target.version,
-            block_size: target.block_size,
-            pipeline: Vec::new(),
-            pin_epoch: target.pin_epoch,
-            expected_length: opts.expected_length.unwrap_or(0),
-        };
+        let req = crate::write::write_request(target, opts, Vec::new());
         let first = match exchange(&mut s, pb::data_request::Req::Write(req)).await {
             Ok(r) => r,
             Err(e) if e.kind() == ErrorKind::FailedPrecondition => return Ok(None),
