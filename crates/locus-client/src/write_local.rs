@@ -59,7 +59,14 @@ impl Client {
         let req = crate::write::write_request(target, opts, Vec::new());
         let first = match exchange(&mut s, pb::data_request::Req::Write(req)).await {
             Ok(r) => r,
-            Err(e) if e.kind() == ErrorKind::FailedPrecondition => return Ok(None),
+            // FailedPrecondition: this write may not go short-circuit (the worker says why).
+            // InvalidArgument: a worker older than the short-circuit write refuses the
+            // request on its Unix socket (a rolling upgrade); a request the data path would
+            // refuse too gets its error there.
+            Err(e) if matches!(e.kind(), ErrorKind::FailedPrecondition | ErrorKind::InvalidArgument) => {
+                tracing::debug!(error = %e, "short-circuit write refused; using the data path");
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         };
         let block = match open_block(first.path.clone()).await {

@@ -139,6 +139,11 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
             },
             Some(pb::data_request::Req::Hello(_)) => inner.hello(),
             // A write takes the connection over; it is closed after the answer.
+            // `worker.uds.write.old`: answer as a worker older than the short-circuit write
+            // did (the client's fallback in a rolling upgrade is tested with it).
+            Some(pb::data_request::Req::Write(_)) if uds_write_as_old() => {
+                pb::DataResponse::error(&Error::invalid("only reads and leases on the Unix socket"))
+            }
             Some(pb::data_request::Req::Write(w)) => {
                 if let Err(e) = inner.handle_local_write(sock, w).await {
                     send_error(sock, &e).await;
@@ -164,6 +169,12 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
             return;
         }
     }
+}
+
+/// Fault point `worker.uds.write.old` (see its use); false without the `failpoints` feature.
+fn uds_write_as_old() -> bool {
+    locus_common::fail::fail_point!("worker.uds.write.old", |_| true);
+    false
 }
 
 /// Answer a request that failed before its handler could (best effort: the connection

@@ -666,3 +666,40 @@ async fn a_fill_that_commits_before_its_reader_follows_counts_as_from_the_ufs() 
     assert_eq!(got, vec![(pb::ReadSource::Ufs, pb::ReadReason::Disabled, n)]);
     c.shutdown().await;
 }
+
+/// A co-located cached write whose worker refuses the short-circuit request as a worker
+/// older than it did (`worker.uds.write.old`, a rolling upgrade) goes over the data path,
+/// whole and acknowledged, and is counted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_short_circuit_write_an_older_worker_refuses_goes_over_the_data_path() {
+    use locus_client::PutOptions;
+    use locus_proto::pb;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = LocalCluster::start(config(&dir.path().join("mem"), ByteSize::mib(64)), &dir.path().join("data"), 1, None)
+        .await
+        .unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let data: Vec<u8> = (0..(3u32 << 20) + 5).map(|i| (i % 249) as u8).collect();
+    let opts = PutOptions {
+        overwrite: true,
+        write_type: Some(locus_common::config::WriteType::MustCache),
+        ..Default::default()
+    };
+    fail::cfg("worker.uds.write.old", "return").unwrap();
+    let put = cl.put_with("/old.bin", &mut &data[..], &opts, |_| Ok(pb::ObjectMeta::default())).await;
+    fail::remove("worker.uds.write.old");
+    assert_eq!(put.unwrap().length, data.len() as u64);
+    assert!(read_whole(&cl, "/old.bin").await == data);
+    let n = data.len() as u64;
+    for _ in 0..100 {
+        let t = cl.report().await.unwrap().totals.unwrap();
+        if t.written_data_path == n {
+            assert_eq!(t.written_short_circuit, 0, "{t:?}");
+            c.shutdown().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the write was not counted on the data path: {:?}", cl.report().await.unwrap().totals);
+}
