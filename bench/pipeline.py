@@ -9,7 +9,11 @@ run side by side through Locus (the S3 gateway, ASYNC_THROUGH writes, a MinIO mo
 behind it), through Locus with the Spark stages on its Hadoop connector (locus://; the
 PyArrow stages still through the gateway), directly against the same MinIO, and (unless --no-floor) on a tmpfs directory
 with no storage service at all (PyArrow's local filesystem, Spark file://): the compute
-floor, the time the stages' own CPU work takes on this machine. RUNS times each (after
+floor, the time the stages' own CPU work takes on this machine. Two more floors take it
+apart (--systems floor-persist,floor-fsspec): floor-persist is the floor while every output
+is written to MinIO as it completes, with no Locus (what making the outputs durable costs
+the same 2 cores), and floor-fsspec the floor with the PyArrow stages through PyArrow's
+bridge to Python filesystems (what reaching any fsspec filesystem costs). RUNS times each (after
 --warmup untimed runs),
 interleaved. Prints per-stage and total medians, the min-max spread, the ratio
 direct/Locus and the ratio direct/floor (the most any storage layer could gain over direct
@@ -28,6 +32,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -91,6 +96,91 @@ def to_parquet(f, base: str):
                      max_rows_per_file=4_000_000, max_rows_per_group=1_000_000, existing_data_behavior="overwrite_or_ignore")
 
 
+class Uploader:
+    """The floor with persistence (the `floor-persist` system): while the stages run on
+    tmpfs, every output file is written to MinIO as soon as it is complete, the way Locus
+    persists ASYNC_THROUGH writes, with no Locus: through OpenDAL (the library Locus's
+    persists use, with their 16 MiB parts, 4 at once, unsigned payloads), 4 files at once
+    (Locus's `persist_concurrency`). It measures what getting the pipeline's outputs into
+    MinIO costs this 2-core machine (MinIO's CPU above all) while the stages run.
+
+    A file is complete once nothing in this process holds it open (the PyArrow stages
+    write here), it is not under a `_temporary` directory (Spark's committer renames
+    finished files out of those) and its size and mtime held for one poll. Local-only
+    files (Spark's `.crc` checksums) are skipped."""
+
+    POLL = 0.2
+
+    def __init__(self, root: str, op):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.root = Path(root)
+        self.op = op  # an OpenDAL operator: the MinIO bucket (s3_operator), a directory in tests
+        self.pool = ThreadPoolExecutor(4)
+        self.last: dict[Path, tuple] = {}
+        self.sent: set[Path] = set()
+        self.futures = []
+        self.stopping = threading.Event()
+        self.poller = threading.Thread(target=self._poll, daemon=True)
+        self.poller.start()
+
+    def key(self, p: Path) -> str:
+        return str(p.relative_to(self.root.parent))
+
+    def _upload(self, p: Path) -> int:
+        data = p.read_bytes()
+        self.op.write(self.key(p), data, chunk=16 << 20, concurrent=4)
+        return len(data)
+
+    def _scan(self, final: bool):
+        open_here = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                open_here.add(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        for d, dirs, files in os.walk(self.root):
+            dirs[:] = [x for x in dirs if x != "_temporary" and not x.startswith(".")]
+            for name in files:
+                p = Path(d) / name
+                if name.startswith(".") or p in self.sent or str(p) in open_here:
+                    continue
+                try:
+                    st = p.stat()
+                except FileNotFoundError:
+                    continue
+                sig = (st.st_size, st.st_mtime_ns)
+                if final or self.last.get(p) == sig:
+                    self.sent.add(p)
+                    self.futures.append(self.pool.submit(self._upload, p))
+                else:
+                    self.last[p] = sig
+
+    def _poll(self):
+        while not self.stopping.wait(self.POLL):
+            self._scan(final=False)
+
+    def finish(self) -> dict:
+        """After the stages: send what is left, wait for every upload; the bytes and files sent."""
+        self.stopping.set()
+        self.poller.join()
+        self._scan(final=True)
+        n = sum(f.result() for f in self.futures)
+        self.pool.shutdown()
+        return {"persisted_bytes": n, "persists_done": len(self.futures), "persists_skipped": 0}
+
+    def remove(self):
+        self.op.remove_all(self.key(self.root) + "/")
+
+
+def s3_operator(endpoint: str, bucket: str, key: str, secret: str):
+    """OpenDAL's S3 operator on a MinIO bucket (the floor-persist system's uploads)."""
+    import opendal  # tests/e2e/requirements.txt (and bench/pipeline) install it
+
+    return opendal.Operator("s3", bucket=bucket, endpoint=endpoint, region="us-east-1", access_key_id=key,
+                            secret_access_key=secret)
+
+
 def pyarrow_fs(system: dict):
     """The PyArrow filesystem a system's PyArrow stages use: S3 (or the floor's local
     directory), or locus:// through the Python client (`locus_master`), as PyArrow takes
@@ -101,6 +191,11 @@ def pyarrow_fs(system: dict):
 
         return PyFileSystem(FSSpecHandler(LocusFileSystem(master=system["locus_master"], write_type="ASYNC_THROUGH",
                                                           skip_instance_cache=True)))
+    if system.get("fsspec_local"):  # the floor through PyArrow's bridge to any fsspec filesystem
+        from fsspec.implementations.local import LocalFileSystem
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        return PyFileSystem(FSSpecHandler(LocalFileSystem(auto_mkdir=True)))
     return s3fs(system["endpoint"], system["key"], system["secret"])
 
 
@@ -193,6 +288,7 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     # Paths through the Python client are absolute (`/lake/...`, as a local file
     # system's): PyArrow's dataset discovery wants listed paths under its base as given.
     pa_base = "/" + base if system.get("locus_master") else base
+    up = Uploader(base, s3_operator(**system["persist_to"])) if system.get("persist_to") else None
     r = run_pyarrow_stages(pyarrow_fs(system), pa_base, size)
     # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
     p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base,
@@ -210,6 +306,11 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     if is_locus and metrics_url:
         after = persist_counters(metrics_url)
         r.update({k: after[k] - before[k] for k in after})
+    if up:
+        t = time.monotonic()
+        r.update(up.finish())
+        r["persist_drain_after"] = time.monotonic() - t
+        up.remove()
     pyarrow_fs(system).delete_dir(pa_base)
     return r
 
@@ -220,6 +321,17 @@ def spread(v):
 
 LOCUS_SYSTEMS = {"locus": "Locus", "locus-fs": "Locus, Spark on locus://",
                  "locus-py": "Locus, all on locus://"}
+
+
+FLOORS = {"floor": "floor", "floor-persist": "floor + persistence", "floor-fsspec": "floor through fsspec"}
+FLOORS_WHAT = {
+    "floor-persist": "the floor while every output file is written to MinIO as it is complete, with no Locus "
+                     "(OpenDAL, as Locus's persists: 16 MiB parts, 4 at once, 4 files at once), so the outputs "
+                     "end durable in MinIO as Locus's ASYNC_THROUGH writes do.",
+    "floor-fsspec": "the floor with the PyArrow stages through PyArrow's bridge to Python filesystems "
+                    "(`PyFileSystem(FSSpecHandler(...))`, fsspec's LocalFileSystem), the bridge every fsspec "
+                    "filesystem, locus:// too, is reached through.",
+}
 
 
 def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, profile: str) -> list[str]:
@@ -244,16 +356,17 @@ def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, prof
     head = "| stage | direct median (s) | direct spread |"
     for n in locus:
         head += f" {LOCUS_SYSTEMS[n]} median (s) | spread | direct / {LOCUS_SYSTEMS[n]} |"
-    if "floor" in med:
-        head += " floor median (s) | direct / floor |"
+    floors = [n for n in FLOORS if n in med]
+    for n in floors:
+        head += f" {FLOORS[n]} median (s) | direct / {FLOORS[n]} |"
     lines += [head, "|---|" + "---:|" * (head.count("|") - 2)]
     for k in STAGES + ["total"]:
         d = med["direct"][k]
         row = f"| {k} | {d:.1f} | {spr['direct'][k]:.1f} |"
         for n in locus:
             row += f" {med[n][k]:.1f} | {spr[n][k]:.1f} | **{d / med[n][k]:.2f}×** |"
-        if "floor" in med:
-            row += f" {med['floor'][k]:.1f} | {d / med['floor'][k]:.2f}× |"
+        for n in floors:
+            row += f" {med[n][k]:.1f} | {d / med[n][k]:.2f}× |"
         lines.append(row)
     lines.append("")
     for n in locus:
@@ -272,6 +385,14 @@ def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, prof
             got = "; ".join(f"{LOCUS_SYSTEMS[n]} {100 * (d - med[n]['total']) / (d - fl):.0f}%" for n in locus)
             lines += ["", "Share of the attainable gain captured, (direct - Locus) / (direct - floor); goal for "
                       f"Locus, all on locus://: at least 80%. Measured: {got}."]
+        for n in (n for n in floors if n != "floor"):
+            f2 = med[n]["total"]
+            lines += ["", f"{FLOORS[n]}: {FLOORS_WHAT[n]} It takes {f2:.1f} s, "
+                      f"{f2 - fl:+.1f} s on the floor: the gain left to any storage layer that does this work "
+                      f"is {100 * (d - f2) / (d - fl):.0f}% of the floor's."
+                      + (" Share of that gain captured, (direct - Locus) / (direct - (" + FLOORS[n] + ")): "
+                         + "; ".join(f"{LOCUS_SYSTEMS[m]} {100 * (d - med[m]['total']) / (d - f2):.0f}%" for m in locus)
+                         + "." if d > f2 else "")]
     return lines
 
 
@@ -299,8 +420,12 @@ def main():
                     help="untimed runs per system before the timed ones (default 1: the first run after "
                          "start-up, slower on every system here, is not counted)")
     ap.add_argument("--systems", default="direct,locus,locus-fs,locus-py,floor",
-                    help="comma-separated subset of direct, locus, locus-fs, locus-py, floor to run (direct and "
-                         "locus are needed for the ratio table; locus-fs and locus-py need --locus-master)")
+                    help="comma-separated subset of direct, locus, locus-fs, locus-py, floor, floor-persist, "
+                         "floor-fsspec to run (direct and one Locus system are needed for the ratio table; "
+                         "locus-fs and locus-py need --locus-master; floor-persist writes to "
+                         "--floor-persist-bucket on MinIO)")
+    ap.add_argument("--floor-persist-bucket", default="floor-persist",
+                    help="the MinIO bucket the floor-persist system writes its outputs to (made if missing)")
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="the Spark stages' driver JVMs share a class-data archive (JDK AppCDS, in "
                          "LOCUS_TOOLS_DIR/cds; the warm-up run writes it), on every system alike")
@@ -323,6 +448,12 @@ def main():
     floor_dir = Path(f"/dev/shm/locus-pipeline-floor-{os.getpid()}")
     if a.floor:
         systems.append({"name": "floor", "endpoint": "", "key": "", "secret": "", "bucket": str(floor_dir)})
+        systems.append({"name": "floor-persist", "endpoint": "", "key": "", "secret": "",
+                        "bucket": f"{floor_dir}/persist", "persist_to": {
+                            "endpoint": a.minio_endpoint, "bucket": a.floor_persist_bucket, "key": "minioadmin",
+                            "secret": "minioadmin"}})
+        systems.append({"name": "floor-fsspec", "endpoint": "", "key": "", "secret": "",
+                        "bucket": f"{floor_dir}/fsspec", "fsspec_local": True})
     keep = {n.strip() for n in a.systems.split(",") if n.strip()}
     unknown = keep - {s["name"] for s in systems}
     if unknown or not keep:
@@ -346,7 +477,7 @@ def main():
         shutil.rmtree(floor_dir, ignore_errors=True)
     med = {n: {k: statistics.median(r[k] for r in rs) for k in STAGES + ["total"]} for n, rs in runs.items()}
     spr = {n: {k: spread([r[k] for r in rs]) for k in STAGES + ["total"]} for n, rs in runs.items()}
-    if not {"direct", "locus"} <= set(med):
+    if "direct" not in med or not set(LOCUS_SYSTEMS) & set(med):
         print(json.dumps({"median": med, "spread": spr}, indent=1))
         return
     lines = markdown_table(med, spr, a.size, a.runs, a.warmup, a.profile)
@@ -363,6 +494,12 @@ def main():
                       + f" (files persisted: {', '.join(str(r['persists_done']) for r in lr)}; persists skipped "
                       f"because the file was deleted or replaced first: "
                       f"{', '.join(str(r['persists_skipped']) for r in lr)})."]
+    if "floor-persist" in runs:
+        fr = runs["floor-persist"]
+        lines += ["", "Bytes written to MinIO per floor + persistence run: "
+                  + ", ".join(f"{r['persisted_bytes'] / (1 << 30):.2f} GiB" for r in fr)
+                  + f" (files: {', '.join(str(r['persists_done']) for r in fr)}); the uploads left when the stages "
+                  "ended took " + ", ".join(f"{r['persist_drain_after']:.1f}" for r in fr) + " s more (not counted)."]
     if a.locus_bin:
         rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
                                         check=True).stdout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import sys
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -76,3 +77,46 @@ def test_table_has_a_column_group_per_locus_system_and_the_floor():
     del med["locus-fs"], med["floor"]
     md = "\n".join(pipeline.markdown_table(med, spr, 2 << 30, 3, 1, "lan"))
     assert "| total | 20.0 | 0.4 | 10.0 | 0.4 | **2.00×** |" in md and "locus://" not in md
+
+
+def test_table_reports_the_share_of_the_gain_left_by_each_floor():
+    stages = pipeline.STAGES + ["total"]
+    med = {"direct": dict.fromkeys(stages, 60.0), "locus-py": dict.fromkeys(stages, 40.0),
+           "floor": dict.fromkeys(stages, 35.0), "floor-persist": dict.fromkeys(stages, 38.0)}
+    spr = {n: dict.fromkeys(stages, 0.4) for n in med}
+    md = "\n".join(pipeline.markdown_table(med, spr, 1 << 30, 3, 1, "lan"))
+    assert "| total | 60.0 | 0.4 | 40.0 | 0.4 | **1.50×** | 35.0 | 1.71× | 38.0 | 1.58× |" in md
+    assert "Measured: Locus, all on locus:// 80%." in md
+    # (60 - 38) / (60 - 35) = 88% of the floor's gain is left; Locus takes 20 of its 22 s.
+    assert "It takes 38.0 s, +3.0 s on the floor: the gain left to any storage layer that does this work is 88%" in md
+    assert "(direct - (floor + persistence)): Locus, all on locus:// 91%." in md
+
+
+def test_uploader_sends_each_complete_output_once_and_skips_the_rest(tmp_path):
+    import opendal
+
+    root, dest = tmp_path / "run0", tmp_path / "bucket"
+    (root / "csv").mkdir(parents=True)
+    (root / "out" / "_temporary" / "0").mkdir(parents=True)
+    dest.mkdir()
+    (root / "csv" / "part-0.csv").write_bytes(b"a,b\n1,2\n")
+    (root / "out" / "_temporary" / "0" / "part-9.parquet").write_bytes(b"in flight")
+    (root / "out" / ".part-0.parquet.crc").write_bytes(b"crc")
+    (root / "out" / "_SUCCESS").write_bytes(b"")
+    up = pipeline.Uploader(str(root), opendal.Operator("fs", root=str(dest)))
+    with open(root / "csv" / "part-1.csv", "wb") as f:  # still being written by this process
+        f.write(b"x" * 1000)
+        for _ in range(50):
+            if (dest / "run0" / "csv" / "part-0.csv").exists() and (dest / "run0" / "out" / "_SUCCESS").exists():
+                break
+            time.sleep(0.1)
+        assert (dest / "run0" / "csv" / "part-0.csv").read_bytes() == b"a,b\n1,2\n"
+        assert not (dest / "run0" / "csv" / "part-1.csv").exists(), "an open file is not complete"
+        f.write(b"y")
+    got = up.finish()
+    assert (dest / "run0" / "csv" / "part-1.csv").read_bytes() == b"x" * 1000 + b"y"
+    assert got == {"persisted_bytes": 8 + 1001, "persists_done": 3, "persists_skipped": 0}
+    assert not (dest / "run0" / "out" / "_temporary").exists()
+    assert not (dest / "run0" / "out" / ".part-0.parquet.crc").exists()
+    up.remove()
+    assert not (dest / "run0").exists()
