@@ -425,7 +425,8 @@ def main():
                          "locus-fs and locus-py need --locus-master; floor-persist writes to "
                          "--floor-persist-bucket on MinIO)")
     ap.add_argument("--floor-persist-bucket", default="floor-persist",
-                    help="the MinIO bucket the floor-persist system writes its outputs to (made if missing)")
+                    help="the MinIO bucket the floor-persist system writes its outputs to (bench/pipeline "
+                         "makes `floor-persist`)")
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="the Spark stages' driver JVMs share a class-data archive (JDK AppCDS, in "
                          "LOCUS_TOOLS_DIR/cds; the warm-up run writes it), on every system alike")
@@ -483,23 +484,20 @@ def main():
     lines = markdown_table(med, spr, a.size, a.runs, a.warmup, a.profile)
     if a.spark_cds:
         lines += ["", "The Spark stages' driver JVMs share a class-data archive (CDS) on every system."]
-    for n in (n for n in LOCUS_SYSTEMS if n in runs):
+    # What each persisting system wrote to MinIO: Locus's persists, and the floor-persist
+    # uploader (which reports the same counters).
+    names = {**LOCUS_SYSTEMS, "floor-persist": FLOORS["floor-persist"]}
+    for n in (n for n in names if n in runs):
         lr = runs[n]
-        lines += ["", f"After each {LOCUS_SYSTEMS[n]} run, the persist backlog drained in "
+        lines += ["", f"After each {names[n]} run, the persist backlog drained in "
                   + ", ".join(f"{r.get('persist_drain_after', 0):.1f}" for r in lr)
                   + " s more (not counted above; each run starts with an empty backlog)."]
-        if a.locus_metrics and all("persisted_bytes" in r for r in lr):
-            lines += ["", f"Bytes persisted to MinIO per {LOCUS_SYSTEMS[n]} run: "
+        if all("persisted_bytes" in r for r in lr):  # Locus's only with --locus-metrics
+            lines += ["", f"Bytes persisted to MinIO per {names[n]} run: "
                       + ", ".join(f"{r['persisted_bytes'] / (1 << 30):.2f} GiB" for r in lr)
                       + f" (files persisted: {', '.join(str(r['persists_done']) for r in lr)}; persists skipped "
                       f"because the file was deleted or replaced first: "
                       f"{', '.join(str(r['persists_skipped']) for r in lr)})."]
-    if "floor-persist" in runs:
-        fr = runs["floor-persist"]
-        lines += ["", "Bytes written to MinIO per floor + persistence run: "
-                  + ", ".join(f"{r['persisted_bytes'] / (1 << 30):.2f} GiB" for r in fr)
-                  + f" (files: {', '.join(str(r['persists_done']) for r in fr)}); the uploads left when the stages "
-                  "ended took " + ", ".join(f"{r['persist_drain_after']:.1f}" for r in fr) + " s more (not counted)."]
     if a.locus_bin:
         rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
                                         check=True).stdout)

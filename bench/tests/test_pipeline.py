@@ -63,28 +63,27 @@ def test_spread_is_max_minus_min():
     assert pipeline.spread([5.0]) == 0
 
 
-def test_table_has_a_column_group_per_locus_system_and_the_floor():
+def table(totals: dict) -> str:
+    """The report of medians that put every stage and the total at each system's figure (spreads 0.4)."""
     stages = pipeline.STAGES + ["total"]
-    med = {"direct": dict.fromkeys(stages, 20.0), "locus": dict.fromkeys(stages, 10.0),
-           "locus-fs": dict.fromkeys(stages, 8.0), "floor": dict.fromkeys(stages, 5.0)}
+    med = {n: dict.fromkeys(stages, v) for n, v in totals.items()}
     spr = {n: dict.fromkeys(stages, 0.4) for n in med}
-    md = "\n".join(pipeline.markdown_table(med, spr, 2 << 30, 3, 1, "lan"))
+    return "\n".join(pipeline.markdown_table(med, spr, 2 << 30, 3, 1, "lan"))
+
+
+def test_table_has_a_column_group_per_locus_system_and_the_floor():
+    md = table({"direct": 20.0, "locus": 10.0, "locus-fs": 8.0, "floor": 5.0})
     assert "| total | 20.0 | 0.4 | 10.0 | 0.4 | **2.00×** | 8.0 | 0.4 | **2.50×** | 5.0 | 4.00× |" in md
     assert "Locus, Spark on locus:// total spread: 0.4 s (5.0% of its median)." in md
     assert "Measured: Locus 2.00x, spread 4.0%; Locus, Spark on locus:// 2.50x, spread 5.0%." in md
     assert "more than 4.00x faster than direct" in md
     # Without the connector's system and the floor, the table is the two-system one.
-    del med["locus-fs"], med["floor"]
-    md = "\n".join(pipeline.markdown_table(med, spr, 2 << 30, 3, 1, "lan"))
+    md = table({"direct": 20.0, "locus": 10.0})
     assert "| total | 20.0 | 0.4 | 10.0 | 0.4 | **2.00×** |" in md and "locus://" not in md
 
 
 def test_table_reports_the_share_of_the_gain_left_by_each_floor():
-    stages = pipeline.STAGES + ["total"]
-    med = {"direct": dict.fromkeys(stages, 60.0), "locus-py": dict.fromkeys(stages, 40.0),
-           "floor": dict.fromkeys(stages, 35.0), "floor-persist": dict.fromkeys(stages, 38.0)}
-    spr = {n: dict.fromkeys(stages, 0.4) for n in med}
-    md = "\n".join(pipeline.markdown_table(med, spr, 1 << 30, 3, 1, "lan"))
+    md = table({"direct": 60.0, "locus-py": 40.0, "floor": 35.0, "floor-persist": 38.0})
     assert "| total | 60.0 | 0.4 | 40.0 | 0.4 | **1.50×** | 35.0 | 1.71× | 38.0 | 1.58× |" in md
     assert "Measured: Locus, all on locus:// 80%." in md
     # (60 - 38) / (60 - 35) = 88% of the floor's gain is left; Locus takes 20 of its 22 s.
