@@ -401,19 +401,21 @@ def main():
         endpoint, key, secret, base, prefix = sys.argv[2:7]
         print(json.dumps(run_spark_stages(endpoint, key, secret, base, prefix)))
         return
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size", type=int, default=2 << 30)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--locus-endpoint", required=True)
-    ap.add_argument("--locus-bucket", required=True)
-    ap.add_argument("--minio-endpoint", required=True)
-    ap.add_argument("--minio-bucket", required=True)
-    ap.add_argument("--profile", default="none")
+    ap = argparse.ArgumentParser(description="The pipeline benchmark's runner (bench/pipeline starts MinIO and "
+                                 "Locus and passes the endpoints).")
+    ap.add_argument("--size", type=int, default=2 << 30, help="bytes of CSV the generate stage writes (default 2 GiB)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per system, interleaved (default 3)")
+    ap.add_argument("--locus-endpoint", required=True, help="Locus's S3 gateway URL")
+    ap.add_argument("--locus-bucket", required=True, help="the gateway bucket (the Locus mount) to write under")
+    ap.add_argument("--minio-endpoint", required=True, help="MinIO's URL (the direct system and the UFS)")
+    ap.add_argument("--minio-bucket", required=True, help="the MinIO bucket the direct system writes to")
+    ap.add_argument("--profile", default="none", help="the network profile's name, for the report (none, lan, cloud)")
     ap.add_argument("--locus-bin", default="", help="locus binary, to report the persist backlog at the end")
     ap.add_argument("--locus-master", default="", help="the master's host:port, for the Spark stages on locus:// "
                     "(the locus-fs system; LOCUS_HADOOP_JAR and LOCUS_HADOOP_LIB name the connector)")
     ap.add_argument("--locus-metrics", default="", help="Locus's /metrics URL, to count the bytes persisted per run")
-    ap.add_argument("--out", default=str(HERE / "results" / "pipeline.md"))
+    ap.add_argument("--out", default=str(HERE / "results" / "pipeline.md"),
+                    help="the Markdown report; its .json sits beside it")
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the stages on a tmpfs directory (no storage service): the compute floor")
     ap.add_argument("--warmup", type=int, default=1,
