@@ -111,24 +111,26 @@ class Uploader:
 
     POLL = 0.2
 
-    def __init__(self, root: str, target: tuple[str, dict], nice: int = 0):
-        """`target`: an OpenDAL scheme and its options (the MinIO bucket, `s3_target`; a
-        directory in tests). The uploads run in a child process `nice` steps below this
-        one, as Locus's persists run `worker.persist_nice` steps below its worker."""
-        import opendal
+    def __init__(self, root: str, op):
+        from concurrent.futures import ThreadPoolExecutor
 
         self.root = Path(root)
-        self.op = opendal.Operator(target[0], **target[1])  # for remove()
-        self.child = subprocess.Popen([sys.executable, __file__, "upload", json.dumps([*target, nice])],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.op = op  # an OpenDAL operator: the MinIO bucket (s3_operator), a directory in tests
+        self.pool = ThreadPoolExecutor(4)
         self.last: dict[Path, tuple] = {}
         self.sent: set[Path] = set()
+        self.futures = []
         self.stopping = threading.Event()
         self.poller = threading.Thread(target=self._poll, daemon=True)
         self.poller.start()
 
     def key(self, p: Path) -> str:
         return str(p.relative_to(self.root.parent))
+
+    def _upload(self, p: Path) -> int:
+        data = p.read_bytes()
+        self.op.write(self.key(p), data, chunk=16 << 20, concurrent=4)
+        return len(data)
 
     def _scan(self, final: bool):
         open_here = set()
@@ -150,8 +152,7 @@ class Uploader:
                 sig = (st.st_size, st.st_mtime_ns)
                 if final or self.last.get(p) == sig:
                     self.sent.add(p)
-                    self.child.stdin.write(f"{self.key(p)}\t{p}\n")
-                    self.child.stdin.flush()
+                    self.futures.append(self.pool.submit(self._upload, p))
                 else:
                     self.last[p] = sig
 
@@ -164,44 +165,20 @@ class Uploader:
         self.stopping.set()
         self.poller.join()
         self._scan(final=True)
-        self.child.stdin.close()
-        done = [int(line.rsplit("\t", 1)[1]) for line in self.child.stdout]
-        if self.child.wait() != 0 or len(done) != len(self.sent):
-            raise SystemExit(f"floor-persist uploader failed: {len(done)} of {len(self.sent)} files sent")
-        return {"persisted_bytes": sum(done), "persists_done": len(done), "persists_skipped": 0}
+        n = sum(f.result() for f in self.futures)
+        self.pool.shutdown()
+        return {"persisted_bytes": n, "persists_done": len(self.futures), "persists_skipped": 0}
 
     def remove(self):
         self.op.remove_all(self.key(self.root) + "/")
 
 
-def upload_child(scheme: str, options: dict, nice: int):
-    """The Uploader's child process: `nice` steps lower, it reads `key<TAB>path` lines and
-    writes each file to the OpenDAL target (16 MiB parts, 4 at once; 4 files at once),
-    answering `path<TAB>bytes` as each lands; at the end of its input it waits for all."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def s3_operator(endpoint: str, bucket: str, key: str, secret: str):
+    """OpenDAL's S3 operator on a MinIO bucket (the floor-persist system's uploads)."""
     import opendal  # tests/e2e/requirements.txt (and bench/pipeline) install it
 
-    os.nice(nice)
-    op = opendal.Operator(scheme, **options)
-    lock = threading.Lock()
-
-    def upload(key: str, path: str):
-        data = Path(path).read_bytes()
-        op.write(key, data, chunk=16 << 20, concurrent=4)
-        with lock:
-            print(f"{path}\t{len(data)}", flush=True)
-
-    with ThreadPoolExecutor(4) as pool:
-        futures = [pool.submit(upload, *line.rstrip("\n").split("\t")) for line in sys.stdin]
-        for f in futures:
-            f.result()
-
-
-def s3_target(endpoint: str, bucket: str, key: str, secret: str) -> tuple[str, dict]:
-    """OpenDAL's S3 scheme and options for a MinIO bucket (the floor-persist system's uploads)."""
-    return "s3", {"bucket": bucket, "endpoint": endpoint, "region": "us-east-1", "access_key_id": key,
-                  "secret_access_key": secret}
+    return opendal.Operator("s3", bucket=bucket, endpoint=endpoint, region="us-east-1", access_key_id=key,
+                            secret_access_key=secret)
 
 
 def pyarrow_fs(system: dict):
@@ -311,8 +288,7 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     # Paths through the Python client are absolute (`/lake/...`, as a local file
     # system's): PyArrow's dataset discovery wants listed paths under its base as given.
     pa_base = "/" + base if system.get("locus_master") else base
-    up = (Uploader(base, s3_target(**system["persist_to"]), system.get("persist_nice", 0))
-          if system.get("persist_to") else None)
+    up = Uploader(base, s3_operator(**system["persist_to"])) if system.get("persist_to") else None
     r = run_pyarrow_stages(pyarrow_fs(system), pa_base, size)
     # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
     p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base,
@@ -421,9 +397,6 @@ def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, prof
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "upload":
-        upload_child(*json.loads(sys.argv[2]))
-        return
     if len(sys.argv) > 1 and sys.argv[1] == "spark":
         endpoint, key, secret, base, prefix = sys.argv[2:7]
         print(json.dumps(run_spark_stages(endpoint, key, secret, base, prefix)))
@@ -456,9 +429,6 @@ def main():
     ap.add_argument("--floor-persist-bucket", default="floor-persist",
                     help="the MinIO bucket the floor-persist system writes its outputs to (bench/pipeline "
                          "makes `floor-persist`)")
-    ap.add_argument("--floor-persist-nice", type=int, default=10,
-                    help="how many steps lower (nice) the floor-persist uploads run than the stages; default "
-                         "10, as Locus's persists run below its worker (`worker.persist_nice`, default 10)")
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="the Spark stages' driver JVMs share a class-data archive (JDK AppCDS, in "
                          "LOCUS_TOOLS_DIR/cds; the warm-up run writes it), on every system alike")
@@ -484,7 +454,7 @@ def main():
         systems.append({"name": "floor-persist", "endpoint": "", "key": "", "secret": "",
                         "bucket": f"{floor_dir}/persist", "persist_to": {
                             "endpoint": a.minio_endpoint, "bucket": a.floor_persist_bucket, "key": "minioadmin",
-                            "secret": "minioadmin"}, "persist_nice": a.floor_persist_nice})
+                            "secret": "minioadmin"}})
         systems.append({"name": "floor-fsspec", "endpoint": "", "key": "", "secret": "",
                         "bucket": f"{floor_dir}/fsspec", "fsspec_local": True})
     keep = {n.strip() for n in a.systems.split(",") if n.strip()}
@@ -534,15 +504,11 @@ def main():
         rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
                                         check=True).stdout)
         lines += ["", f"Locus persist backlog when the last run ended: {rep['persist_backlog']}"]
-    if "floor-persist" in runs:
-        lines += ["", f"The floor + persistence uploads ran {a.floor_persist_nice} steps lower (nice) than the "
-                  "stages; Locus's persists run `worker.persist_nice` steps lower than its worker (default 10)."]
     md = "\n".join(lines) + "\n"
     print(md)
     Path(a.out).write_text(md)
     Path(a.out).with_suffix(".json").write_text(json.dumps({"runs": runs, "median": med, "spread": spr,
-                                                            "size": a.size, "profile": a.profile,
-                                                            "floor_persist_nice": a.floor_persist_nice}, indent=1))
+                                                            "size": a.size, "profile": a.profile}, indent=1))
 
 
 if __name__ == "__main__":

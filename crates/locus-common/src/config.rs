@@ -203,13 +203,6 @@ pub struct WorkerConfig {
     /// drops them at once. Default `60s`.
     #[serde(with = "humantime_serde")]
     pub stale_block_grace: Duration,
-    /// How much lower than the rest of the worker the threads that persist files to the
-    /// UFS run (a nice increment, 0-19). No caller waits on a persist: on a host that also
-    /// runs the compute, the persist yields the CPU to reads, writes and the compute, and
-    /// catches up when the CPU is idle. Linux compares nice values within a session
-    /// (autogroup) or cgroup: processes in other ones are not affected. `0` runs them like
-    /// the rest. Default 10.
-    pub persist_nice: u8,
 }
 
 impl Default for WorkerConfig {
@@ -226,7 +219,6 @@ impl Default for WorkerConfig {
             chunk_size: ByteSize::mib(4),
             file_pool_ttl: Duration::from_secs(30),
             stale_block_grace: Duration::from_secs(60),
-            persist_nice: 10,
         }
     }
 }
@@ -598,9 +590,6 @@ impl Config {
         if g.header_read_timeout.is_zero() || g.body_idle_timeout.is_zero() {
             return Err(Error::invalid("gateway.header_read_timeout and gateway.body_idle_timeout must be above 0s"));
         }
-        if w.persist_nice > 19 {
-            return Err(Error::invalid("worker.persist_nice must be 0-19 (a nice increment)"));
-        }
         let mut seen = std::collections::HashSet::new();
         for t in &w.tiers {
             if !seen.insert(t.alias) {
@@ -657,7 +646,6 @@ heartbeat_interval = "2s"
 chunk_size = "1 MiB"
 file_pool_ttl = "11s"
 stale_block_grace = "12s"
-persist_nice = 13
 [[worker.tiers]]
 alias = "MEM"
 dir = "/dev/shm/x"
@@ -705,7 +693,6 @@ part_persist_wait = "42s"
             assert_eq!(c.worker.uds_path.as_deref(), Some(Path::new("/w/s.sock")));
             assert_eq!(c.worker.file_pool_ttl, Duration::from_secs(11));
             assert_eq!(c.worker.stale_block_grace, Duration::from_secs(12));
-            assert_eq!(c.worker.persist_nice, 13);
             assert_eq!(c.client.locality, Locality::Remote);
             assert!(!c.client.short_circuit);
             assert_eq!(c.gateway.domains, vec!["s3.example".to_string()]);
@@ -731,9 +718,6 @@ part_persist_wait = "42s"
         let mut c = Config::default();
         c.worker.low_watermark = 0.99;
         assert!(c.validate().is_err());
-        let mut c = Config::default();
-        c.worker.persist_nice = 20;
-        assert!(c.validate().unwrap_err().to_string().contains("persist_nice"));
         figment::Jail::expect_with(|jail| {
             jail.set_env("LOCUS_TOOLS_DIR", "/somewhere");
             assert!(

@@ -17,19 +17,12 @@ use locus_proto::tls::DataStream;
 use locus_proto::{exchange, pb, write_frame};
 use tokio::io::AsyncReadExt;
 
-use crate::{DropOffRuntime, Inner, Lane};
+use crate::{DropOffRuntime, Inner};
 
 impl Inner {
-    /// Write a file's cached blocks to the UFS (the master's persist scheduler asks), on
-    /// the background lane.
-    pub(crate) async fn handle_persist(self: &Arc<Self>, sock: &mut DataStream, p: pb::PersistRequest) -> Result<()> {
-        let me = self.clone();
-        let resp = self.background.run(async move { me.persist(p).await }).await?;
-        write_frame(sock, &resp).await
-    }
-
-    async fn persist(&self, p: pb::PersistRequest) -> Result<pb::DataResponse> {
-        let ufs = self.ufs_on(Lane::Background, p.mount_id).await?;
+    /// Write a file's cached blocks to the UFS (the master's persist scheduler asks).
+    pub(crate) async fn handle_persist(&self, sock: &mut DataStream, p: pb::PersistRequest) -> Result<()> {
+        let ufs = self.ufs(p.mount_id).await?;
         let addrs: HashMap<u64, String> = p.workers.iter().map(|w| (w.worker_id, w.data_address.clone())).collect();
         let mut writer = ufs.writer(&p.ufs_path, &p.content_type, &p.user_metadata).await?;
         let res: Result<u64> = async {
@@ -67,7 +60,11 @@ impl Inner {
         if st.length != total {
             return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after persisting {total}", st.length)));
         }
-        Ok(pb::DataResponse { length: st.length, etag: st.etag, mtime_ms: st.mtime_ms, ..Default::default() })
+        write_frame(
+            sock,
+            &pb::DataResponse { length: st.length, etag: st.etag, mtime_ms: st.mtime_ms, ..Default::default() },
+        )
+        .await
     }
 
     /// Copy a block from another worker into this one's store (re-replication).

@@ -32,7 +32,6 @@ use parking_lot::Mutex;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
-mod background;
 mod block;
 mod compute;
 mod heartbeat;
@@ -114,10 +113,7 @@ struct Inner {
     uds_path: Option<PathBuf>,
     counters: Counters,
     pin_epoch: AtomicU64,
-    /// Each mount's UFS, one per lane: the background lane's connections are its own.
-    ufs: Mutex<HashMap<(u64, Lane), Ufs>>,
-    /// Where persists run: threads of lower CPU priority (`worker.persist_nice`).
-    background: background::Background,
+    ufs: Mutex<HashMap<u64, Ufs>>,
     /// Blocks being filled from the UFS. Readers that arrive during a fill stream what
     /// the leader has written so far, then follow it as it grows.
     inflight: Mutex<HashMap<u64, watch::Receiver<FillState>>>,
@@ -228,7 +224,6 @@ impl WorkerBuilder {
             Some(f) => Some(f(&self.master_address, &self.secret, &self.tls)?),
             None => None,
         };
-        let background = background::Background::new(cfg.persist_nice)?;
         let inner = Arc::new(Inner {
             fragments,
             data_address: local.to_string(),
@@ -242,7 +237,6 @@ impl WorkerBuilder {
             counters: Counters::default(),
             pin_epoch: AtomicU64::new(u64::MAX),
             ufs: Mutex::new(HashMap::new()),
-            background,
             inflight: Mutex::new(HashMap::new()),
             jobs: Mutex::new(Vec::new()),
             committing: tokio::sync::Mutex::new(()),
@@ -340,14 +334,6 @@ impl Drop for Worker {
     }
 }
 
-/// Which runtime a piece of work runs on: the worker's, or the background lane
-/// ([`background::Background`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Lane {
-    Foreground,
-    Background,
-}
-
 /// Run blocking work (file I/O, fsyncs, the block store's blocking methods) on Tokio's
 /// blocking threads, so that it never holds up the runtime.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
@@ -404,21 +390,15 @@ impl Inner {
         self.master.clone()
     }
 
-    /// The UFS of a mount, for the work callers wait on (asked of the master once, then kept).
+    /// The UFS of a mount (asked of the master once, then kept).
     async fn ufs(&self, mount_id: u64) -> Result<Ufs> {
-        self.ufs_on(Lane::Foreground, mount_id).await
-    }
-
-    /// The UFS of a mount for one lane. Each lane has its own client and connection pool:
-    /// a connection runs its I/O on the runtime that opened it.
-    async fn ufs_on(&self, lane: Lane, mount_id: u64) -> Result<Ufs> {
-        if let Some(u) = self.ufs.lock().get(&(mount_id, lane)) {
+        if let Some(u) = self.ufs.lock().get(&mount_id) {
             return Ok(u.clone());
         }
         let info = self.master().get_mount(pb::GetMountRequest { mount_id }).await.map_err(from_status)?.into_inner();
         let opts = info.options.into_iter().collect();
         let ufs = Ufs::new(&info.uri, &opts, Duration::from_secs(60))?;
-        self.ufs.lock().insert((mount_id, lane), ufs.clone());
+        self.ufs.lock().insert(mount_id, ufs.clone());
         Ok(ufs)
     }
 }
