@@ -219,8 +219,10 @@ def run_spark_stages(endpoint, key, secret, base, prefix="") -> dict:
     jars = os.environ.get("SPARK_S3A_JARS") or find_jars(tools)
     if not jars:
         raise SystemExit("s3a jars missing: run scripts/install-spark python3 TOOLS_DIR first")
-    spark = spark_session(endpoint, key, secret, jars, app="locus-pipeline-bench",
-                          extra={"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"},
+    extra = {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"}
+    if os.environ.get("LOCUS_PIPELINE_EVENT_LOG"):  # a directory: Spark's event logs, for a look at its tasks
+        extra.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": os.environ["LOCUS_PIPELINE_EVENT_LOG"]})
+    spark = spark_session(endpoint, key, secret, jars, app="locus-pipeline-bench", extra=extra,
                           class_archive_dir=Path(tools) / "cds" if os.environ.get("LOCUS_PIPELINE_CDS") else None)
     from pyspark.sql import functions as F
 
