@@ -189,7 +189,8 @@ def pyarrow_fs(system: dict):
         from locus.fsspec import LocusFileSystem
         from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-        return PyFileSystem(FSSpecHandler(LocusFileSystem(master=system["locus_master"], write_type="ASYNC_THROUGH",
+        return PyFileSystem(FSSpecHandler(LocusFileSystem(master=system["locus_master"],
+                                                          write_type=system.get("write_type", "ASYNC_THROUGH"),
                                                           skip_instance_cache=True)))
     if system.get("fsspec_local"):  # the floor through PyArrow's bridge to any fsspec filesystem
         from fsspec.implementations.local import LocalFileSystem
@@ -293,8 +294,10 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     up = Uploader(base, s3_operator(**system["persist_to"])) if system.get("persist_to") else None
     r = run_pyarrow_stages(pyarrow_fs(system), pa_base, size)
     # Spark in its own process: one SparkSession (and its s3a settings) per JVM.
+    # The Hadoop connector takes its write type from the client config (LOCUS_CLIENT__WRITE_TYPE).
+    env = {**os.environ, "LOCUS_CLIENT__WRITE_TYPE": system["write_type"]} if system.get("write_type") else None
     p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base,
-                        system.get("spark_prefix", "")], capture_output=True, text=True)
+                        system.get("spark_prefix", "")], capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise SystemExit(f"spark stages failed on {system['name']}:\n{p.stderr[-4000:]}")
     r.update(json.loads(p.stdout.strip().splitlines()[-1]))
@@ -322,7 +325,7 @@ def spread(v):
 
 
 LOCUS_SYSTEMS = {"locus": "Locus", "locus-fs": "Locus, Spark on locus://",
-                 "locus-py": "Locus, all on locus://"}
+                 "locus-py": "Locus, all on locus://", "locus-py-cache": "Locus, all on locus://, MUST_CACHE"}
 
 
 FLOORS = {"floor": "floor", "floor-persist": "floor + persistence", "floor-fsspec": "floor through fsspec"}
@@ -351,6 +354,8 @@ def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, prof
            "Locus's Hadoop connector (ASYNC_THROUGH)" if "locus-fs" in med else "")
         + ("; Locus, all on locus:// = the PyArrow stages through Locus's Python client (fsspec, "
            "ASYNC_THROUGH) and the Spark stages through its Hadoop connector" if "locus-py" in med else "")
+        + ("; Locus, all on locus://, MUST_CACHE = the same with MUST_CACHE writes (nothing persisted: the "
+           "same work as the floor)" if "locus-py-cache" in med else "")
         + ("; floor = every stage on a tmpfs directory, no storage service (PyArrow's local filesystem, "
            "Spark file://)." if "floor" in med else "."),
         "",
@@ -424,7 +429,8 @@ def main():
                     help="untimed runs per system before the timed ones (default 1: the first run after "
                          "start-up, slower on every system here, is not counted)")
     ap.add_argument("--systems", default="direct,locus,locus-fs,locus-py,floor",
-                    help="comma-separated subset of direct, locus, locus-fs, locus-py, floor, floor-persist, "
+                    help="comma-separated subset of direct, locus, locus-fs, locus-py, locus-py-cache (locus-py "
+                         "with MUST_CACHE writes), floor, floor-persist, "
                          "floor-fsspec to run (direct and one Locus system are needed for the ratio table; "
                          "locus-fs and locus-py need --locus-master; floor-persist writes to "
                          "--floor-persist-bucket on MinIO)")
@@ -450,6 +456,7 @@ def main():
         systems.append({"name": "locus-py", "endpoint": a.locus_endpoint, "key": "locusadmin",
                         "secret": "locusadmin", "bucket": a.locus_bucket, "locus_master": a.locus_master,
                         "spark_prefix": f"locus://{a.locus_master}/"})
+        systems.append({**systems[-1], "name": "locus-py-cache", "write_type": "MUST_CACHE"})
     floor_dir = Path(f"/dev/shm/locus-pipeline-floor-{os.getpid()}")
     if a.floor:
         systems.append({"name": "floor", "endpoint": "", "key": "", "secret": "", "bucket": str(floor_dir)})
