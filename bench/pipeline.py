@@ -432,7 +432,7 @@ def main():
                     help="comma-separated subset of direct, locus, locus-fs, locus-py, locus-py-cache (locus-py "
                          "with MUST_CACHE writes), floor, floor-persist, "
                          "floor-fsspec to run (direct and one Locus system are needed for the ratio table; "
-                         "locus-fs and locus-py need --locus-master; floor-persist writes to "
+                         "locus-fs, locus-py and locus-py-cache need --locus-master; floor-persist writes to "
                          "--floor-persist-bucket on MinIO)")
     ap.add_argument("--floor-persist-bucket", default="floor-persist",
                     help="the MinIO bucket the floor-persist system writes its outputs to (bench/pipeline "
@@ -470,7 +470,7 @@ def main():
     unknown = keep - {s["name"] for s in systems}
     if unknown or not keep:
         ap.error(f"--systems: {', '.join(sorted(unknown)) or 'nothing'} is not among "
-                 f"{', '.join(s['name'] for s in systems)} (floor needs --floor, locus-fs and locus-py "
+                 f"{', '.join(s['name'] for s in systems)} (floor needs --floor, locus-fs, locus-py and locus-py-cache "
                  "--locus-master)")
     systems = [s for s in systems if s["name"] in keep]
     runs = {s["name"]: [] for s in systems}
