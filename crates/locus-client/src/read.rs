@@ -277,9 +277,17 @@ impl Client {
         };
         let req = pb::ReadBlockRequest { client_local: true, load_only: true, ..whole_block(fi, b) };
         let (block, worker) = (b.block_id, w.worker_id);
+        // The request is sent before this read returns: a process that exits right after
+        // its read (`locus fs cat`) has asked all the same, and the worker's fill runs on
+        // whether or not anyone waits for its answer. (Sent from the task below, it was
+        // lost whenever the runtime shut down before the task first ran.)
+        if let Err(e) = send_request(&mut s, pb::data_request::Req::Read(req)).await {
+            tracing::debug!(block, worker, error = %e, "passive cache: the copy was not asked for");
+            return;
+        }
         tokio::spawn(async move {
             // One frame answers a load: cached, or why the fill stopped (a full cache).
-            if let Err(e) = exchange(&mut s, pb::data_request::Req::Read(req)).await {
+            if let Err(e) = read_response(&mut s).await {
                 tracing::debug!(block, worker, error = %e, "passive cache: the copy was not made");
             }
         });

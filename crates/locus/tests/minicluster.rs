@@ -1263,6 +1263,44 @@ async fn a_block_read_from_another_host_is_copied_here_once_read() {
     c.shutdown().await;
 }
 
+/// Passive caching from a process that exits as soon as its read returns (`locus fs
+/// cat`): the copy is still made. The reader runs on a runtime of its own, one thread,
+/// dropped right after the read, so a request left to a spawned task is never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reader_that_exits_right_after_its_read_still_leaves_a_copy_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = with_host_b(dir.path()).await;
+    let p = random(BLOCK as usize);
+    std::fs::write(ufs_dir(&c).join("p.bin"), &p).unwrap();
+    c.stop_worker(0).await;
+    let away = c.client(ClientConfig { host: "away".into(), ..Default::default() }).unwrap();
+    assert_eq!(sha(&read_all(&away, "/p.bin").await), sha(&p));
+    c.start_worker(0).await.unwrap();
+    c.worker(0).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    let (w0, w1) = (c.worker(0).unwrap().id(), c.worker(1).unwrap().id());
+
+    let (addr, token, tls) = (c.master_address(), c.client_token(), c.tls().clone());
+    let got = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let got = rt.block_on(async {
+            let cfg = ClientConfig { host: "here".into(), ..Default::default() };
+            let here = Client::with_tls(&addr, cfg, token, tls).unwrap();
+            let got = read_all(&here, "/p.bin").await;
+            assert_eq!(told(&here, ReadReason::CachedElsewhere), BLOCK);
+            got
+        });
+        drop(rt); // the process exits
+        got
+    })
+    .join()
+    .unwrap();
+    assert_eq!(sha(&got), sha(&p));
+    let mut both = vec![w0, w1];
+    both.sort();
+    assert_eq!(holders_of(&away, "/p.bin", |at| at.len() == 2).await, both);
+    c.shutdown().await;
+}
+
 /// Every reason a read is not short-circuit is told by the client and counted by the
 /// workers under the client's host: a worker on "another host" (its own host name, no
 /// socket this client can reach) beside a local one, each reason made to happen.
