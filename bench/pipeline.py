@@ -285,9 +285,29 @@ def persist_counters(metrics_url: str) -> dict:
     return out
 
 
-def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "") -> dict:
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process `pid` has used; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_now(pids: dict) -> dict:
+    """CPU seconds used so far: `stages` (this process and its waited-for children, the
+    Spark stages' JVMs) and each named process of `pids` (MinIO, toxiproxy, Locus)."""
+    t = os.times()
+    return {"stages": t.user + t.system + t.children_user + t.children_system,
+            **{n: process_cpu(p) for n, p in pids.items()}}
+
+
+def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "",
+            cpu_pids: dict | None = None) -> dict:
     is_locus = system["name"].startswith("locus")
     before = persist_counters(metrics_url) if is_locus else {}
+    cpu0 = cpu_now(cpu_pids or {})
     # Paths through the Python client are absolute (`/lake/...`, as a local file
     # system's): PyArrow's dataset discovery wants listed paths under its base as given.
     pa_base = "/" + base if system.get("locus_master") else base
@@ -302,6 +322,8 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
         raise SystemExit(f"spark stages failed on {system['name']}:\n{p.stderr[-4000:]}")
     r.update(json.loads(p.stdout.strip().splitlines()[-1]))
     r["total"] = sum(r[s] for s in STAGES)
+    # The CPU the timed stages cost each process (the persists' drain below not counted).
+    r["cpu"] = {k: round(v - cpu0[k], 2) for k, v in cpu_now(cpu_pids or {}).items()}
     # Untimed: let the persists land, then free the space for the next run (4 GiB or so
     # per run and system).
     if is_locus and locus_bin:
@@ -403,6 +425,26 @@ def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, prof
     return lines
 
 
+def cpu_lines(runs: dict) -> list[str]:
+    """The report's CPU table: per system, the median CPU seconds of each process over its
+    timed runs' stages."""
+    names = sorted({k for rs in runs.values() for r in rs for k in r.get("cpu", {})},
+                   key=lambda k: (k != "stages", k))
+    if not names:
+        return []
+    label = {**LOCUS_SYSTEMS, **FLOORS, "direct": "direct"}
+    lines = ["", "CPU seconds per run during the stages (medians; `stages` = the PyArrow stages' process and "
+             "the Spark stages' JVMs; the machine has " + f"{os.cpu_count()} cores):", "",
+             "| system | " + " | ".join(names) + " | all |", "|---|" + "---:|" * (len(names) + 1)]
+    for n, rs in runs.items():
+        if not rs:
+            continue
+        med = [statistics.median(r.get("cpu", {}).get(k, 0.0) for r in rs) for k in names]
+        all_ = statistics.median(sum(r.get("cpu", {}).values()) for r in rs)
+        lines.append(f"| {label.get(n, n)} | " + " | ".join(f"{v:.1f}" for v in med) + f" | {all_:.1f} |")
+    return lines
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "spark":
         endpoint, key, secret, base, prefix = sys.argv[2:7]
@@ -437,10 +479,17 @@ def main():
     ap.add_argument("--floor-persist-bucket", default="floor-persist",
                     help="the MinIO bucket the floor-persist system writes its outputs to (bench/pipeline "
                          "makes `floor-persist`)")
+    ap.add_argument("--cpu-pids", default="",
+                    help="NAME=PID,...: processes whose CPU seconds during each run's stages the report "
+                         "gives beside the stages' own (bench/pipeline names MinIO, toxiproxy and Locus)")
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="the Spark stages' driver JVMs share a class-data archive (JDK AppCDS, in "
                          "LOCUS_TOOLS_DIR/cds; the warm-up run writes it), on every system alike")
     a = ap.parse_args()
+    try:
+        cpu_pids = {n: int(p) for n, p in (kv.split("=", 1) for kv in a.cpu_pids.split(",") if kv)}
+    except ValueError:
+        ap.error(f"--cpu-pids: {a.cpu_pids!r} is not NAME=PID,...")
     if a.spark_cds:  # read by the Spark stages' processes (run_spark_stages)
         os.environ["LOCUS_PIPELINE_CDS"] = "1"
     systems = [
@@ -481,7 +530,7 @@ def main():
                 print(f"warm-up {i + 1}/{a.warmup} {s['name']:>6} (not counted): total {r['total']:.1f}s", flush=True)
         for i in range(a.runs):
             for s in systems if i % 2 == 0 else reversed(systems):
-                r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin, a.locus_metrics)
+                r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin, a.locus_metrics, cpu_pids)
                 runs[s["name"]].append(r)
                 print(f"run {i + 1}/{a.runs} {s['name']:>6}: "
                       + ", ".join(f"{k} {r[k]:.1f}s" for k in STAGES + ["total"]), flush=True)
@@ -509,6 +558,7 @@ def main():
                       + f" (files persisted: {', '.join(str(r['persists_done']) for r in lr)}; persists skipped "
                       f"because the file was deleted or replaced first: "
                       f"{', '.join(str(r['persists_skipped']) for r in lr)})."]
+    lines += cpu_lines(runs)
     if a.locus_bin:
         rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
                                         check=True).stdout)

@@ -119,3 +119,26 @@ def test_uploader_sends_each_complete_output_once_and_skips_the_rest(tmp_path):
     assert not (dest / "run0" / "out" / ".part-0.parquet.crc").exists()
     up.remove()
     assert not (dest / "run0").exists()
+
+
+def test_process_cpu_counts_this_process_and_nothing_for_a_gone_one():
+    import os
+
+    t0 = pipeline.process_cpu(os.getpid())
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # burn 0.3 s of CPU
+        pass
+    assert pipeline.process_cpu(os.getpid()) - t0 >= 0.2
+    assert pipeline.process_cpu(2**22 + 12345) == 0.0  # past pid_max: no such process
+
+
+def test_cpu_table_gives_the_median_per_process_and_the_sum():
+    runs = {"direct": [{"cpu": {"stages": 10.0, "minio": 4.0}}, {"cpu": {"stages": 12.0, "minio": 6.0}},
+                       {"cpu": {"stages": 11.0, "minio": 5.0}}],
+            "floor": [{"cpu": {"stages": 8.0, "minio": 0.0}}]}
+    lines = pipeline.cpu_lines(runs)
+    head = next(l for l in lines if l.startswith("| system"))
+    assert head == "| system | stages | minio | all |"
+    assert "| direct | 11.0 | 5.0 | 16.0 |" in lines
+    assert "| floor | 8.0 | 0.0 | 8.0 |" in lines
+    assert pipeline.cpu_lines({"direct": [{"total": 1.0}]}) == []
