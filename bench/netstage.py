@@ -112,7 +112,10 @@ def up(profile: str, minio: str, data: Path, state_file: Path, listen_host: str 
     shape = PROFILES[profile]
     data.mkdir(parents=True, exist_ok=True)
     st: dict = {"profile": profile, "pids": []}
-    env = dict(os.environ, MINIO_ROOT_USER="minioadmin", MINIO_ROOT_PASSWORD="minioadmin", MINIO_BROWSER="off")
+    # Its Prometheus metrics are open (a benchmark's own MinIO, on loopback or in its own
+    # namespace): bench/pipeline counts the requests each system makes of it.
+    env = dict(os.environ, MINIO_ROOT_USER="minioadmin", MINIO_ROOT_PASSWORD="minioadmin", MINIO_BROWSER="off",
+               MINIO_PROMETHEUS_AUTH_TYPE="public")
     if shape is None:
         port = free_port()
         st["pids"].append(spawn([minio, "server", str(data / "minio"), "--address", f"{listen_host}:{port}",

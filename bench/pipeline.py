@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -263,8 +264,6 @@ def wait_persisted(locus_bin: str):
 def persist_counters(metrics_url: str) -> dict:
     """Locus's persist counters from its Prometheus text: bytes written to the UFS, and
     persists done and skipped (the file was gone by its turn)."""
-    import urllib.request
-
     out = {"persisted_bytes": 0, "persists_done": 0, "persists_skipped": 0}
     if not metrics_url:
         return out
@@ -303,11 +302,30 @@ def cpu_now(pids: dict) -> dict:
             **{n: process_cpu(p) for n, p in pids.items()}}
 
 
+def minio_requests(endpoint: str) -> dict:
+    """MinIO's S3 requests so far, by API (`minio_s3_requests_total`; netstage.py opens
+    its MinIO's metrics); empty without an endpoint or when they cannot be read."""
+    if not endpoint:
+        return {}
+    out: dict = {}
+    try:
+        with urllib.request.urlopen(f"{endpoint}/minio/v2/metrics/node", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        if line.startswith("minio_s3_requests_total{"):
+            api = line.split('api="', 1)[1].split('"', 1)[0]
+            out[api] = out.get(api, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "",
-            cpu_pids: dict | None = None) -> dict:
+            cpu_pids: dict | None = None, minio_endpoint: str = "") -> dict:
     is_locus = system["name"].startswith("locus")
     before = persist_counters(metrics_url) if is_locus else {}
     cpu0 = cpu_now(cpu_pids or {})
+    req0 = minio_requests(minio_endpoint)
     # Paths through the Python client are absolute (`/lake/...`, as a local file
     # system's): PyArrow's dataset discovery wants listed paths under its base as given.
     pa_base = "/" + base if system.get("locus_master") else base
@@ -324,6 +342,10 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     r["total"] = sum(r[s] for s in STAGES)
     # The CPU the timed stages cost each process (the persists' drain below not counted).
     r["cpu"] = {k: round(v - cpu0[k], 2) for k, v in cpu_now(cpu_pids or {}).items()}
+    # The S3 requests MinIO served meanwhile (the run's own; runs do not overlap).
+    req1 = minio_requests(minio_endpoint)
+    if req0 and req1:
+        r["minio_requests"] = {k: v - req0.get(k, 0) for k, v in req1.items() if v - req0.get(k, 0)}
     # Untimed: let the persists land, then free the space for the next run (4 GiB or so
     # per run and system).
     if is_locus and locus_bin:
@@ -445,6 +467,25 @@ def cpu_lines(runs: dict) -> list[str]:
     return lines
 
 
+def request_lines(runs: dict) -> list[str]:
+    """The report's table of MinIO's requests during the stages: per system, the median
+    count of each S3 API over its timed runs."""
+    apis = sorted({k for rs in runs.values() for r in rs for k in r.get("minio_requests", {})})
+    if not apis:
+        return []
+    label = {**LOCUS_SYSTEMS, **FLOORS, "direct": "direct"}
+    lines = ["", "S3 requests MinIO served per run during the stages (medians; a floor's are none, the "
+             "uploader's are those of floor + persistence):", "",
+             "| system | " + " | ".join(apis) + " | all |", "|---|" + "---:|" * (len(apis) + 1)]
+    for n, rs in runs.items():
+        if not rs:
+            continue
+        med = [statistics.median(r.get("minio_requests", {}).get(k, 0) for r in rs) for k in apis]
+        all_ = statistics.median(sum(r.get("minio_requests", {}).values()) for r in rs)
+        lines.append(f"| {label.get(n, n)} | " + " | ".join(f"{v:g}" for v in med) + f" | {all_:g} |")
+    return lines
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "spark":
         endpoint, key, secret, base, prefix = sys.argv[2:7]
@@ -530,7 +571,8 @@ def main():
                 print(f"warm-up {i + 1}/{a.warmup} {s['name']:>6} (not counted): total {r['total']:.1f}s", flush=True)
         for i in range(a.runs):
             for s in systems if i % 2 == 0 else reversed(systems):
-                r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin, a.locus_metrics, cpu_pids)
+                r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin, a.locus_metrics, cpu_pids,
+                           a.minio_endpoint)
                 runs[s["name"]].append(r)
                 print(f"run {i + 1}/{a.runs} {s['name']:>6}: "
                       + ", ".join(f"{k} {r[k]:.1f}s" for k in STAGES + ["total"]), flush=True)
@@ -558,7 +600,7 @@ def main():
                       + f" (files persisted: {', '.join(str(r['persists_done']) for r in lr)}; persists skipped "
                       f"because the file was deleted or replaced first: "
                       f"{', '.join(str(r['persists_skipped']) for r in lr)})."]
-    lines += cpu_lines(runs)
+    lines += cpu_lines(runs) + request_lines(runs)
     if a.locus_bin:
         rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
                                         check=True).stdout)

@@ -142,3 +142,35 @@ def test_cpu_table_gives_the_median_per_process_and_the_sum():
     assert "| direct | 11.0 | 5.0 | 16.0 |" in lines
     assert "| floor | 8.0 | 0.0 | 8.0 |" in lines
     assert pipeline.cpu_lines({"direct": [{"total": 1.0}]}) == []
+
+
+MINIO_METRICS = """# HELP minio_s3_requests_total Total number of S3 requests
+# TYPE minio_s3_requests_total counter
+minio_s3_requests_total{api="headobject",server="127.0.0.1:9000"} 72
+minio_s3_requests_total{api="listobjectsv2",server="127.0.0.1:9000"} 78
+minio_s3_requests_total{api="putobjectpart",server="127.0.0.1:9000"} 1.05e+02
+minio_s3_requests_4xx_errors_total{api="headobject",server="127.0.0.1:9000"} 70
+"""
+
+
+def test_minio_requests_are_read_by_api_and_empty_when_unreachable():
+    s = serve(MINIO_METRICS)
+    try:
+        c = pipeline.minio_requests(f"http://127.0.0.1:{s.server_port}")
+    finally:
+        s.shutdown()
+    assert c == {"headobject": 72, "listobjectsv2": 78, "putobjectpart": 105}
+    assert pipeline.minio_requests("") == {}
+    assert pipeline.minio_requests(f"http://127.0.0.1:{s.server_port}") == {}  # shut down
+
+
+def test_request_table_gives_the_median_per_api_and_the_sum():
+    runs = {"locus-py": [{"minio_requests": {"headobject": 70, "putobject": 20}},
+                         {"minio_requests": {"headobject": 74, "putobject": 26}},
+                         {"minio_requests": {"headobject": 72, "putobject": 23}}],
+            "floor": [{}]}
+    lines = pipeline.request_lines(runs)
+    assert "| system | headobject | putobject | all |" in lines
+    assert "| Locus, all on locus:// | 72 | 23 | 95 |" in lines
+    assert "| floor | 0 | 0 | 0 |" in lines
+    assert pipeline.request_lines({"direct": [{"total": 1.0}]}) == []
