@@ -111,15 +111,18 @@ def up(profile: str, minio: str, data: Path, state_file: Path, listen_host: str 
     address of a bridge of simulated hosts, bench/cluster.py, for clients in them)."""
     shape = PROFILES[profile]
     data.mkdir(parents=True, exist_ok=True)
-    st: dict = {"profile": profile, "pids": []}
+    # `pids`: every process started, for `down`; `procs`: the same by name, for reports.
+    st: dict = {"profile": profile, "pids": [], "procs": {}}
     # Its Prometheus metrics are open (a benchmark's own MinIO, on loopback or in its own
     # namespace): bench/pipeline counts the requests each system makes of it.
     env = dict(os.environ, MINIO_ROOT_USER="minioadmin", MINIO_ROOT_PASSWORD="minioadmin", MINIO_BROWSER="off",
                MINIO_PROMETHEUS_AUTH_TYPE="public")
     if shape is None:
         port = free_port()
-        st["pids"].append(spawn([minio, "server", str(data / "minio"), "--address", f"{listen_host}:{port}",
-                                 "--console-address", f"127.0.0.1:{free_port()}", "--quiet"], data / "minio.log", env))
+        st["procs"]["minio"] = spawn([minio, "server", str(data / "minio"), "--address", f"{listen_host}:{port}",
+                                      "--console-address", f"127.0.0.1:{free_port()}", "--quiet"],
+                                     data / "minio.log", env)
+        st["pids"].append(st["procs"]["minio"])
         st["endpoint"] = f"http://{listen_host}:{port}"
         state_file.write_text(json.dumps(st))
         wait_http(f"{st['endpoint']}/minio/health/live")
@@ -145,13 +148,18 @@ def up(profile: str, minio: str, data: Path, state_file: Path, listen_host: str 
     # The aggregate rate, both directions (each side shapes what it sends).
     sh("tc", "qdisc", "add", "dev", vh, "root", "tbf", "rate", shape["rate"], "burst", "1mb", "latency", "100ms")
     sh("tc", "qdisc", "add", "dev", vn, "root", "tbf", "rate", shape["rate"], "burst", "1mb", "latency", "100ms", ns=ns)
-    st["pids"].append(spawn(["ip", "netns", "exec", ns, minio, "server", str(data / "minio"), "--address",
-                             f"{ns_ip}:9000", "--console-address", f"{ns_ip}:9001", "--quiet"], data / "minio.log", env))
+    # (`ip netns exec` execs MinIO: the pid is MinIO's.)
+    st["procs"]["minio"] = spawn(["ip", "netns", "exec", ns, minio, "server", str(data / "minio"), "--address",
+                                  f"{ns_ip}:9000", "--console-address", f"{ns_ip}:9001", "--quiet"],
+                                 data / "minio.log", env)
+    st["pids"].append(st["procs"]["minio"])
     state_file.write_text(json.dumps(st))
     wait_http(f"http://{ns_ip}:9000/minio/health/live")
     # Delay: toxiproxy in front of MinIO, latency on both directions.
     api_port, listen = free_port(), free_port()
-    st["pids"].append(spawn([toxiproxy_bin(), "-host", "127.0.0.1", "-port", str(api_port)], data / "toxiproxy.log"))
+    st["procs"]["toxiproxy"] = spawn([toxiproxy_bin(), "-host", "127.0.0.1", "-port", str(api_port)],
+                                     data / "toxiproxy.log")
+    st["pids"].append(st["procs"]["toxiproxy"])
     state_file.write_text(json.dumps(st))
     wait_http(f"http://127.0.0.1:{api_port}/version")
     api(api_port, "/proxies", {"name": "minio", "listen": f"{listen_host}:{listen}", "upstream": f"{ns_ip}:9000"})

@@ -261,6 +261,12 @@ def wait_persisted(locus_bin: str):
         time.sleep(0.5)
 
 
+def metrics_text(url: str, headers: dict | None = None) -> str:
+    """The Prometheus text at `url`."""
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
+        return r.read().decode()
+
+
 def persist_counters(metrics_url: str) -> dict:
     """Locus's persist counters from its Prometheus text: bytes written to the UFS, and
     persists done and skipped (the file was gone by its turn)."""
@@ -272,9 +278,7 @@ def persist_counters(metrics_url: str) -> dict:
     token_file = os.environ.get("LOCUS_SECURITY__TOKEN_FILE")
     if token_file and os.path.exists(token_file):
         headers["Authorization"] = "Bearer " + open(token_file).read().strip()
-    req = urllib.request.Request(metrics_url, headers=headers)
-    text = urllib.request.urlopen(req, timeout=10).read().decode()
-    for line in text.splitlines():
+    for line in metrics_text(metrics_url, headers).splitlines():
         if line.startswith("locus_persisted_bytes_total "):
             out["persisted_bytes"] = int(float(line.split()[-1]))
         elif line.startswith('locus_persist_ops_total{kind="PERSIST",result="done"}'):
@@ -309,8 +313,7 @@ def minio_requests(endpoint: str) -> dict:
         return {}
     out: dict = {}
     try:
-        with urllib.request.urlopen(f"{endpoint}/minio/v2/metrics/node", timeout=10) as r:
-            text = r.read().decode()
+        text = metrics_text(f"{endpoint}/minio/v2/metrics/node")
     except OSError:
         return {}
     for line in text.splitlines():
@@ -323,8 +326,9 @@ def minio_requests(endpoint: str) -> dict:
 def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "",
             cpu_pids: dict | None = None, minio_endpoint: str = "") -> dict:
     is_locus = system["name"].startswith("locus")
+    cpu_pids = cpu_pids or {}
     before = persist_counters(metrics_url) if is_locus else {}
-    cpu0 = cpu_now(cpu_pids or {})
+    cpu0 = cpu_now(cpu_pids)
     req0 = minio_requests(minio_endpoint)
     # Paths through the Python client are absolute (`/lake/...`, as a local file
     # system's): PyArrow's dataset discovery wants listed paths under its base as given.
@@ -341,7 +345,7 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     r.update(json.loads(p.stdout.strip().splitlines()[-1]))
     r["total"] = sum(r[s] for s in STAGES)
     # The CPU the timed stages cost each process (the persists' drain below not counted).
-    r["cpu"] = {k: round(v - cpu0[k], 2) for k, v in cpu_now(cpu_pids or {}).items()}
+    r["cpu"] = {k: round(v - cpu0[k], 2) for k, v in cpu_now(cpu_pids).items()}
     # The S3 requests MinIO served meanwhile (the run's own; runs do not overlap).
     req1 = minio_requests(minio_endpoint)
     if req0 and req1:
@@ -447,43 +451,37 @@ def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, prof
     return lines
 
 
-def cpu_lines(runs: dict) -> list[str]:
-    """The report's CPU table: per system, the median CPU seconds of each process over its
-    timed runs' stages."""
-    names = sorted({k for rs in runs.values() for r in rs for k in r.get("cpu", {})},
-                   key=lambda k: (k != "stages", k))
+def median_table(runs: dict, key: str, title: str, fmt: str, first: str = "") -> list[str]:
+    """A report table of the per-run counts under `key` (a dict per run): per system, the
+    median of each count over its timed runs and of their sum, as `fmt`; columns in name
+    order, `first` first."""
+    names = sorted({k for rs in runs.values() for r in rs for k in r.get(key, {})}, key=lambda k: (k != first, k))
     if not names:
         return []
     label = {**LOCUS_SYSTEMS, **FLOORS, "direct": "direct"}
-    lines = ["", "CPU seconds per run during the stages (medians; `stages` = the PyArrow stages' process and "
-             "the Spark stages' JVMs; the machine has " + f"{os.cpu_count()} cores):", "",
-             "| system | " + " | ".join(names) + " | all |", "|---|" + "---:|" * (len(names) + 1)]
+    lines = ["", title, "", "| system | " + " | ".join(names) + " | all |", "|---|" + "---:|" * (len(names) + 1)]
     for n, rs in runs.items():
         if not rs:
             continue
-        med = [statistics.median(r.get("cpu", {}).get(k, 0.0) for r in rs) for k in names]
-        all_ = statistics.median(sum(r.get("cpu", {}).values()) for r in rs)
-        lines.append(f"| {label.get(n, n)} | " + " | ".join(f"{v:.1f}" for v in med) + f" | {all_:.1f} |")
+        med = [statistics.median(r.get(key, {}).get(k, 0) for r in rs) for k in names]
+        all_ = statistics.median(sum(r.get(key, {}).values()) for r in rs)
+        lines.append(f"| {label.get(n, n)} | " + " | ".join(format(v, fmt) for v in med) + f" | {all_:{fmt}} |")
     return lines
+
+
+def cpu_lines(runs: dict) -> list[str]:
+    """The report's CPU table: per system, the median CPU seconds of each process over its
+    timed runs' stages."""
+    return median_table(runs, "cpu", "CPU seconds per run during the stages (medians; `stages` = the PyArrow "
+                        f"stages' process and the Spark stages' JVMs; the machine has {os.cpu_count()} cores):",
+                        ".1f", first="stages")
 
 
 def request_lines(runs: dict) -> list[str]:
     """The report's table of MinIO's requests during the stages: per system, the median
     count of each S3 API over its timed runs."""
-    apis = sorted({k for rs in runs.values() for r in rs for k in r.get("minio_requests", {})})
-    if not apis:
-        return []
-    label = {**LOCUS_SYSTEMS, **FLOORS, "direct": "direct"}
-    lines = ["", "S3 requests MinIO served per run during the stages (medians; a floor's are none, the "
-             "uploader's are those of floor + persistence):", "",
-             "| system | " + " | ".join(apis) + " | all |", "|---|" + "---:|" * (len(apis) + 1)]
-    for n, rs in runs.items():
-        if not rs:
-            continue
-        med = [statistics.median(r.get("minio_requests", {}).get(k, 0) for r in rs) for k in apis]
-        all_ = statistics.median(sum(r.get("minio_requests", {}).values()) for r in rs)
-        lines.append(f"| {label.get(n, n)} | " + " | ".join(f"{v:g}" for v in med) + f" | {all_:g} |")
-    return lines
+    return median_table(runs, "minio_requests", "S3 requests MinIO served per run during the stages (medians; "
+                        "a floor's are none, the uploader's are those of floor + persistence):", "g")
 
 
 def main():

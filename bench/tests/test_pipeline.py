@@ -3,6 +3,7 @@ counters it reads from Locus, and the spread it reports."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import sys
 import threading
@@ -39,22 +40,26 @@ def serve(text: str):
     return s
 
 
-def test_persist_counters_read_the_locus_metrics():
-    s = serve(METRICS)
+@contextlib.contextmanager
+def served(text: str):
+    """`text` served over HTTP for the block: its base URL."""
+    s = serve(text)
     try:
-        c = pipeline.persist_counters(f"http://127.0.0.1:{s.server_port}/metrics")
+        yield f"http://127.0.0.1:{s.server_port}"
     finally:
         s.shutdown()
+
+
+def test_persist_counters_read_the_locus_metrics():
+    with served(METRICS) as url:
+        c = pipeline.persist_counters(f"{url}/metrics")
     assert c == {"persisted_bytes": 2713173395, "persists_done": 41, "persists_skipped": 302}
 
 
 def test_persist_counters_are_zero_without_an_endpoint_or_a_metric():
     assert pipeline.persist_counters("") == {"persisted_bytes": 0, "persists_done": 0, "persists_skipped": 0}
-    s = serve("locus_workers_live 1\n")
-    try:
-        c = pipeline.persist_counters(f"http://127.0.0.1:{s.server_port}/metrics")
-    finally:
-        s.shutdown()
+    with served("locus_workers_live 1\n") as url:
+        c = pipeline.persist_counters(f"{url}/metrics")
     assert c["persisted_bytes"] == 0 and c["persists_done"] == 0
 
 
@@ -154,14 +159,11 @@ minio_s3_requests_4xx_errors_total{api="headobject",server="127.0.0.1:9000"} 70
 
 
 def test_minio_requests_are_read_by_api_and_empty_when_unreachable():
-    s = serve(MINIO_METRICS)
-    try:
-        c = pipeline.minio_requests(f"http://127.0.0.1:{s.server_port}")
-    finally:
-        s.shutdown()
+    with served(MINIO_METRICS) as url:
+        c = pipeline.minio_requests(url)
     assert c == {"headobject": 72, "listobjectsv2": 78, "putobjectpart": 105}
     assert pipeline.minio_requests("") == {}
-    assert pipeline.minio_requests(f"http://127.0.0.1:{s.server_port}") == {}  # shut down
+    assert pipeline.minio_requests(url) == {}  # shut down
 
 
 def test_request_table_gives_the_median_per_api_and_the_sum():

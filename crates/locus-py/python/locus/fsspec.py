@@ -12,7 +12,7 @@ import datetime
 import os
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
-from fsspec.utils import stringify_path
+from fsspec.utils import isfilelike, stringify_path
 
 from . import _native
 
@@ -148,12 +148,13 @@ class LocusFileSystem(AbstractFileSystem):
         self.client.mv(self._strip_protocol(path1), self._strip_protocol(path2))
 
     def cp_file(self, path1, path2, **kwargs):
-        # A directory met by a recursive copy is made at the target, as fsspec's local
-        # filesystem does (its files come as calls of their own).
-        if self.isdir(path1):
+        try:
+            src = self.client.open(self._strip_protocol(path1))
+        except IsADirectoryError:
+            # A directory met by a recursive copy is made at the target, as fsspec's local
+            # filesystem does (its files come as calls of their own).
             self.makedirs(path2, exist_ok=True)
             return
-        src = self.client.open(self._strip_protocol(path1))
         with _Writing(self.client, self._strip_protocol(path2), True, self.write_type) as w:
             _copy_out(src, w.write)
 
@@ -199,7 +200,7 @@ class LocusFileSystem(AbstractFileSystem):
         r = self.client.open(rpath)
         if callback is not None:
             callback.set_size(r.size)
-        if outfile is None and hasattr(lpath, "write"):  # a file-like target, as fsspec allows
+        if outfile is None and isfilelike(lpath):  # a file-like target, as fsspec allows
             outfile = lpath
         if outfile is None:
             # As fsspec's own get_file: the local parent directories are made.
