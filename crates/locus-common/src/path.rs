@@ -73,6 +73,13 @@ pub fn is_staged(path: &str) -> bool {
     path.split('/').rev().skip(1).any(|c| c == "_temporary")
 }
 
+/// Whether `path` is a committers' staging directory (`_temporary`) or lies in one: the
+/// scratch space of a job's output, which the job alone fills and which no reader of the
+/// dataset looks into.
+pub fn in_staging(path: &str) -> bool {
+    path.split('/').any(|c| c == "_temporary")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +115,9 @@ mod tests {
         assert!(!is_staged("/out/part-0.parquet"));
         assert!(!is_staged("/out/_temporary"), "a file named _temporary is not in one");
         assert!(!is_staged("out/my_temporary/part-0"));
+        assert!(in_staging("/out/_temporary"));
+        assert!(in_staging("/out/_temporary/0/task_1"));
+        assert!(!in_staging("/out/part-0"));
+        assert!(!in_staging("/out/my_temporary"));
     }
 }

@@ -89,7 +89,7 @@ impl Master {
         // A name the UFS cannot hold as it is is refused now, not by a persist later.
         let (m, rel) = self.mount_for(&path)?;
         m.ufs.check_name(&rel, false)?;
-        if let Some(rec) = self.resolve_with(&path, true).await? {
+        if let Some(rec) = self.resolve(&path).await? {
             if rec.is_dir {
                 return Err(Error::new(ErrorKind::IsADirectory, format!("{path} is a directory")));
             }
@@ -236,6 +236,8 @@ impl Master {
                     return Err(Error::new(ErrorKind::IsADirectory, format!("{path} is a directory")));
                 }
                 self.drop_version(w, &old, fx)?;
+                let mut old = old;
+                old.ufs_older |= is_persisted(&old);
                 old
             }
             None => self.new_inode(w, parent_id, name, false, 0, String::new(), now, now, Some(version))?,

@@ -176,6 +176,34 @@ impl Master {
         next_id(w, "pin_epoch", 1).map(|_| ())
     }
 
+    /// Whether the UFS may hold something at the path of entry `rec`: it, or anything
+    /// below it, is persisted, or is a file written over since a version was persisted.
+    pub(crate) fn ufs_may_hold(&self, rec: &pb::InodeRecord) -> Result<bool> {
+        let r = self.inner.store.read()?;
+        let ch = r.open_table(CHILDREN).map_err(db_err)?;
+        let inodes = r.open_table(INODES).map_err(db_err)?;
+        let mut stack = vec![rec.clone()];
+        while let Some(rec) = stack.pop() {
+            if is_persisted(&rec) || rec.ufs_older {
+                return Ok(true);
+            }
+            if rec.is_dir {
+                for e in ch.range((rec.id, "")..(rec.id + 1, "")).map_err(db_err)? {
+                    let (_, id) = e.map_err(db_err)?;
+                    stack.extend(get_inode(&inodes, id.value())?);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether a rename of `rec` from `path` needs no UFS change: a committer's staged
+    /// output that never reached the UFS (its directories are not made there, its files
+    /// wait to be persisted at their final paths).
+    pub(crate) fn rename_stays_in_locus(&self, path: &str, rec: &pb::InodeRecord) -> Result<bool> {
+        Ok(locus_common::path::in_staging(path) && !self.ufs_may_hold(rec)?)
+    }
+
     /// Remove `name` under `parent` and everything below it from the namespace.
     pub(crate) fn remove_subtree(&self, w: &WriteTransaction, parent: u64, name: &str, fx: &mut Effects) -> Result<()> {
         let Some(id) = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, name)? else {

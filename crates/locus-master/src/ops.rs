@@ -129,10 +129,17 @@ impl Master {
         let (m, rel) = self.writable(&path)?;
         let op = pb::PersistOp { kind: pb::PersistOpKind::Mkdir.into(), ..self.op_for(&m, &rel, &path) };
         let (parent_path, name) = (parent_path.to_string(), name.to_string());
+        // A committer's staging directory stays in Locus (not persisted): it exists in the
+        // UFS only once a file in it is persisted there, as an object store's prefixes do.
+        // Its marker, and the markers its renames and its delete would move and remove,
+        // were UFS requests in the job's commit while its persists run.
+        let staging = lpath::in_staging(&path);
         // Made now (nothing queued on the path): the new marker keeps the ancestors.
         let ufs = async {
-            m.ufs.create_dir(&rel).await?;
-            self.settle_markers(&m, &rel).await;
+            if !staging {
+                m.ufs.create_dir(&rel).await?;
+                self.settle_markers(&m, &rel).await;
+            }
             Ok(())
         };
         self.ufs_change(m.info.id, &[&rel], None, ufs, move |me, w, queued, _| {
@@ -145,6 +152,11 @@ impl Master {
             let now = now_ms();
             let mut rec = me.new_inode(w, parent.id, &name, true, 0, String::new(), now, now, None)?;
             rec.children_loaded = true;
+            if staging {
+                rec.set_persist_state(pb::PersistState::NotPersisted);
+                put_inode(w, &rec)?;
+                return Ok(None);
+            }
             if queued {
                 rec.set_persist_state(pb::PersistState::ToBePersisted);
             }
@@ -225,7 +237,7 @@ impl Master {
         // A destination the UFS cannot hold as it is is refused before anything moves.
         let (dm, drel) = self.mount_for(&dst)?;
         dm.ufs.check_name(&drel, rec.is_dir)?;
-        if self.resolve_with(&dst, true).await?.is_some() {
+        if self.resolve(&dst).await?.is_some() {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{dst} exists")));
         }
         let (dparent_path, dname) = lpath::split_parent(&dst).unwrap();
@@ -238,8 +250,13 @@ impl Master {
         if sm.info.id != dm.info.id {
             return Err(Error::invalid("rename across mounts is not supported"));
         }
-        let persisted = is_persisted(&rec);
+        let (persisted, staged) = (is_persisted(&rec), lpath::in_staging(&src).then(|| rec.clone()));
         let ufs = async {
+            if let Some(rec) = &staged
+                && self.rename_stays_in_locus(&src, rec)?
+            {
+                return Ok(());
+            }
             match sm.ufs.rename(&srel, &drel).await {
                 // Bytes not persisted yet have nothing to move in the UFS.
                 Err(e) if e.kind() == ErrorKind::NotFound && !persisted => Ok(()),
@@ -252,6 +269,7 @@ impl Master {
         };
         let op = pb::PersistOp {
             kind: pb::PersistOpKind::Rename.into(),
+            inode_id: rec.id,
             dst_ufs_path: drel.clone(),
             ..self.op_for(&sm, &srel, &src)
         };

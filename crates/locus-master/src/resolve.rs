@@ -81,16 +81,17 @@ impl Master {
 
     /// Resolve a normalised path, loading it lazily from its UFS and re-checking a file
     /// against the UFS once its mount's sync interval has passed.
+    ///
+    /// A name missing from a directory whose listing is loaded and fresh (within the sync
+    /// interval) does not exist: no UFS call is made, for a reader's lookup as for a
+    /// create's (which so works while the UFS is away). Lookups by name and listings
+    /// agree: what was put in the UFS behind Locus's back shows in a loaded directory at
+    /// its next sync, by name as in its listing (Alluxio's `ONCE` loading with its
+    /// absent-path cache does the same). A directory not listed yet is asked of the UFS
+    /// name by name. This keeps the lookups of a job's commit protocol (a Spark job's
+    /// output directory, each `_temporary` level, each file before its rename,
+    /// `_SUCCESS`), which mostly miss, off the UFS while the job's persists run there.
     pub(crate) async fn resolve(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
-        self.resolve_with(path, false).await
-    }
-
-    /// [`Master::resolve`]; with `trust_listing`, a name missing from a directory whose
-    /// listing is loaded and fresh (within the sync interval) does not exist, with no UFS
-    /// call. Writers use it: a create costs no UFS round trip, and works while the UFS
-    /// is away. Readers still look a missing name up in the UFS, so files put there
-    /// behind Locus's back are found by path at once.
-    pub(crate) async fn resolve_with(&self, path: &str, trust_listing: bool) -> Result<Option<pb::InodeRecord>> {
         if let Some(rec) = self.read_inode_by_path(path)? {
             if rec.is_dir || path == "/" || !is_persisted(&rec) {
                 return Ok(Some(rec));
@@ -148,7 +149,7 @@ impl Master {
                         if !prec.is_dir {
                             return Ok(None);
                         }
-                        if trust_listing && prec.children_loaded {
+                        if prec.children_loaded {
                             let (m, _) = self.mount_for(&cur)?;
                             if !Self::sync_due(&prec, &m) {
                                 return Ok(None);

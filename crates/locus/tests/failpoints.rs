@@ -157,9 +157,9 @@ async fn failed_acks_leave_no_file_and_failed_persists_are_retried() {
 }
 
 /// A namespace change whose UFS side is still queued is what every later read sees: a
-/// metadata sync neither drops a directory renamed behind a queued persist (Spark's
-/// task commit), nor brings back a key deleted while an older version is still in the
-/// UFS (read-after-delete). The persist queue is held by a fault point, so the UFS stays
+/// metadata sync neither drops a directory renamed behind a queued persist (a task
+/// commit's, in Spark's staging directory, which stays in Locus, or elsewhere), nor brings
+/// back a key deleted while an older version is still in the UFS (read-after-delete). The persist queue is held by a fault point, so the UFS stays
 /// behind for as long as the test looks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn syncs_never_undo_changes_whose_ufs_side_is_queued() {
@@ -188,21 +188,25 @@ async fn syncs_never_undo_changes_whose_ufs_side_is_queued() {
             cl.put_with(p, &mut &data[..], &opts, |_| Ok(Default::default())).await
         }
     };
-    // The old version of a key is in the UFS; an attempt directory is made there too.
+    // The old version of a key is in the UFS, and a directory. An attempt directory is
+    // made in Locus only (a committer's staging directory).
     put("/m/k", b"OLD VERSION 1", WriteType::Through).await.unwrap();
     cl.mkdir("/m/out/_temporary/attempt_0", true).await.unwrap();
-    assert!(ufs.join("out/_temporary/attempt_0").is_dir());
+    cl.mkdir("/m/d0", true).await.unwrap();
+    assert!(ufs.join("out").is_dir() && !ufs.join("out/_temporary").exists() && ufs.join("d0").is_dir());
 
     fail::cfg("master.persist.before_ufs", "return").unwrap();
     // Then a task writes its output (the persist is queued and held), and commits it by
     // renaming the attempt directory (queued behind the persist).
     put("/m/out/_temporary/attempt_0/part-0", b"part zero", WriteType::AsyncThrough).await.unwrap();
     cl.rename("/m/out/_temporary/attempt_0", "/m/out/_temporary/task_0").await.unwrap();
+    put("/m/d0/f", b"in d0", WriteType::AsyncThrough).await.unwrap();
+    cl.rename("/m/d0", "/m/d1").await.unwrap();
     // A newer version of the key, then its delete: both queued behind the held queue.
     put("/m/k", b"NEWER VERSION 2", WriteType::AsyncThrough).await.unwrap();
     cl.delete("/m/k", false).await.unwrap();
     assert_eq!(std::fs::read(ufs.join("k")).unwrap(), b"OLD VERSION 1", "the UFS is behind");
-    assert!(!ufs.join("out/_temporary/task_0").exists(), "the UFS is behind");
+    assert!(ufs.join("d0").is_dir() && !ufs.join("d1").exists(), "the UFS is behind");
 
     for round in 0..4 {
         tokio::time::sleep(Duration::from_millis(120)).await; // every sync is due
@@ -210,7 +214,8 @@ async fn syncs_never_undo_changes_whose_ufs_side_is_queued() {
         assert_eq!(e.kind(), ErrorKind::NotFound, "round {round}: the deleted key came back: {e}");
         let mut names = Vec::new();
         cl.list_each("/m", false, |fi| names.push(fi.name.clone())).await.unwrap();
-        assert_eq!(names, ["out"], "round {round}");
+        assert_eq!(names, ["d1", "out"], "round {round}: the renamed directory was dropped");
+        assert_eq!(read_whole(&cl, "/m/d1/f").await, b"in d0");
         let mut names = Vec::new();
         cl.list_each("/m/out/_temporary", false, |fi| names.push(fi.name.clone())).await.unwrap();
         assert_eq!(names, ["task_0"], "round {round}: the renamed directory was dropped");
@@ -221,17 +226,18 @@ async fn syncs_never_undo_changes_whose_ufs_side_is_queued() {
     }
 
     // Once the queue runs, the UFS catches up and says the same: the key is gone, the
-    // attempt directory is renamed (its output's persist still sits out the staging wait
-    // of `_temporary` files, master.staged_persist_wait).
+    // directory is renamed with its file. The staged output stays in Locus (its persist
+    // sits out the staging wait of `_temporary` files, master.staged_persist_wait).
     fail::remove("master.persist.before_ufs");
     for _ in 0..400 {
-        if !ufs.join("k").exists() && ufs.join("out/_temporary/task_0").is_dir() {
+        if !ufs.join("k").exists() && ufs.join("d1/f").is_file() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!ufs.join("k").exists());
-    assert!(ufs.join("out/_temporary/task_0").is_dir() && !ufs.join("out/_temporary/attempt_0").exists());
+    assert!(!ufs.join("d0").exists() && std::fs::read(ufs.join("d1/f")).unwrap() == b"in d0");
+    assert!(!ufs.join("out/_temporary").exists());
     tokio::time::sleep(Duration::from_millis(120)).await;
     assert_eq!(cl.status("/m/k", false).await.unwrap_err().kind(), ErrorKind::NotFound);
     let mut names = Vec::new();
@@ -291,7 +297,9 @@ async fn a_sync_that_read_the_ufs_before_a_delete_never_brings_it_back() {
     }
 
     // A lookup finds a file in the UFS and is held before its commit; the file is
-    // deleted meanwhile (through a lookup of its own).
+    // deleted meanwhile (through a lookup of its own). (Once the listing of /m is due: a
+    // fresh one answers for a name it lacks.)
+    tokio::time::sleep(SYNC + Duration::from_millis(100)).await;
     std::fs::write(ufs.join("g.txt"), b"behind Locus's back").unwrap();
     fail::cfg("master.resolve.after_ufs", "1*return(1500)").unwrap();
     let lookup = tokio::spawn({
