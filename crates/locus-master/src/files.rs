@@ -89,7 +89,7 @@ impl Master {
         // A name the UFS cannot hold as it is is refused now, not by a persist later.
         let (m, rel) = self.mount_for(&path)?;
         m.ufs.check_name(&rel, false)?;
-        if let Some(rec) = self.resolve(&path).await? {
+        if let Some(rec) = self.resolve_with(&path, true).await? {
             if rec.is_dir {
                 return Err(Error::new(ErrorKind::IsADirectory, format!("{path} is a directory")));
             }

@@ -15,6 +15,7 @@
 //! front ends.
 //! Durable changes run on the store's committer thread, never on the async runtime.
 
+mod absent;
 mod files;
 mod markers;
 mod metrics;
@@ -84,6 +85,8 @@ pub(crate) struct Inner {
     verifier: Verifier,
     /// TLS of the RPC port and of the master's connections to workers.
     tls: Tls,
+    /// UFS paths lookups found missing (`absent`).
+    absent: absent::AbsentPaths,
 }
 
 /// Builds a [`Master`].
@@ -136,6 +139,7 @@ impl MasterBuilder {
             jobs: Mutex::new(Vec::new()),
             verifier: Verifier::new(&self.secret),
             tls: self.tls,
+            absent: absent::AbsentPaths::default(),
         });
         let m = Master { inner };
         m.load_mounts()?;

@@ -237,7 +237,7 @@ impl Master {
         // A destination the UFS cannot hold as it is is refused before anything moves.
         let (dm, drel) = self.mount_for(&dst)?;
         dm.ufs.check_name(&drel, rec.is_dir)?;
-        if self.resolve(&dst).await?.is_some() {
+        if self.resolve_with(&dst, true).await?.is_some() {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{dst} exists")));
         }
         let (dparent_path, dname) = lpath::split_parent(&dst).unwrap();

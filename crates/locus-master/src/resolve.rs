@@ -81,17 +81,18 @@ impl Master {
 
     /// Resolve a normalised path, loading it lazily from its UFS and re-checking a file
     /// against the UFS once its mount's sync interval has passed.
-    ///
-    /// A name missing from a directory whose listing is loaded and fresh (within the sync
-    /// interval) does not exist: no UFS call is made, for a reader's lookup as for a
-    /// create's (which so works while the UFS is away). Lookups by name and listings
-    /// agree: what was put in the UFS behind Locus's back shows in a loaded directory at
-    /// its next sync, by name as in its listing (Alluxio's `ONCE` loading with its
-    /// absent-path cache does the same). A directory not listed yet is asked of the UFS
-    /// name by name. This keeps the lookups of a job's commit protocol (a Spark job's
-    /// output directory, each `_temporary` level, each file before its rename,
-    /// `_SUCCESS`), which mostly miss, off the UFS while the job's persists run there.
     pub(crate) async fn resolve(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
+        self.resolve_with(path, false).await
+    }
+
+    /// [`Master::resolve`]; with `trust_listing`, a name missing from a directory whose
+    /// listing is loaded and fresh (within the sync interval) does not exist, with no UFS
+    /// call. Writers use it: a create costs no UFS round trip, and works while the UFS
+    /// is away. Readers still look a missing name up in the UFS, so files put there
+    /// behind Locus's back are found by path at once; but not twice within the sync
+    /// interval ([`absent`](crate::absent)), and not under a directory that exists in
+    /// Locus only (a committer's staging directory), where nothing else writes.
+    pub(crate) async fn resolve_with(&self, path: &str, trust_listing: bool) -> Result<Option<pb::InodeRecord>> {
         if let Some(rec) = self.read_inode_by_path(path)? {
             if rec.is_dir || path == "/" || !is_persisted(&rec) {
                 return Ok(Some(rec));
@@ -149,7 +150,10 @@ impl Master {
                         if !prec.is_dir {
                             return Ok(None);
                         }
-                        if prec.children_loaded {
+                        if !is_persisted(&prec) {
+                            return Ok(None);
+                        }
+                        if trust_listing && prec.children_loaded {
                             let (m, _) = self.mount_for(&cur)?;
                             if !Self::sync_due(&prec, &m) {
                                 return Ok(None);
@@ -170,7 +174,13 @@ impl Master {
                 // (a delete of it, say): what the UFS holds there is not to be imported.
                 return Ok(None);
             }
+            let interval = m.info.sync_interval_ms;
+            if self.inner.absent.is_absent(m.info.id, &rel, interval, now_ms()) {
+                return Ok(None);
+            }
+            let asked = now_ms();
             let Some(st) = m.ufs.stat(&rel).await? else {
+                self.inner.absent.note(m.info.id, &rel, asked, interval);
                 return Ok(None);
             };
             locus_common::delay_point("master.resolve.after_ufs").await;

@@ -297,9 +297,7 @@ async fn a_sync_that_read_the_ufs_before_a_delete_never_brings_it_back() {
     }
 
     // A lookup finds a file in the UFS and is held before its commit; the file is
-    // deleted meanwhile (through a lookup of its own). (Once the listing of /m is due: a
-    // fresh one answers for a name it lacks.)
-    tokio::time::sleep(SYNC + Duration::from_millis(100)).await;
+    // deleted meanwhile (through a lookup of its own).
     std::fs::write(ufs.join("g.txt"), b"behind Locus's back").unwrap();
     fail::cfg("master.resolve.after_ufs", "1*return(1500)").unwrap();
     let lookup = tokio::spawn({

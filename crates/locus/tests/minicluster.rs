@@ -329,18 +329,18 @@ async fn changed_ufs_file_is_reread_after_the_sync_interval() {
     c.shutdown().await;
 }
 
-/// A lookup by name agrees with the listing: within the sync interval, a directory whose
-/// listing is loaded answers for a name it lacks with no UFS call (a job's commit looks up
-/// many missing names while its persists run in the UFS), so a file put in the UFS behind
-/// Locus's back shows at the next sync, by name as in the listing. A directory not listed
-/// yet is asked of the UFS name by name, so a file there is found at once.
+/// A name the namespace lacks is asked of the UFS, so a file put there behind Locus's
+/// back is found by name at once, even in a directory listed already; but a name the UFS
+/// said is missing is not asked again within the sync interval (a job's commit looks the
+/// same missing names up several times while its persists run in the UFS), and nothing
+/// under a committer's staging directory is (it exists in Locus only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fresh_listing_answers_for_the_names_it_lacks() {
+async fn a_missing_name_is_asked_of_the_ufs_once_per_sync_interval() {
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path(), 1, 64 << 20, false).await;
     let cl = client(&c, Locality::Auto);
     let other = dir.path().join("other");
-    std::fs::create_dir_all(other.join("unlisted")).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("a.txt"), b"a").unwrap();
     cl.mount(pb::MountRequest {
         path: "/m".into(),
@@ -351,14 +351,23 @@ async fn a_fresh_listing_answers_for_the_names_it_lacks() {
     .await
     .unwrap();
     let (names, _) = cl.list_page("/m", "", false, 0).await.unwrap();
-    assert_eq!(names.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a.txt", "unlisted"]);
+    assert_eq!(names.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a.txt"]);
     std::fs::write(other.join("late.txt"), b"late").unwrap();
-    std::fs::write(other.join("unlisted/b.txt"), b"b").unwrap();
-    let e = cl.status("/m/late.txt", false).await.unwrap_err();
-    assert_eq!(e.kind(), locus_common::ErrorKind::NotFound, "a fresh listing of /m lacks late.txt: {e}");
-    assert_eq!(read_all(&cl, "/m/unlisted/b.txt").await, b"b", "found by name where nothing is listed");
+    assert_eq!(read_all(&cl, "/m/late.txt").await, b"late", "found by name at once");
+
+    let not_found = |p: &'static str| {
+        let cl = &cl;
+        async move { cl.status(p, false).await.unwrap_err().kind() == locus_common::ErrorKind::NotFound }
+    };
+    assert!(not_found("/m/_SUCCESS").await);
+    std::fs::write(other.join("_SUCCESS"), b"").unwrap();
+    assert!(not_found("/m/_SUCCESS").await, "the UFS is not asked again within the interval");
+    cl.mkdir("/m/_temporary/0", true).await.unwrap();
+    std::fs::create_dir_all(other.join("_temporary/0")).unwrap();
+    std::fs::write(other.join("_temporary/0/part-0"), b"x").unwrap();
+    assert!(not_found("/m/_temporary/0/part-0").await, "staging directories are Locus's own");
     tokio::time::sleep(Duration::from_millis(1600)).await;
-    assert_eq!(read_all(&cl, "/m/late.txt").await, b"late", "found once the listing is due");
+    assert_eq!(cl.status("/m/_SUCCESS", false).await.unwrap().length, 0, "asked again once the interval is over");
     c.shutdown().await;
 }
 
