@@ -69,7 +69,10 @@ pub struct MasterConfig {
     /// A worker whose last heartbeat is older than this is lost. Default `10s`.
     #[serde(with = "humantime_serde")]
     pub worker_timeout: Duration,
-    /// Metadata sync interval for mounts that do not set one. Default `60s`.
+    /// Metadata sync interval for mounts that do not set one. Default `60s`. Within it, a
+    /// directory's listing and a file's status are served from the namespace, and a path
+    /// the UFS said is missing is not asked again; a path never looked up is asked at once.
+    /// `0s` asks the UFS every time.
     #[serde(with = "humantime_serde")]
     pub default_sync_interval: Duration,
     /// Time limit of one UFS metadata operation (stat, list, mount check). Default `20s`.

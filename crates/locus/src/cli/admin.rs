@@ -35,7 +35,9 @@ pub struct MountArgs {
     /// Refuse writes under this mount.
     #[arg(long)]
     pub readonly: bool,
-    /// How old metadata may get before it is checked against the UFS (e.g. 30s).
+    /// How old metadata may get before it is checked against the UFS (e.g. 30s; 0s checks
+    /// every time): listings, file statuses, and "not found" for a path looked up before.
+    /// Default: master.default_sync_interval (60s).
     #[arg(long)]
     pub sync_interval: Option<String>,
     /// Default write type of writes under this mount (else the cluster's).
