@@ -176,13 +176,17 @@ impl Master {
         next_id(w, "pin_epoch", 1).map(|_| ())
     }
 
-    /// Whether the UFS may hold something at the path of entry `rec`: it, or anything
-    /// below it, is persisted, or is a file written over since a version was persisted.
-    pub(crate) fn ufs_may_hold(&self, rec: &pb::InodeRecord) -> Result<bool> {
+    /// Whether the UFS may hold something at the path of entry `id`, as the namespace is
+    /// now: it, or anything below it, is persisted, or is a file written over since a
+    /// version was persisted. Only right while no UFS change of the path is queued or
+    /// under way (which may yet put something there, or have moved it in the namespace
+    /// already).
+    fn ufs_may_hold(&self, id: u64) -> Result<bool> {
         let r = self.inner.store.read()?;
         let ch = r.open_table(CHILDREN).map_err(db_err)?;
         let inodes = r.open_table(INODES).map_err(db_err)?;
-        let mut stack = vec![rec.clone()];
+        let Some(rec) = get_inode(&inodes, id)? else { return Ok(true) };
+        let mut stack = vec![rec];
         while let Some(rec) = stack.pop() {
             if is_persisted(&rec) || rec.ufs_older {
                 return Ok(true);
@@ -197,11 +201,14 @@ impl Master {
         Ok(false)
     }
 
-    /// Whether a rename of `rec` from `path` needs no UFS change: a committer's staged
-    /// output that never reached the UFS (its directories are not made there, its files
-    /// wait to be persisted at their final paths).
-    pub(crate) fn rename_stays_in_locus(&self, path: &str, rec: &pb::InodeRecord) -> Result<bool> {
-        Ok(locus_common::path::in_staging(path) && !self.ufs_may_hold(rec)?)
+    /// Whether a rename of entry `id` from `path`, made now with no UFS change queued on
+    /// its paths, needs no UFS change: a committer's staged output that never reached the
+    /// UFS (its directories are not made there, its files wait to be persisted at their
+    /// final paths). A queued rename is never judged so: by the time it runs, what it
+    /// moved may have moved on in the namespace (a persisted file renamed out of it, as
+    /// a job commit does after a task commit), while the UFS still holds it at the source.
+    pub(crate) fn rename_stays_in_locus(&self, path: &str, id: u64) -> Result<bool> {
+        Ok(locus_common::path::in_staging(path) && !self.ufs_may_hold(id)?)
     }
 
     /// Remove `name` under `parent` and everything below it from the namespace.

@@ -250,11 +250,10 @@ impl Master {
         if sm.info.id != dm.info.id {
             return Err(Error::invalid("rename across mounts is not supported"));
         }
-        let (persisted, staged) = (is_persisted(&rec), lpath::in_staging(&src).then(|| rec.clone()));
+        let persisted = is_persisted(&rec);
         let ufs = async {
-            if let Some(rec) = &staged
-                && self.rename_stays_in_locus(&src, rec)?
-            {
+            // (Judged now, not at the lookup: a persist may have landed since.)
+            if self.rename_stays_in_locus(&src, rec.id)? {
                 return Ok(());
             }
             match sm.ufs.rename(&srel, &drel).await {
@@ -284,7 +283,9 @@ impl Master {
                 ch.insert((dparent.id, dname.as_str()), rec.id).map_err(db_err)?;
             }
             crate::search::catalog::rename(w, &src_path, &dst_path)?;
-            let mut r = rec.clone();
+            // The entry as it is now (a persist may have committed since the lookup: the
+            // lookup's copy would undo it).
+            let mut r = load_inode(w, rec.id)?.ok_or_else(|| Error::not_found(format!("{src_path} was deleted")))?;
             r.parent = dparent.id;
             r.name = dname.clone();
             put_inode(w, &r)?;

@@ -375,7 +375,6 @@ impl Master {
                 m.ufs.delete(&op.ufs_path, op.is_dir).await?;
                 "done"
             }
-            pb::PersistOpKind::Rename if self.queued_rename_stays_in_locus(&op)? => "skipped",
             pb::PersistOpKind::Rename => match m.ufs.rename(&op.ufs_path, &op.dst_ufs_path).await {
                 // What was to move never reached the UFS (not persisted, or its persist
                 // moved with the rename).
@@ -406,21 +405,6 @@ impl Master {
         .await?;
         count(result);
         Ok(())
-    }
-
-    /// Whether a queued rename has nothing to move in the UFS (see
-    /// [`Master::rename_stays_in_locus`]), judged by what it moved as it is now. The
-    /// persists it took along wait behind it, and those of its paths that were under way
-    /// when it was queued are done. What was deleted since is not judged: the UFS is asked.
-    fn queued_rename_stays_in_locus(&self, op: &pb::PersistOp) -> Result<bool> {
-        if !locus_common::path::in_staging(&op.path) {
-            return Ok(false);
-        }
-        let rec = get_inode(&self.inner.store.read()?.open_table(INODES).map_err(db_err)?, op.inode_id)?;
-        match rec {
-            Some(rec) => self.rename_stays_in_locus(&op.path, &rec),
-            None => Ok(false),
-        }
     }
 
     /// Write a file's cached blocks to the UFS through a worker holding them, then mark

@@ -150,7 +150,9 @@ impl Master {
                         if !prec.is_dir {
                             return Ok(None);
                         }
-                        if !is_persisted(&prec) {
+                        if !is_persisted(&prec) && lpath::in_staging(&cur) {
+                            // Under a staging directory made in Locus only (one renamed
+                            // out of staging keeps its state, but not this trust).
                             return Ok(None);
                         }
                         if trust_listing && prec.children_loaded {

@@ -709,3 +709,51 @@ async fn a_short_circuit_write_an_older_worker_refuses_goes_over_the_data_path()
     }
     panic!("the write was not counted on the data path: {:?}", cl.report().await.unwrap().totals);
 }
+
+/// A rename queued behind other UFS changes moves what the UFS holds at its source when
+/// it runs, whatever has moved on in the namespace since: a task commit's rename of an
+/// attempt directory holding a file already in the UFS (written through, or its staging
+/// wait ran out), queued behind the persist of another, then the job commit's renames of
+/// both files out of it. Judged by the namespace at run time, the attempt directory held
+/// nothing persisted any more, its UFS rename was skipped, the file's own rename then
+/// found nothing to move, and the committed file, persisted by its record, was not in
+/// the UFS. The queue is held by a fault point while the renames are made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queued_rename_moves_what_the_ufs_holds_when_it_runs() {
+    use locus_client::PutOptions;
+    use locus_common::config::WriteType;
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (c, cl, ufs) = cluster_with_lake(dir.path(), 60_000).await;
+    let put = |p: String, data: &'static [u8], wt: WriteType| {
+        let cl = cl.clone();
+        async move {
+            let opts = PutOptions { write_type: Some(wt), ..Default::default() };
+            cl.put_with(&p, &mut &data[..], &opts, |_| Ok(Default::default())).await
+        }
+    };
+    let (s, d) = ("/m/out/_temporary/0/_temporary/attempt_1", "/m/out/_temporary/0/task_1");
+    cl.mkdir(s, true).await.unwrap();
+    put(format!("{s}/f1"), b"first file", WriteType::Through).await.unwrap();
+    assert!(ufs.join("out/_temporary/0/_temporary/attempt_1/f1").is_file());
+    fail::cfg("master.persist.before_ufs", "return").unwrap();
+    put(format!("{s}/f2"), b"second file", WriteType::AsyncThrough).await.unwrap();
+    cl.rename(s, d).await.unwrap();
+    cl.rename(&format!("{d}/f1"), "/m/out/f1").await.unwrap();
+    cl.rename(&format!("{d}/f2"), "/m/out/f2").await.unwrap();
+    fail::remove("master.persist.before_ufs");
+    for _ in 0..400 {
+        if cl.report().await.unwrap().persist_queue_ops == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cl.report().await.unwrap().persist_queue_ops, 0, "the queue drained");
+    assert_eq!(
+        std::fs::read(ufs.join("out/f1")).ok().as_deref(),
+        Some(&b"first file"[..]),
+        "the committed file is in the UFS"
+    );
+    assert_eq!(std::fs::read(ufs.join("out/f2")).unwrap(), b"second file");
+    c.shutdown().await;
+}
