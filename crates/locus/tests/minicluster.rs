@@ -295,22 +295,29 @@ async fn demotion_to_ssd_and_promotion_back() {
     c.shutdown().await;
 }
 
+/// Mounts `<dir>/other`, holding one file (`name`, `bytes`), at `/m` (file://) with a sync
+/// interval of `sync_ms`; returns the directory.
+async fn mount_lake(cl: &Client, dir: &Path, (name, bytes): (&str, &[u8]), sync_ms: u64) -> std::path::PathBuf {
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join(name), bytes).unwrap();
+    cl.mount(pb::MountRequest {
+        path: "/m".into(),
+        uri: format!("file://{}", other.display()),
+        sync_interval_ms: sync_ms,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    other
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn changed_ufs_file_is_reread_after_the_sync_interval() {
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path(), 1, 64 << 20, false).await;
     let cl = client(&c, Locality::Auto);
-    let other = dir.path().join("other");
-    std::fs::create_dir_all(&other).unwrap();
-    std::fs::write(other.join("x.txt"), b"version one").unwrap();
-    cl.mount(pb::MountRequest {
-        path: "/m".into(),
-        uri: format!("file://{}", other.display()),
-        sync_interval_ms: 300,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let other = mount_lake(&cl, dir.path(), ("x.txt", b"version one"), 300).await;
     assert_eq!(read_all(&cl, "/m/x.txt").await, b"version one");
     std::fs::write(other.join("x.txt"), b"version two, longer").unwrap();
     // within the interval the cached copy is served
@@ -339,17 +346,7 @@ async fn a_missing_name_is_asked_of_the_ufs_once_per_sync_interval() {
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path(), 1, 64 << 20, false).await;
     let cl = client(&c, Locality::Auto);
-    let other = dir.path().join("other");
-    std::fs::create_dir_all(&other).unwrap();
-    std::fs::write(other.join("a.txt"), b"a").unwrap();
-    cl.mount(pb::MountRequest {
-        path: "/m".into(),
-        uri: format!("file://{}", other.display()),
-        sync_interval_ms: 1500,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let other = mount_lake(&cl, dir.path(), ("a.txt", b"a"), 1500).await;
     let (names, _) = cl.list_page("/m", "", false, 0).await.unwrap();
     assert_eq!(names.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a.txt"]);
     std::fs::write(other.join("late.txt"), b"late").unwrap();
