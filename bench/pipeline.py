@@ -15,7 +15,8 @@ is written to MinIO as it completes, with no Locus (what making the outputs dura
 the same 2 cores), and floor-fsspec the floor with the PyArrow stages through PyArrow's
 bridge to Python filesystems (what reaching any fsspec filesystem costs). RUNS times each (after
 --warmup untimed runs),
-interleaved. Prints per-stage and total medians, the min-max spread, the ratio
+interleaved, each after the machine settled (settle: no run pays for the clean-up of the
+one before it). Prints per-stage and total medians, the min-max spread, the ratio
 direct/Locus and the ratio direct/floor (the most any storage layer could gain over direct
 here), and writes bench/results/pipeline.md and pipeline.json.
 
@@ -228,6 +229,9 @@ def run_spark_stages(endpoint, key, secret, base, prefix="") -> dict:
                           class_archive_dir=Path(tools) / "cds" if os.environ.get("LOCUS_PIPELINE_CDS") else None)
     from pyspark.sql import functions as F
 
+    from pyspark import SparkContext
+
+    jvm = getattr(SparkContext._gateway, "proc", None)  # pyspark's Popen of the driver JVM
     out = {}
     try:
         s3a = (prefix or ("s3a://" if endpoint else "file://")) + base
@@ -248,6 +252,11 @@ def run_spark_stages(endpoint, key, secret, base, prefix="") -> dict:
         out["aggregate_rows"] = rows
     finally:
         spark.stop()
+        # The JVM ends when its stdin closes. Waiting for it here puts its CPU time into this
+        # process's children's, which the runner's own count (cpu_now) then includes.
+        if jvm is not None:
+            jvm.stdin.close()
+            jvm.wait(timeout=120)
     return out
 
 
@@ -259,6 +268,46 @@ def wait_persisted(locus_bin: str):
         if rep["persist_backlog"]["queued_ops"] == 0:
             return
         time.sleep(0.5)
+
+
+def machine_cpu() -> dict:
+    """The whole machine's CPU time so far, in core-seconds (/proc/stat's first line): `busy`
+    (user, nice, system, irq, softirq), `iowait`, and `steal` (time the hypervisor ran
+    something else while this machine wanted a core)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    t = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, iowait, irq, softirq, steal = v
+    return {"busy": (user + nice + system + irq + softirq) / t, "iowait": iowait / t, "steal": steal / t}
+
+
+def busy_cores() -> float:
+    """The machine's busy CPU time so far, in core-seconds (all but idle, iowait and steal)."""
+    return machine_cpu()["busy"]
+
+
+def settle(locus_bin: str = "", drop_caches: bool = False, quiet: float = 0.15, window: float = 1.0,
+           limit: float = 60.0) -> float:
+    """Untimed, before every run: let the runs before it end their after-effects, so that no
+    system pays for another's clean-up. Locus's queue is empty (its persists, and the UFS
+    deletes of the last clean-up), the dirty pages are written back (MinIO keeps its data on
+    disk), with `drop_caches` the clean page cache is dropped (root only: the run before
+    leaves GiBs of MinIO's files cached, and the next run that needs the memory pays for
+    reclaiming them), and the whole machine is idle (under `quiet` cores busy over `window`
+    s: MinIO's own background deletes, the kernel's writeback), for at most `limit` s. The
+    seconds it took."""
+    t = time.monotonic()
+    if locus_bin:
+        wait_persisted(locus_bin)
+    os.sync()
+    if drop_caches:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    while time.monotonic() - t < limit:
+        c0 = busy_cores()
+        time.sleep(window)
+        if (busy_cores() - c0) / window < quiet:
+            break
+    return time.monotonic() - t
 
 
 def metrics_text(url: str, headers: dict | None = None) -> str:
@@ -323,12 +372,21 @@ def minio_requests(endpoint: str) -> dict:
     return out
 
 
+def mem_free() -> float:
+    """MemFree from /proc/meminfo, in GiB."""
+    with open("/proc/meminfo") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("MemFree:")) / (1 << 20)
+
+
 def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "",
-            cpu_pids: dict | None = None, minio_endpoint: str = "") -> dict:
+            cpu_pids: dict | None = None, minio_endpoint: str = "", drop_caches: bool = False) -> dict:
     is_locus = system["name"].startswith("locus")
     cpu_pids = cpu_pids or {}
+    settled = settle(locus_bin, drop_caches)
+    free_at_start = mem_free()
     before = persist_counters(metrics_url) if is_locus else {}
     cpu0 = cpu_now(cpu_pids)
+    mach0 = machine_cpu()
     req0 = minio_requests(minio_endpoint)
     # Paths through the Python client are absolute (`/lake/...`, as a local file
     # system's): PyArrow's dataset discovery wants listed paths under its base as given.
@@ -346,6 +404,10 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     r["total"] = sum(r[s] for s in STAGES)
     # The CPU the timed stages cost each process (the persists' drain below not counted).
     r["cpu"] = {k: round(v - cpu0[k], 2) for k, v in cpu_now(cpu_pids).items()}
+    # The whole machine's meanwhile: `other` is what no process above used (kernel threads:
+    # reclaim, compaction, writeback; anything else running).
+    mach = {k: round(v - mach0[k], 2) for k, v in machine_cpu().items()}
+    r["machine"] = {**mach, "other": round(mach["busy"] - sum(r["cpu"].values()), 2)}
     # The S3 requests MinIO served meanwhile (the run's own; runs do not overlap).
     req1 = minio_requests(minio_endpoint)
     if req0 and req1:
@@ -365,6 +427,8 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
         r["persist_drain_after"] = time.monotonic() - t
         up.remove()
     pyarrow_fs(system).delete_dir(pa_base)
+    r["settle_before"] = settled
+    r["mem_free_at_start"] = round(free_at_start, 2)
     return r
 
 
@@ -451,21 +515,23 @@ def markdown_table(med: dict, spr: dict, size: int, runs: int, warmup: int, prof
     return lines
 
 
-def median_table(runs: dict, key: str, title: str, fmt: str, first: str = "") -> list[str]:
+def median_table(runs: dict, key: str, title: str, fmt: str, first: str = "", total: bool = True) -> list[str]:
     """A report table of the per-run counts under `key` (a dict per run): per system, the
-    median of each count over its timed runs and of their sum, as `fmt`; columns in name
-    order, `first` first."""
+    median of each count over its timed runs and (with `total`) of their sum, as `fmt`;
+    columns in name order, `first` first."""
     names = sorted({k for rs in runs.values() for r in rs for k in r.get(key, {})}, key=lambda k: (k != first, k))
     if not names:
         return []
     label = {**LOCUS_SYSTEMS, **FLOORS, "direct": "direct"}
-    lines = ["", title, "", "| system | " + " | ".join(names) + " | all |", "|---|" + "---:|" * (len(names) + 1)]
+    lines = ["", title, "", "| system | " + " | ".join(names) + (" | all |" if total else " |"),
+             "|---|" + "---:|" * (len(names) + total)]
     for n, rs in runs.items():
         if not rs:
             continue
         med = [statistics.median(r.get(key, {}).get(k, 0) for r in rs) for k in names]
         all_ = statistics.median(sum(r.get(key, {}).values()) for r in rs)
-        lines.append(f"| {label.get(n, n)} | " + " | ".join(format(v, fmt) for v in med) + f" | {all_:{fmt}} |")
+        lines.append(f"| {label.get(n, n)} | " + " | ".join(format(v, fmt) for v in med)
+                     + (f" | {all_:{fmt}} |" if total else " |"))
     return lines
 
 
@@ -473,8 +539,18 @@ def cpu_lines(runs: dict) -> list[str]:
     """The report's CPU table: per system, the median CPU seconds of each process over its
     timed runs' stages."""
     return median_table(runs, "cpu", "CPU seconds per run during the stages (medians; `stages` = the PyArrow "
-                        f"stages' process and the Spark stages' JVMs; the machine has {os.cpu_count()} cores):",
+                        "stages' process and the Spark stages' JVMs, their start and stop included; every "
+                        f"process over the same span; the machine has {os.cpu_count()} cores):",
                         ".1f", first="stages")
+
+
+def machine_lines(runs: dict) -> list[str]:
+    """The report's table of the whole machine's CPU per run (medians; no sum: `other` is
+    part of `busy`)."""
+    return median_table(runs, "machine", "The whole machine's CPU seconds per run during the stages (medians; "
+                         "`busy` = every process and the kernel, `other` = busy less the processes above: "
+                         "kernel threads and anything else; `steal` = time the hypervisor kept a core from "
+                         "this machine):", ".1f", first="busy", total=False)
 
 
 def request_lines(runs: dict) -> list[str]:
@@ -524,7 +600,12 @@ def main():
     ap.add_argument("--spark-cds", action=argparse.BooleanOptionalAction, default=True,
                     help="the Spark stages' driver JVMs share a class-data archive (JDK AppCDS, in "
                          "LOCUS_TOOLS_DIR/cds; the warm-up run writes it), on every system alike")
+    ap.add_argument("--drop-caches", action=argparse.BooleanOptionalAction, default=os.geteuid() == 0,
+                    help="before every run, drop the clean page cache (/proc/sys/vm/drop_caches; needs root; "
+                         "default: on as root) so that every run starts with the same free memory")
     a = ap.parse_args()
+    if a.drop_caches and os.geteuid() != 0:
+        ap.error("--drop-caches needs root")
     try:
         cpu_pids = {n: int(p) for n, p in (kv.split("=", 1) for kv in a.cpu_pids.split(",") if kv)}
     except ValueError:
@@ -565,15 +646,17 @@ def main():
     try:
         for i in range(a.warmup):
             for s in systems:
-                r = one_run(s, f"{s['bucket']}/warmup{i}", a.size, a.locus_bin)
+                r = one_run(s, f"{s['bucket']}/warmup{i}", a.size, a.locus_bin, drop_caches=a.drop_caches)
                 print(f"warm-up {i + 1}/{a.warmup} {s['name']:>6} (not counted): total {r['total']:.1f}s", flush=True)
         for i in range(a.runs):
             for s in systems if i % 2 == 0 else reversed(systems):
                 r = one_run(s, f"{s['bucket']}/run{i}", a.size, a.locus_bin, a.locus_metrics, cpu_pids,
-                           a.minio_endpoint)
+                           a.minio_endpoint, a.drop_caches)
                 runs[s["name"]].append(r)
                 print(f"run {i + 1}/{a.runs} {s['name']:>6}: "
-                      + ", ".join(f"{k} {r[k]:.1f}s" for k in STAGES + ["total"]), flush=True)
+                      + ", ".join(f"{k} {r[k]:.1f}s" for k in STAGES + ["total"])
+                      + f" (settled {r['settle_before']:.1f}s before, {r['mem_free_at_start']:.1f} GiB free)",
+                      flush=True)
     finally:
         shutil.rmtree(floor_dir, ignore_errors=True)
     med = {n: {k: statistics.median(r[k] for r in rs) for k in STAGES + ["total"]} for n, rs in runs.items()}
@@ -598,7 +681,14 @@ def main():
                       + f" (files persisted: {', '.join(str(r['persists_done']) for r in lr)}; persists skipped "
                       f"because the file was deleted or replaced first: "
                       f"{', '.join(str(r['persists_skipped']) for r in lr)})."]
-    lines += cpu_lines(runs) + request_lines(runs)
+    lines += ["", "Before every run, untimed, the machine settled (Locus's queue empty, dirty pages written back, "
+              + ("the clean page cache dropped, " if a.drop_caches else "")
+              + "every core idle: no system pays for another's clean-up), in s: "
+              + "; ".join(f"{n} " + ", ".join(f"{r['settle_before']:.1f}" for r in rs) for n, rs in runs.items())
+              + ". Free memory at each run's start, in GiB: "
+              + "; ".join(f"{n} " + ", ".join(f"{r['mem_free_at_start']:.1f}" for r in rs) for n, rs in runs.items())
+              + "."]
+    lines += cpu_lines(runs) + machine_lines(runs) + request_lines(runs)
     if a.locus_bin:
         rep = json.loads(subprocess.run([a.locus_bin, "report", "--json"], capture_output=True, text=True,
                                         check=True).stdout)

@@ -1,10 +1,11 @@
 """Unit tests for the pipeline benchmark's own code (bench/pipeline.py): the Prometheus
-counters it reads from Locus, and the spread it reports."""
+counters it reads from Locus, the spread it reports, and the settling between runs."""
 
 from __future__ import annotations
 
 import contextlib
 import http.server
+import os
 import sys
 import threading
 import time
@@ -176,3 +177,48 @@ def test_request_table_gives_the_median_per_api_and_the_sum():
     assert "| Locus, all on locus:// | 72 | 23 | 95 |" in lines
     assert "| floor | 0 | 0 | 0 |" in lines
     assert pipeline.request_lines({"direct": [{"total": 1.0}]}) == []
+
+
+def test_busy_cores_counts_this_process_spinning():
+    c0 = pipeline.busy_cores()
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        pass
+    assert pipeline.busy_cores() - c0 >= 0.2
+
+
+def test_settle_waits_while_the_machine_is_busy_and_returns_once_idle():
+    stop = threading.Event()
+
+    def spin():  # one core busy for ~1.5 s
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end and not stop.is_set():
+            pass
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        waited = pipeline.settle(quiet=0.5, window=0.25, limit=10)
+    finally:
+        stop.set()
+        t.join()
+    assert 1.2 <= waited <= 10 + 0.25  # not before the spinning ended, never past the limit
+    # Above the machine's cores, any window is quiet: one window, then it returns.
+    assert pipeline.settle(quiet=os.cpu_count() + 1, window=0.25, limit=10) < 1.0
+
+
+def test_machine_table_gives_medians_without_a_sum():
+    runs = {"direct": [{"machine": {"busy": b, "iowait": 1.0, "steal": 0.0, "other": 2.0}} for b in (9.0, 10.0, 30.0)]}
+    lines = pipeline.machine_lines(runs)
+    assert "| system | busy | iowait | other | steal |" in lines
+    assert "| direct | 10.0 | 1.0 | 2.0 | 0.0 |" in lines
+
+
+def test_machine_cpu_counts_this_process_spinning_as_busy():
+    m0 = pipeline.machine_cpu()
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        pass
+    m1 = pipeline.machine_cpu()
+    assert m1["busy"] - m0["busy"] >= 0.2
+    assert set(m1) == {"busy", "iowait", "steal"}
