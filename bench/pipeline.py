@@ -256,7 +256,11 @@ def run_spark_stages(endpoint, key, secret, base, prefix="") -> dict:
         # process's children's, which the runner's own count (cpu_now) then includes.
         if jvm is not None:
             jvm.stdin.close()
-            jvm.wait(timeout=120)
+            try:
+                jvm.wait(timeout=120)
+            except subprocess.TimeoutExpired:  # its CPU is lost then; the run goes on
+                jvm.kill()
+                jvm.wait()
     return out
 
 
@@ -286,23 +290,25 @@ def busy_cores() -> float:
     return machine_cpu()["busy"]
 
 
-def settle(locus_bin: str = "", drop_caches: bool = False, quiet: float = 0.15, window: float = 1.0,
-           limit: float = 60.0) -> float:
+def settle(locus_bin: str = "", drop_caches: bool = False, sync: bool = True, quiet: float = 0.15,
+           window: float = 1.0, limit: float = 60.0) -> float:
     """Untimed, before every run: let the runs before it end their after-effects, so that no
     system pays for another's clean-up. Locus's queue is empty (its persists, and the UFS
     deletes of the last clean-up), the dirty pages are written back (MinIO keeps its data on
     disk), with `drop_caches` the clean page cache is dropped (root only: the run before
     leaves GiBs of MinIO's files cached, and the next run that needs the memory pays for
     reclaiming them), and the whole machine is idle (under `quiet` cores busy over `window`
-    s: MinIO's own background deletes, the kernel's writeback), for at most `limit` s. The
-    seconds it took."""
+    s: MinIO's own background deletes, the kernel's writeback), waited for at most `limit` s
+    (after the steps before it). The seconds it all took."""
     t = time.monotonic()
     if locus_bin:
         wait_persisted(locus_bin)
-    os.sync()
+    if sync:
+        os.sync()
     if drop_caches:
         Path("/proc/sys/vm/drop_caches").write_text("1\n")
-    while time.monotonic() - t < limit:
+    idle_from = time.monotonic()
+    while time.monotonic() - idle_from < limit:
         c0 = busy_cores()
         time.sleep(window)
         if (busy_cores() - c0) / window < quiet:
@@ -378,12 +384,34 @@ def mem_free() -> float:
         return next(int(ln.split()[1]) for ln in f if ln.startswith("MemFree:")) / (1 << 20)
 
 
+class MemWatch:
+    """The lowest free memory (mem_free) seen while it runs, sampled every `every` s: a run
+    that ran the machine short of memory paid for reclaiming it."""
+
+    def __init__(self, every: float = 0.5):
+        self.lowest = mem_free()
+        self.every = every
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while not self.stopping.wait(self.every):
+            self.lowest = min(self.lowest, mem_free())
+
+    def stop(self) -> float:
+        self.stopping.set()
+        self.thread.join()
+        return min(self.lowest, mem_free())
+
+
 def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url: str = "",
             cpu_pids: dict | None = None, minio_endpoint: str = "", drop_caches: bool = False) -> dict:
     is_locus = system["name"].startswith("locus")
     cpu_pids = cpu_pids or {}
     settled = settle(locus_bin, drop_caches)
     free_at_start = mem_free()
+    watch = MemWatch()
     before = persist_counters(metrics_url) if is_locus else {}
     cpu0 = cpu_now(cpu_pids)
     mach0 = machine_cpu()
@@ -397,11 +425,13 @@ def one_run(system: dict, base: str, size: int, locus_bin: str = "", metrics_url
     # The Hadoop connector takes its write type from the client config (LOCUS_CLIENT__WRITE_TYPE).
     env = {**os.environ, "LOCUS_CLIENT__WRITE_TYPE": system["write_type"]} if system.get("write_type") else None
     p = subprocess.run([sys.executable, __file__, "spark", system["endpoint"], system["key"], system["secret"], base,
-                        system.get("spark_prefix", "")], capture_output=True, text=True, env=env)
+                        system.get("spark_prefix", "")], capture_output=True, text=True, env=env,
+                       timeout=1800)  # a JVM stuck at its exit fails the run, not hangs it
     if p.returncode != 0:
         raise SystemExit(f"spark stages failed on {system['name']}:\n{p.stderr[-4000:]}")
     r.update(json.loads(p.stdout.strip().splitlines()[-1]))
     r["total"] = sum(r[s] for s in STAGES)
+    r["mem_free_lowest"] = round(watch.stop(), 2)
     # The CPU the timed stages cost each process (the persists' drain below not counted).
     r["cpu"] = {k: round(v - cpu0[k], 2) for k, v in cpu_now(cpu_pids).items()}
     # The whole machine's meanwhile: `other` is what no process above used (kernel threads:
@@ -687,6 +717,8 @@ def main():
               + "; ".join(f"{n} " + ", ".join(f"{r['settle_before']:.1f}" for r in rs) for n, rs in runs.items())
               + ". Free memory at each run's start, in GiB: "
               + "; ".join(f"{n} " + ", ".join(f"{r['mem_free_at_start']:.1f}" for r in rs) for n, rs in runs.items())
+              + ". The lowest free memory during each run, in GiB: "
+              + "; ".join(f"{n} " + ", ".join(f"{r['mem_free_lowest']:.1f}" for r in rs) for n, rs in runs.items())
               + "."]
     lines += cpu_lines(runs) + machine_lines(runs) + request_lines(runs)
     if a.locus_bin:
@@ -697,7 +729,8 @@ def main():
     print(md)
     Path(a.out).write_text(md)
     Path(a.out).with_suffix(".json").write_text(json.dumps({"runs": runs, "median": med, "spread": spr,
-                                                            "size": a.size, "profile": a.profile}, indent=1))
+                                                            "size": a.size, "profile": a.profile,
+                                                            "drop_caches": a.drop_caches}, indent=1))
 
 
 if __name__ == "__main__":

@@ -198,13 +198,22 @@ def test_settle_waits_while_the_machine_is_busy_and_returns_once_idle():
     t = threading.Thread(target=spin)
     t.start()
     try:
-        waited = pipeline.settle(quiet=0.5, window=0.25, limit=10)
+        waited = pipeline.settle(sync=False, quiet=0.5, window=0.25, limit=3)
     finally:
         stop.set()
         t.join()
-    assert 1.2 <= waited <= 10 + 0.25  # not before the spinning ended, never past the limit
+    assert waited >= 1.2, "returned while a core was busy"
+    assert waited < 3 + 2.0, "waited past its limit"
     # Above the machine's cores, any window is quiet: one window, then it returns.
-    assert pipeline.settle(quiet=os.cpu_count() + 1, window=0.25, limit=10) < 1.0
+    assert pipeline.settle(sync=False, quiet=os.cpu_count() + 1, window=0.25, limit=3) < 2.0
+
+
+def test_mem_watch_keeps_the_lowest_free_memory_seen():
+    w = pipeline.MemWatch(every=0.05)
+    time.sleep(0.2)
+    lowest = w.stop()
+    assert 0 < lowest <= pipeline.mem_free() + 0.5
+    assert not w.thread.is_alive()
 
 
 def test_machine_table_gives_medians_without_a_sum():
