@@ -227,9 +227,8 @@ def run_spark_stages(endpoint, key, secret, base, prefix="") -> dict:
         extra.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": os.environ["LOCUS_PIPELINE_EVENT_LOG"]})
     spark = spark_session(endpoint, key, secret, jars, app="locus-pipeline-bench", extra=extra,
                           class_archive_dir=Path(tools) / "cds" if os.environ.get("LOCUS_PIPELINE_CDS") else None)
-    from pyspark.sql import functions as F
-
     from pyspark import SparkContext
+    from pyspark.sql import functions as F
 
     jvm = getattr(SparkContext._gateway, "proc", None)  # pyspark's Popen of the driver JVM
     out = {}
@@ -285,11 +284,6 @@ def machine_cpu() -> dict:
     return {"busy": (user + nice + system + irq + softirq) / t, "iowait": iowait / t, "steal": steal / t}
 
 
-def busy_cores() -> float:
-    """The machine's busy CPU time so far, in core-seconds (all but idle, iowait and steal)."""
-    return machine_cpu()["busy"]
-
-
 def settle(locus_bin: str = "", drop_caches: bool = False, sync: bool = True, quiet: float = 0.15,
            window: float = 1.0, limit: float = 60.0) -> float:
     """Untimed, before every run: let the runs before it end their after-effects, so that no
@@ -309,9 +303,9 @@ def settle(locus_bin: str = "", drop_caches: bool = False, sync: bool = True, qu
         Path("/proc/sys/vm/drop_caches").write_text("1\n")
     idle_from = time.monotonic()
     while time.monotonic() - idle_from < limit:
-        c0 = busy_cores()
+        c0 = machine_cpu()["busy"]
         time.sleep(window)
-        if (busy_cores() - c0) / window < quiet:
+        if (machine_cpu()["busy"] - c0) / window < quiet:
             break
     return time.monotonic() - t
 

@@ -1,6 +1,8 @@
 //! Fault injection through named fault points (built with `--features failpoints`).
 #![cfg(feature = "failpoints")]
 
+mod common;
+
 use std::time::Duration;
 
 use bytesize::ByteSize;
@@ -742,13 +744,7 @@ async fn a_queued_rename_moves_what_the_ufs_holds_when_it_runs() {
     cl.rename(&format!("{d}/f1"), "/m/out/f1").await.unwrap();
     cl.rename(&format!("{d}/f2"), "/m/out/f2").await.unwrap();
     fail::remove("master.persist.before_ufs");
-    for _ in 0..400 {
-        if cl.report().await.unwrap().persist_queue_ops == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(cl.report().await.unwrap().persist_queue_ops, 0, "the queue drained");
+    common::wait_queue_empty(&cl, Duration::from_secs(20)).await;
     assert_eq!(
         std::fs::read(ufs.join("out/f1")).ok().as_deref(),
         Some(&b"first file"[..]),

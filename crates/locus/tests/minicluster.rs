@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWrite;
 
 mod common;
-use common::{BLOCK, config, put_as, random, read_all, start, ufs_dir, wait_persisted};
+use common::{BLOCK, config, put_as, random, read_all, start, ufs_dir, wait_persisted, wait_queue_empty};
 
 fn sha(b: &[u8]) -> Vec<u8> {
     Sha256::digest(b).to_vec()
@@ -792,7 +792,7 @@ async fn namespace_changes_behind_a_backlog_reach_the_ufs_in_order_across_a_mast
         wait_persisted(&cl, &format!("/q/f{i}")).await;
     }
     wait_persisted(&cl, "/q/g0").await;
-    wait_queue_empty(&cl).await;
+    wait_queue_empty(&cl, Duration::from_secs(10)).await;
     let names = ufs_files(&ufs.join("q"));
     let mut want: Vec<String> = (2..20).map(|i| format!("f{i}")).chain(["g0".to_string()]).collect();
     want.sort();
@@ -840,7 +840,7 @@ async fn a_persist_wait_skips_files_deleted_in_time_and_ends_on_a_later_change()
     cl.delete("/up/p2", false).await.unwrap();
     cl.rename("/up/keep", "/up/kept").await.unwrap();
     wait_persisted(&cl, "/up/kept").await;
-    wait_queue_empty(&cl).await; // the waits ended with the later changes
+    wait_queue_empty(&cl, Duration::from_secs(10)).await; // the waits ended with the later changes
     assert_eq!(ufs_files(&ufs.join("up")), vec!["kept"]);
     assert_eq!(std::fs::read(ufs.join("up/kept")).unwrap(), data);
     // The metrics tell the skipped persists from the written ones, and count the bytes.
@@ -880,17 +880,6 @@ fn ufs_files(dir: &Path) -> Vec<String> {
     walk(dir, dir, &mut out);
     out.sort();
     out
-}
-
-/// Poll the report until the persist queue is empty (10 s at most).
-async fn wait_queue_empty(c: &Client) {
-    for _ in 0..200 {
-        if c.report().await.unwrap().persist_queue_ops == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the persist queue did not drain: {:?}", c.report().await.unwrap());
 }
 
 /// An output committer's commit through the native namespace (what Spark does through
@@ -935,7 +924,7 @@ async fn committed_output_is_persisted_once_at_its_final_path() {
     wait_persisted(&cl, "/out/part-1").await;
     cl.delete("/out/_temporary", true).await.unwrap();
     put_as(&cl, "/out/_SUCCESS", b"", WriteType::AsyncThrough).await.unwrap();
-    wait_queue_empty(&cl).await;
+    wait_queue_empty(&cl, Duration::from_secs(10)).await;
     assert_eq!(ufs_files(&ufs.join("out")), vec!["_SUCCESS", "part-0", "part-1"]);
     assert_eq!(std::fs::read(ufs.join("out/part-0")).unwrap(), a);
     assert_eq!(std::fs::read(ufs.join("out/part-1")).unwrap(), b);
@@ -956,7 +945,7 @@ async fn committed_output_is_persisted_once_at_its_final_path() {
     cl.rename(&format!("{task}/part-0"), "/out2/part-0").await.unwrap();
     cl.delete("/out2/_temporary", true).await.unwrap();
     wait_persisted(&cl, "/out2/part-0").await;
-    wait_queue_empty(&cl).await;
+    wait_queue_empty(&cl, Duration::from_secs(10)).await;
     assert_eq!(ufs_files(&ufs.join("out2")), vec!["part-0"]);
     assert_eq!(std::fs::read(ufs.join("out2/part-0")).unwrap(), b);
     let m = locus_master::render_metrics(c.master());
@@ -972,7 +961,7 @@ async fn committed_output_is_persisted_once_at_its_final_path() {
     assert_eq!(std::fs::read(ufs.join("x/_temporary/f")).unwrap(), old);
     cl.rename("/x/_temporary/f", "/x/f").await.unwrap();
     wait_persisted(&cl, "/x/f").await;
-    wait_queue_empty(&cl).await;
+    wait_queue_empty(&cl, Duration::from_secs(10)).await;
     assert_eq!(ufs_files(&ufs.join("x")), vec!["f"]);
     assert_eq!(std::fs::read(ufs.join("x/f")).unwrap(), new);
     assert_eq!(read_all(&cl, "/x/f").await, new);

@@ -77,6 +77,18 @@ pub async fn wait_persisted(c: &Client, path: &str) -> pb::FileInfo {
     panic!("{path} was not persisted in 10 s");
 }
 
+/// Poll the report until the persist queue is empty, for `within` at most.
+pub async fn wait_queue_empty(c: &Client, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if c.report().await.unwrap().persist_queue_ops == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the persist queue did not drain: {:?}", c.report().await.unwrap());
+}
+
 /// Test TLS material written under `dir`: a CA, and a server certificate it signed for
 /// `localhost` and `127.0.0.1`. Returns (ca.pem, cert.pem, key.pem).
 pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
