@@ -220,6 +220,30 @@ def test_garbled_rpc_keeps_the_cluster_up(cluster, s3, bucket, minio):
     assert c.metrics().count("locus_bytes_read_total") >= 4
 
 
+def test_a_master_lost_mid_call_is_exit_7(cluster_factory, tmp):
+    """The master dies (kill -9) while a call is in flight: the CLI says so on one line
+    and exits 7 (unavailable), as when the master is down from the start."""
+    import subprocess
+
+    # An S3 endpoint that accepts and never answers holds the master's mount check.
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    try:
+        c = cluster_factory()
+        p = c.popen("fs", "mount", "/hole", "s3://bucket", "--option",
+                    f"endpoint=http://127.0.0.1:{hole.getsockname()[1]}")
+        time.sleep(2)
+        assert p.poll() is None, "the call is in flight"
+        c.kill()
+        out, err = p.communicate(timeout=60)
+        r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+        msg = assert_one_line_error(r, 7)
+        assert "master" in msg, msg
+    finally:
+        hole.close()
+
+
 def test_cli_errors_without_a_master(tmp):
     """No master at the address: a quick one-line 'unavailable' (exit 7); bad flags: exit 2."""
     from conftest import Locus, free_port

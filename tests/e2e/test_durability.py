@@ -258,3 +258,26 @@ def test_kill9_of_local_start_under_gateway_write_load_loses_no_acknowledged_cha
         load.final_reads()  # and Locus, once more, after its syncs were due again
         v = load.h.check()
         assert not v, f"{b}: {len(v)} violations in the UFS after the persists:\n{examples(v)}"
+
+
+def test_after_a_worker_kill9_no_write_is_acknowledged_short_without_a_warning(standalone_factory, tmp):
+    """A worker is killed (kill -9) and the master still lists it: a write asks for two
+    copies, never counts the dead worker as one, and either waits and fails (exit 7) or,
+    allowed fewer, is acknowledged with a warning and counted in /metrics."""
+    c = standalone_factory(root_ufs="none", workers=2, env={**ENV, "LOCUS_MASTER__WORKER_TIMEOUT": "60s"})
+    lake = tmp / "lake"
+    lake.mkdir()
+    c.ok("fs", "mount", "/lake", f"file://{lake}")
+    c.ok("fs", "put", "-", "/lake/before", input=b"b" * 1000)
+    c.kill_worker(1)
+    assert c.report()["live_workers"] == 2, "the master has not noticed yet"
+    r = c.run("fs", "put", "-", "/lake/strict", input=b"s" * 1000, env={"LOCUS_CLIENT__REPLICATION__WAIT": "2s"})
+    msg = assert_one_line_error(r, 7)
+    assert "2 worker copies" in msg, msg
+    r = c.run("fs", "put", "-", "/lake/short", input=b"f" * 1000,
+              env={"LOCUS_CLIENT__REPLICATION__WAIT": "1s", "LOCUS_CLIENT__REPLICATION__ALLOW_FEWER": "true"})
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert "warning" in err and "1 worker(s), not the 2" in err, err
+    assert "locus_writes_short_total 1" in c.metrics(), "the short write is counted"
+    assert c.cat("/lake/short") == b"f" * 1000

@@ -51,6 +51,47 @@ def test_oversized_head_gets_431(cluster_factory):
     assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
 
 
+def _raw_answer(addr: str, request: bytes) -> bytes:
+    s = _connect(addr)
+    s.sendall(request)
+    s.settimeout(10)
+    answer = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            answer += b
+    except (ConnectionResetError, TimeoutError):
+        pass
+    s.close()
+    return answer
+
+
+def test_refusals_before_any_operation_are_s3_xml(cluster_factory):
+    """Heads over the limits and requests refused before any operation runs are answered
+    in S3's XML, with <Code> and <Message>, as every other error."""
+    c = _gateway(cluster_factory)
+    cases = [
+        (b"GET /x HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * (70 << 10) + b"\r\n\r\n", b"431",
+         b"RequestHeaderSectionTooLarge"),
+        (b"GET /x HTTP/1.1\r\nHost: localhost\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(3000)) + b"\r\n",
+         b"431", b"RequestHeaderSectionTooLarge"),
+        (b"GET /" + b"k" * (60 << 10) + b" HTTP/1.1\r\nHost: localhost\r\nX-More: " + b"m" * (8 << 10) + b"\r\n\r\n",
+         b"431", b"RequestHeaderSectionTooLarge"),
+        (b"GET /b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=-5 HTTP/1.1\r\nHost: localhost\r\n\r\n", b"403",
+         b"AccessDenied"),
+        (b"PUT /b/k HTTP/1.1\r\nHost: localhost\r\nContent-MD5: \r\nContent-Length: 0\r\n\r\n", b"400",
+         b"InvalidDigest"),
+        (b"GET /b/%FF%FE HTTP/1.1\r\nHost: localhost\r\n\r\n", b"400", b"InvalidURI"),
+    ]
+    for req, status, code in cases:
+        answer = _raw_answer(c.gateway, req)
+        assert answer.startswith(b"HTTP/1.1 " + status), (req[:80], answer[:300])
+        assert b"<Code>" + code + b"</Code><Message>" in answer, (req[:80], answer[:500])
+        assert b"<RequestId>" in answer, answer[:500]
+
+
 def test_a_stalled_head_and_an_idle_connection_are_closed(cluster_factory):
     c = _gateway(cluster_factory, header_read_timeout="2s")
     s = _connect(c.gateway)
@@ -114,6 +155,77 @@ def test_connections_beyond_the_cap_wait_for_a_free_slot(cluster_factory):
     assert not th.is_alive() and result.get("status") == 403, result  # served (unsigned: 403)
     for s in held[1:]:
         s.close()
+
+
+def test_one_address_cannot_stall_the_gateway(cluster_factory):
+    """An attacker keeps more idle connections open from one address than its cap (and
+    opens them again as they are closed): another client's GETs stay fast (p99 under
+    100 ms), and a connection over the cap is answered 503 SlowDown in S3's XML."""
+    import http.client
+    import statistics
+
+    cap = 16
+    c = _gateway(cluster_factory, max_connections_per_client=str(cap), max_connections="64")
+    s3 = gw_client(f"http://{c.gateway}")
+    s3.create_bucket(Bucket="busy")
+    s3.put_object(Bucket="busy", Key="k", Body=b"v" * 1000)
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": "busy", "Key": "k"}, ExpiresIn=600)
+    path = url.split(c.gateway, 1)[1]
+    host, port = c.gateway.rsplit(":", 1)
+
+    # Over the cap: answered at once, with an S3 error body.
+    held = [_connect(c.gateway) for _ in range(cap)]
+    time.sleep(0.3)
+    extra = _connect(c.gateway)
+    extra.settimeout(5)
+    answer = b""
+    while True:
+        b = extra.recv(65536)
+        if not b:
+            break
+        answer += b
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    assert b"<Code>SlowDown</Code>" in answer and b"<Message>" in answer, answer
+
+    stop = threading.Event()
+
+    def attack():
+        # Five times the cap, kept open and opened again as the gateway closes them.
+        socks = held + [_connect(c.gateway) for _ in range(4 * cap)]
+        while not stop.is_set():
+            for i, s in enumerate(socks):
+                s.setblocking(False)
+                try:
+                    if s.recv(65536) == b"":
+                        raise ConnectionResetError
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    s.close()
+                    socks[i] = _connect(c.gateway)
+            time.sleep(0.2)
+        for s in socks:
+            s.close()
+
+    th = threading.Thread(target=attack)
+    th.start()
+    try:
+        time.sleep(1)
+        took = []
+        for _ in range(200):
+            conn = http.client.HTTPConnection(host, int(port), timeout=30, source_address=("127.0.0.2", 0))
+            t = time.monotonic()
+            conn.request("GET", path)
+            r = conn.getresponse()
+            body = r.read()
+            took.append(time.monotonic() - t)
+            conn.close()
+            assert r.status == 200 and body == b"v" * 1000, (r.status, body[:200])
+        p99 = statistics.quantiles(took, n=100)[98]
+        assert p99 < 0.1, f"p99 {p99 * 1000:.0f} ms with one address holding its cap"
+    finally:
+        stop.set()
+        th.join(30)
 
 
 def test_presigned_urls_are_valid_for_at_most_a_week(cluster_factory):

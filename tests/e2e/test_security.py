@@ -11,10 +11,14 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 import boto3
 from conftest import LOCUS_BIN, Locus, MinioServer, assert_one_line_error, clean_env, gw_client, sha256
@@ -39,6 +43,39 @@ def test_credentials_and_metadata_are_private_files(cluster):
     for log in cluster.log_paths:
         text = log.read_text(errors="replace")
         assert secret not in text and token not in text, f"a credential is in {log}"
+
+
+def _as_nobody(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", "nobody", "--", *cmd], capture_output=True, text=True, timeout=30)
+
+
+def test_another_local_user_reads_nothing(cluster_factory, tmp):
+    """`local start` makes its data dir and the default UFS 0700 and persisted files
+    0600: the user `nobody` reads none of it, even where every directory above is open."""
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("acting as the user nobody needs root and runuser")
+    base, c = Path(tempfile.mkdtemp(prefix="locus-modes-", dir="/tmp")), None
+    try:
+        base.chmod(0o755)  # open to everyone: only Locus's own modes stand in the way
+        c = cluster_factory(name=str(base / "data"))
+        c.ok("fs", "put", "-", "/p.txt", input=b"private bytes")
+        c.ok("fs", "persist", "/p.txt")
+        ufs, f = c.data_dir / "ufs", c.data_dir / "ufs" / "p.txt"
+        assert (mode(c.data_dir), mode(ufs), mode(f)) == (0o700, 0o700, 0o600)
+        assert f.read_bytes() == b"private bytes"
+        for cmd in (["ls", str(c.data_dir)], ["cat", str(f)], ["cat", str(c.data_dir / "client.token")]):
+            r = _as_nobody(*cmd)
+            assert r.returncode != 0 and "Permission denied" in r.stderr, (cmd, r)
+        # Each layer holds on its own: with the directories opened, the file still refuses.
+        c.data_dir.chmod(0o755)
+        ufs.chmod(0o755)
+        r = _as_nobody("cat", str(f))
+        assert r.returncode != 0 and "Permission denied" in r.stderr, r
+        assert _as_nobody("ls", str(ufs)).returncode == 0, "the directories were opened: the check is real"
+    finally:
+        if c is not None:
+            c.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_clients_without_the_token_are_refused(cluster, tmp):

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use locus_common::config::{ClientConfig, Config};
 use locus_common::metrics::ReadReason;
-use locus_common::security::Secret;
+use locus_common::security::{Identity, Secret};
 use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
 use locus_proto::from_status;
@@ -43,8 +43,9 @@ pub struct Client {
     cfg: ClientConfig,
     master_address: String,
     master: AuthedMasterClient,
-    /// The credential this client presents to the master and to workers.
-    token: Secret,
+    /// What it proves to workers: its token, as a client (the master gets the token
+    /// itself, as a bearer header).
+    identity: Identity,
     /// TLS of its connections to the master and to workers' data paths.
     tls: Tls,
     workers: Mutex<WorkerCache>,
@@ -100,9 +101,19 @@ fn tls_failure(s: &tonic::Status) -> Option<Error> {
 }
 
 fn rpc_err(addr: &str, s: tonic::Status) -> Error {
-    if s.code() == tonic::Code::Unavailable && s.metadata().get("x-locus-kind").is_none() {
+    let ours = s.metadata().get("x-locus-kind").is_some();
+    if s.code() == tonic::Code::Unavailable && !ours {
         return Error::unavailable(format!(
             "cannot reach the master at {addr} (is it running? set --master or LOCUS_MASTER)"
+        ));
+    }
+    // The connection broke with the call in flight (the master died or restarted): the
+    // master is unavailable, and whether the change was made is unknown.
+    if !ours && matches!(s.code(), tonic::Code::Unknown | tonic::Code::Cancelled) {
+        return Error::unavailable(format!(
+            "the master at {addr} went away during the call ({}): it may or may not have been carried out; \
+             check once the master is back",
+            status_text(&s)
         ));
     }
     let e = from_status(s);
@@ -194,7 +205,7 @@ impl Client {
             cfg,
             master_address: master_address.to_string(),
             master: locus_proto::auth::master_client(ch, &token)?.max_decoding_message_size(64 << 20),
-            token,
+            identity: Identity::client(&token),
             tls,
             workers: Mutex::new(WorkerCache::default()),
             conns: Mutex::new(HashMap::new()),

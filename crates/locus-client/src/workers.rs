@@ -83,7 +83,7 @@ impl Client {
                 return Err(format!("{}: {why}", w.uds_path));
             }
         };
-        authenticate(&mut s, &self.token).await.map_err(|e| format!("{}: {e}", w.uds_path))?;
+        authenticate(&mut s, &self.identity).await.map_err(|e| format!("{}: {e}", w.uds_path))?;
         match exchange(&mut s, pb::data_request::Req::Hello(pb::Empty {})).await {
             Ok(r) if r.worker_id == w.worker_id => Ok(()),
             Ok(r) => Err(format!(
@@ -148,25 +148,28 @@ impl Client {
         Ok(out)
     }
 
-    /// Workers for a write that must end on `copies` of them (0 = min(2, live)): a
-    /// co-located worker first, then others in an order that spreads files. Waits up to
-    /// `client.replication.wait` for enough live workers.
+    /// Workers for a write that must end on `copies` of them (0 = min(2, live)), and the
+    /// copies it asks for: a co-located worker first, then others in an order that
+    /// spreads files. Waits up to `client.replication.wait` for enough workers.
     /// Workers in `exclude` (found dead by this write, before the master noticed) are
-    /// left out and do not count as live.
+    /// left out and never count towards the copies: until the master has marked them
+    /// lost, they still count as live in how many copies are asked for, so a write waits
+    /// for the master rather than being acknowledged with fewer.
     pub(crate) async fn write_pipeline(
         &self,
         path: &str,
         copies: u32,
         exclude: &HashSet<u64>,
-    ) -> Result<Vec<pb::WorkerAddress>> {
+    ) -> Result<(Vec<pb::WorkerAddress>, usize)> {
         let rc = &self.cfg.replication;
         let deadline = Instant::now() + rc.wait;
         let mut refresh = false;
         loop {
             let mut ws = self.workers(refresh).await?;
+            let live = ws.len();
             ws.retain(|w| !exclude.contains(&w.worker_id));
             refresh = true;
-            let want = if copies == 0 { ws.len().min(2) } else { copies as usize };
+            let want = if copies == 0 { live.min(2) } else { copies as usize };
             let enough = want > 0 && ws.len() >= want;
             let timed_out = Instant::now() >= deadline;
             if enough || (timed_out && rc.allow_fewer && !ws.is_empty()) {
@@ -178,12 +181,12 @@ impl Client {
                     order.push(((!local) as u8, h.finish(), w));
                 }
                 order.sort_by_key(|o| (o.0, o.1));
-                return Ok(order.into_iter().take(want.max(1)).map(|o| o.2).collect());
+                return Ok((order.into_iter().take(want.max(1)).map(|o| o.2).collect(), want.max(1)));
             }
             if timed_out {
                 return Err(Error::unavailable(format!(
-                    "the write needs {} worker copies but {} workers are live (waited {:?}; \
-                     client.replication.allow_fewer lets it go on with fewer)",
+                    "the write needs {} worker copies but {} of the {live} workers the master lists answer \
+                     (waited {:?}; client.replication.allow_fewer lets it go on with fewer)",
                     want.max(1),
                     ws.len(),
                     rc.wait
@@ -199,8 +202,8 @@ impl Client {
         }
         let s = self.tls.connect(addr, "worker").await?;
         let mut c = BufReader::with_capacity(256 << 10, BufWriter::new(s));
-        // Buffered: the credential leaves with the first request.
-        authenticate(&mut c, &self.token).await?;
+        // Buffered: the proof leaves with the first request.
+        authenticate(&mut c, &self.identity).await?;
         Ok(c)
     }
 
@@ -210,7 +213,7 @@ impl Client {
         let probe = async {
             let s = self.tls.connect(&w.data_address, "worker").await?;
             let mut s = BufReader::new(BufWriter::new(s));
-            authenticate(&mut s, &self.token).await?;
+            authenticate(&mut s, &self.identity).await?;
             exchange(&mut s, pb::data_request::Req::Hello(pb::Empty {})).await
         };
         matches!(tokio::time::timeout(Duration::from_secs(1), probe).await, Ok(Ok(r)) if r.worker_id == w.worker_id)
@@ -221,7 +224,7 @@ impl Client {
         let mut s = UnixStream::connect(path)
             .await
             .map_err(|e| Error::unavailable(format!("connect worker socket {path}: {e}")))?;
-        authenticate(&mut s, &self.token).await?;
+        authenticate(&mut s, &self.identity).await?;
         Ok(s)
     }
 

@@ -80,8 +80,8 @@ impl Client {
             true => None,
             false => self.put_local(path, &target, opts, &mut input, &mut seal).await?,
         };
-        let (r, meta) = match local {
-            Some(done) => done,
+        let (r, meta, wanted) = match local {
+            Some((r, meta)) => (r, meta, 1),
             None => {
                 let seal = seal.take().expect("put_local seals only a write it took");
                 self.put_data_path(path, &target, copies, opts, &mut input, seal).await?
@@ -89,7 +89,15 @@ impl Client {
         };
         // The write type that applied: the worker names it when it changed.
         let applied = if r.write_type() == pb::WriteType::Unspecified { target.write_type } else { r.write_type };
+        // A cached write acknowledged by fewer workers than it asked for says so (the
+        // master counts it, the CLI warns); a write through to the UFS needs no copies.
+        let (copies_wanted, copies_made) = match applied_caches(&target, &r) {
+            true => (wanted, r.replicas),
+            false => (0, 0),
+        };
         let req = pb::CompleteFileRequest {
+            copies_wanted,
+            copies_made,
             path: target.path,
             length: r.length,
             etag: r.etag,
@@ -117,14 +125,14 @@ impl Client {
         opts: &PutOptions,
         input: &mut Input<'_, R>,
         seal: impl FnOnce(&mut R) -> Result<pb::ObjectMeta>,
-    ) -> Result<(pb::DataResponse, pb::ObjectMeta)> {
+    ) -> Result<(pb::DataResponse, pb::ObjectMeta, u32)> {
         // Open the pipeline. A worker that died a moment ago (the master still lists it)
         // fails the opening before any byte is read from `input`: leave it out and choose
         // again, for up to `client.replication.wait`.
         let mut dead = HashSet::new();
         let deadline = Instant::now() + self.cfg.replication.wait;
-        let (w, mut c) = loop {
-            let mut pipeline = self.write_pipeline(path, copies, &dead).await?;
+        let (w, mut c, want) = loop {
+            let (mut pipeline, asked) = self.write_pipeline(path, copies, &dead).await?;
             let all = pipeline.clone();
             let w = pipeline.remove(0);
             let req = write_request(target, opts, pipeline);
@@ -135,7 +143,7 @@ impl Client {
             }
             .await;
             let e = match opened {
-                Ok(c) => break (w, c),
+                Ok(c) => break (w, c, asked as u32),
                 Err(e) if e.is_retryable() && Instant::now() < deadline => e,
                 Err(e) => return Err(e),
             };
@@ -190,8 +198,15 @@ impl Client {
         end_chunks(&mut c).await.map_err(|e| Error::io("send", e))?;
         let r = read_response(&mut c).await?;
         self.put_conn(&w.data_address, c);
-        Ok((r, meta))
+        Ok((r, meta, want))
     }
+}
+
+/// Whether a write of `target` answered by `r` ended up cached (its copies count): a
+/// cached write type that did not spill through to the UFS.
+fn applied_caches(target: &pb::FileInfo, r: &pb::DataResponse) -> bool {
+    let spilled = r.write_type() == pb::WriteType::CacheThrough && target.write_type() != pb::WriteType::CacheThrough;
+    target.write_type().typed().is_some_and(|w| w.caches()) && !spilled
 }
 
 /// The request that opens a write of `target` at a worker, `pipeline` the further workers.
@@ -211,6 +226,7 @@ pub(crate) fn write_request(
         pipeline,
         pin_epoch: target.pin_epoch,
         expected_length: opts.expected_length.unwrap_or(0),
+        grant: target.write_grant.clone(),
     }
 }
 

@@ -50,7 +50,7 @@ impl Client {
         if !self.cfg.short_circuit || !wt.caches() || wt.writes_ufs() || copies > 1 {
             return Ok(None);
         }
-        let ws = self.write_pipeline(path, copies, &HashSet::new()).await?;
+        let (ws, _) = self.write_pipeline(path, copies, &HashSet::new()).await?;
         let [w] = ws.as_slice() else { return Ok(None) };
         if !self.is_local(w).await {
             return Ok(None);

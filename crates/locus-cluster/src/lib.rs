@@ -158,7 +158,8 @@ impl LocalCluster {
         fragments: Option<FragmentFactory>,
     ) -> Result<LocalCluster> {
         let data_dir = absolute(data_dir);
-        std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(format!("create {}", data_dir.display()), e))?;
+        // 0700 when made here: it holds the credentials, the metadata and the default UFS.
+        locus_common::security::create_private_dir(&data_dir)?;
         let root_ufs = match root_ufs {
             None => Some(format!("file://{}", data_dir.join("ufs").display())),
             Some(s) if s.is_empty() => None,

@@ -456,9 +456,9 @@ pub struct GatewayConfig {
     /// persisted after it. Default `5m`; `0s` persists parts at once.
     #[serde(with = "humantime_serde")]
     pub part_persist_wait: Duration,
-    /// A client must send a request's head (request line and headers) within this time
-    /// of starting it, or of the connection going idle between requests; else the
-    /// connection is closed. Default `30s`.
+    /// A connection must send each request's head (request line and headers) within
+    /// this time of opening, or of going idle after the last answer; else it is closed.
+    /// It bounds both a connection that sends no request and a slow head. Default `5s`.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// A request body that sends nothing for this long fails (408-style: the connection
@@ -468,6 +468,9 @@ pub struct GatewayConfig {
     /// Connections served at once; further clients wait in the listen backlog until one
     /// closes. Default 1024.
     pub max_connections: usize,
+    /// Connections served at once from one client address; one more is answered 503
+    /// SlowDown and closed, so one address cannot take the gateway's slots. Default 64.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for GatewayConfig {
@@ -481,9 +484,10 @@ impl Default for GatewayConfig {
             region: "us-east-1".into(),
             max_object_size: ByteSize::gib(5),
             part_persist_wait: Duration::from_secs(300),
-            header_read_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(5),
             body_idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            max_connections_per_client: 64,
         }
     }
 }
@@ -587,8 +591,10 @@ impl Config {
         if g.access_key_id.is_empty() != g.secret_access_key.is_empty() {
             return Err(Error::invalid("gateway.access_key_id and gateway.secret_access_key are set together"));
         }
-        if g.max_connections == 0 {
-            return Err(Error::invalid("gateway.max_connections must be at least 1"));
+        if g.max_connections == 0 || g.max_connections_per_client == 0 {
+            return Err(Error::invalid(
+                "gateway.max_connections and gateway.max_connections_per_client must be at least 1",
+            ));
         }
         if g.header_read_timeout.is_zero() || g.body_idle_timeout.is_zero() {
             return Err(Error::invalid("gateway.header_read_timeout and gateway.body_idle_timeout must be above 0s"));

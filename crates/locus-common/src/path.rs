@@ -38,6 +38,19 @@ pub fn normalize(path: &str) -> Result<String> {
     Ok(out)
 }
 
+/// Check a path relative to a mount's root, as the master sends it to workers: not
+/// empty, no leading or doubled `/`, and none of what [`normalize`] refuses (`.`, `..`,
+/// the UFS's temporary directory, NUL). A worker checks every one it is sent, so no
+/// request reaches outside a mount's root whatever the UFS would make of it.
+pub fn check_ufs_rel(rel: &str) -> Result<()> {
+    let abs = format!("/{rel}");
+    match normalize(&abs) {
+        Ok(n) if !rel.is_empty() && n == abs => Ok(()),
+        Ok(_) => Err(Error::invalid(format!("not a path below a mount's root: {rel:?}"))),
+        Err(e) => Err(e),
+    }
+}
+
 /// Components of a normalised path (none for root).
 pub fn components(path: &str) -> impl Iterator<Item = &str> {
     path.split('/').filter(|c| !c.is_empty())
@@ -83,6 +96,16 @@ pub fn in_staging(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ufs_paths_stay_below_the_mount_root() {
+        for ok in ["a", "a/b.txt", "dir/sub/x y"] {
+            check_ufs_rel(ok).unwrap();
+        }
+        for bad in ["", "/a", "a//b", "a/", "../x", "a/../../etc/passwd", "./a", "a/.", ".locus-tmp/x", "a\0b"] {
+            assert!(check_ufs_rel(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn normalizes() {

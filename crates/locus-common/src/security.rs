@@ -75,11 +75,7 @@ impl Secret {
 
     /// Whether `presented` is this secret, in time independent of where they differ.
     pub fn matches(&self, presented: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
-        if a.len() != b.len() {
-            return false;
-        }
-        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        same(self.0.as_bytes(), presented.as_bytes())
     }
 
     /// The client token of this cluster secret.
@@ -94,13 +90,93 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Who a caller proved to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Who a caller proved to be. Every request on every port is checked against the roles
+/// allowed to send it (the tables in `locus_proto::roles`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
-    /// A master or a worker: holds the cluster secret.
-    Service,
     /// A client: holds the client token.
     Client,
+    /// A worker: holds the cluster secret.
+    Worker,
+    /// The master: holds the cluster secret.
+    Master,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Client, Role::Worker, Role::Master];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Worker => "worker",
+            Role::Master => "master",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The label data-path proofs are made under (a new label makes old proofs worthless).
+const PROOF_LABEL: &[u8] = b"locus data-path proof v1";
+/// The label of the master's write grants.
+const GRANT_LABEL: &[u8] = b"locus write grant v1";
+
+/// HMAC-SHA256 of `parts` under `key`, each part length-prefixed so that no two lists of
+/// parts give the same input.
+fn mac(key: &Secret, parts: &[&[u8]]) -> [u8; 32] {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key.0.as_bytes()).expect("HMAC takes any key length");
+    for p in parts {
+        m.update(&(p.len() as u64).to_be_bytes());
+        m.update(p);
+    }
+    m.finalize().into_bytes().into()
+}
+
+/// Whether two byte strings are equal, in time independent of where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What a caller holds and the role it claims with it. On the data path it answers a
+/// listener's challenge with [`Identity::prove`]: an HMAC over the listener's fresh
+/// nonce, so a listener that is not a member learns nothing it can use on another
+/// connection; the key itself never leaves the process there.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    key: Secret,
+    role: Role,
+}
+
+impl Identity {
+    /// A client holding the client token.
+    pub fn client(token: &Secret) -> Identity {
+        Identity { key: token.clone(), role: Role::Client }
+    }
+
+    /// A member (worker or master) holding the cluster secret.
+    pub fn member(secret: &Secret, role: Role) -> Identity {
+        debug_assert!(role != Role::Client, "members are workers or the master");
+        Identity { key: secret.clone(), role }
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The proof of this identity for the challenge `nonce`.
+    pub fn prove(&self, nonce: &[u8]) -> Vec<u8> {
+        mac(&self.key, &[PROOF_LABEL, self.role.as_str().as_bytes(), nonce]).to_vec()
+    }
+
+    /// The credential itself, for the master RPC's bearer header (sent only to the
+    /// configured master). Never log it.
+    pub fn bearer(&self) -> &Secret {
+        &self.key
+    }
 }
 
 /// What the services check callers against: the cluster secret and its client token.
@@ -115,10 +191,11 @@ impl Verifier {
         Verifier { secret: secret.clone(), client: secret.client_token() }
     }
 
-    /// The role `presented` proves, if any.
+    /// The role a bearer credential (master RPC, web) proves, if any: the client token
+    /// is a client's, the cluster secret a worker's (the master never calls itself).
     pub fn role(&self, presented: &str) -> Option<Role> {
         if self.secret.matches(presented) {
-            Some(Role::Service)
+            Some(Role::Worker)
         } else if self.client.matches(presented) {
             Some(Role::Client)
         } else {
@@ -126,7 +203,30 @@ impl Verifier {
         }
     }
 
-    /// The secret a service presents to other services.
+    /// Whether `proof` answers the challenge `nonce` for `role` (a data-path caller).
+    pub fn check(&self, role: Role, nonce: &[u8], proof: &[u8]) -> bool {
+        let key = if role == Role::Client { &self.client } else { &self.secret };
+        same(&mac(key, &[PROOF_LABEL, role.as_str().as_bytes(), nonce]), proof)
+    }
+
+    /// The master's grant to write version `version` of `ufs_path` in mount `mount_id`:
+    /// a worker takes a write only with it, so a client writes only what the master
+    /// let it create (never a read-only mount, never a path of its choosing).
+    pub fn grant(&self, mount_id: u64, ufs_path: &str, version: u64) -> Vec<u8> {
+        mac(&self.secret, &[GRANT_LABEL, &mount_id.to_be_bytes(), ufs_path.as_bytes(), &version.to_be_bytes()]).to_vec()
+    }
+
+    /// Whether `grant` is the master's grant for this write.
+    pub fn check_grant(&self, mount_id: u64, ufs_path: &str, version: u64, grant: &[u8]) -> bool {
+        same(&self.grant(mount_id, ufs_path, version), grant)
+    }
+
+    /// This service's identity on the data path, as `role` (worker or master).
+    pub fn identity(&self, role: Role) -> Identity {
+        Identity::member(&self.secret, role)
+    }
+
+    /// The secret a service presents to the master RPC.
     pub fn secret(&self) -> &Secret {
         &self.secret
     }
@@ -254,7 +354,7 @@ mod tests {
     fn roles_follow_the_credential_presented() {
         let s = Secret::generate();
         let v = Verifier::new(&s);
-        assert_eq!(v.role(s.expose()), Some(Role::Service));
+        assert_eq!(v.role(s.expose()), Some(Role::Worker));
         assert_eq!(v.role(s.client_token().expose()), Some(Role::Client));
         assert_eq!(v.role(""), None);
         assert_eq!(v.role(&s.expose()[1..]), None);
@@ -265,6 +365,39 @@ mod tests {
         assert_eq!(v.role(Secret::generate().client_token().expose()), None);
         assert_eq!(s.client_token(), s.client_token());
         assert_ne!(s.client_token().expose(), s.expose());
+    }
+
+    #[test]
+    fn proofs_bind_the_key_the_role_and_the_nonce() {
+        let s = Secret::generate();
+        let v = Verifier::new(&s);
+        let (n1, n2) = (b"nonce one".as_slice(), b"nonce two".as_slice());
+        let client = Identity::client(&s.client_token());
+        assert!(v.check(Role::Client, n1, &client.prove(n1)));
+        // A proof is for one nonce: a listener that captured it cannot replay it.
+        assert!(!v.check(Role::Client, n2, &client.prove(n1)));
+        // The client token never proves a member's role.
+        for r in [Role::Worker, Role::Master] {
+            assert!(!v.check(r, n1, &client.prove(n1)));
+            assert!(!v.check(r, n1, &Identity { key: s.client_token(), role: r }.prove(n1)));
+            assert!(v.check(r, n1, &v.identity(r).prove(n1)));
+        }
+        assert!(!v.check(Role::Master, n1, &v.identity(Role::Worker).prove(n1)));
+        // Another cluster's members prove nothing here; the proof holds no key.
+        let other = Verifier::new(&Secret::generate());
+        assert!(!v.check(Role::Worker, n1, &other.identity(Role::Worker).prove(n1)));
+        let p = client.prove(n1);
+        assert!(!String::from_utf8_lossy(&p).contains(s.client_token().expose()));
+        // Grants: for one mount, path and version, made with the cluster secret only.
+        let g = v.grant(1, "a/b", 7);
+        assert!(v.check_grant(1, "a/b", 7, &g));
+        assert!(!v.check_grant(2, "a/b", 7, &g));
+        assert!(!v.check_grant(1, "a/c", 7, &g));
+        assert!(!v.check_grant(1, "a/b", 8, &g));
+        assert!(!v.check_grant(1, "a/b", 7, &[]));
+        assert!(!other.check_grant(1, "a/b", 7, &g));
+        // Length-prefixed parts: a path cannot borrow the version's bytes.
+        assert_ne!(v.grant(1, "a", 0x62), v.grant(1, "ab", 0));
     }
 
     #[test]

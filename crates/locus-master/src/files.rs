@@ -136,6 +136,8 @@ impl Master {
         Ok(pb::FileInfo {
             path: path.clone(),
             mount_id: m.info.id,
+            // The worker takes the write only with it: this mount (writable), this path.
+            write_grant: self.inner.verifier.grant(m.info.id, &rel, version),
             ufs_path: rel,
             block_size: self.inner.cfg.block_size.as_u64(),
             mount_point: m.info.path.clone(),
@@ -158,6 +160,11 @@ impl Master {
         let (parent_path, _) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
         let (m, rel) = self.writable(&path)?;
         let wt = req.write_type().typed().unwrap_or(WriteType::Through);
+        let (wanted, made) = (req.copies_wanted, req.copies_made);
+        if made < wanted {
+            self.inner.metrics.writes_short.inc();
+            tracing::warn!(path = %path, copies_made = made, copies_wanted = wanted, "a write was acknowledged with fewer worker copies than it asked for");
+        }
         let mut tries = 0;
         loop {
             // The parent (or an ancestor) may go again between any two of these steps.
@@ -173,7 +180,7 @@ impl Master {
             };
             match r {
                 Err(e) if e.kind() == ErrorKind::NotFound && tries < 10 => tries += 1,
-                r => return r,
+                r => return r.map(|fi| pb::FileInfo { copies_wanted: wanted, copies_made: made, ..fi }),
             }
         }
     }

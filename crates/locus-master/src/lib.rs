@@ -148,7 +148,8 @@ impl MasterBuilder {
         let no_mounts = m.inner.mounts.read().is_empty(); // (the lock is not held on)
         if no_mounts && let Some(uri) = self.root_ufs {
             if let Some(dir) = uri.strip_prefix("file://") {
-                std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {dir}"), e))?;
+                // Made 0700: other local users read nothing of what is persisted there.
+                locus_common::security::create_private_dir(std::path::Path::new(dir))?;
             }
             m.mount(pb::MountRequest { path: "/".into(), uri, ..Default::default() }).await?;
         }

@@ -30,6 +30,8 @@ pub(crate) struct Metrics {
     /// Persist-queue operations given up (see `persist_failures`), waiting for a retry or
     /// a drop.
     pub(crate) persist_failed: IntGauge,
+    /// Cached writes acknowledged with fewer worker copies than they asked for.
+    pub(crate) writes_short: IntCounter,
 }
 
 impl Metrics {
@@ -104,6 +106,12 @@ impl Metrics {
         )
         .unwrap();
         registry.register(Box::new(persist_failed.clone())).unwrap();
+        let writes_short = IntCounter::new(
+            "locus_writes_short_total",
+            "Cached writes acknowledged with fewer worker copies than they asked for (a worker lost mid-write, or client.replication.allow_fewer)",
+        )
+        .unwrap();
+        registry.register(Box::new(writes_short.clone())).unwrap();
         Metrics {
             registry,
             bytes_read,
@@ -121,6 +129,7 @@ impl Metrics {
             persist_ops,
             persisted_bytes,
             persist_failed,
+            writes_short,
         }
     }
 }

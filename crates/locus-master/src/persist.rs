@@ -624,11 +624,11 @@ fn remove_op(w: &redb::WriteTransaction, seq: u64) -> Result<()> {
 }
 
 impl Master {
-    /// One request to a worker's data path (authenticated with the cluster secret),
-    /// answered by one frame.
+    /// One request to a worker's data path (as the master: a proof made with the cluster
+    /// secret), answered by one frame. `addr` is always one this master registered.
     pub(crate) async fn call_worker(&self, addr: &str, req: pb::data_request::Req) -> Result<pb::DataResponse> {
         let mut s = self.inner.tls.connect(addr, "worker").await?;
-        locus_proto::authenticate(&mut s, self.inner.verifier.secret()).await?;
+        locus_proto::authenticate(&mut s, &self.inner.verifier.identity(locus_common::security::Role::Master)).await?;
         locus_proto::exchange(&mut s, pb::DataRequest { req: Some(req) })
             .await
             .map_err(|e| e.context(format!("worker {addr}")))

@@ -2,7 +2,7 @@
 //! `locus_proto::to_status` (the one place for that mapping).
 
 use locus_common::Result;
-use locus_proto::auth::{ServerAuth, require_service};
+use locus_proto::auth::{ServerAuth, method_layer};
 use locus_proto::pb::{self, master_server::MasterServer};
 use locus_proto::tls::DataStream;
 use locus_proto::to_status;
@@ -24,8 +24,9 @@ pub(crate) async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let tls = master.inner.tls.clone();
-    // Every call must carry the cluster secret or the client token, and come over TLS
-    // when the master serves TLS (`ServerAuth`).
+    // Every call must carry the cluster secret or the client token, come from a role the
+    // method's row in `locus_proto::roles` names, and come over TLS when the master serves
+    // TLS (`ServerAuth`; `method_layer` tells it the method).
     let auth = ServerAuth::new(master.inner.verifier.clone(), tls.serves());
     // Connections are accepted here, each told apart (TLS or plain) and its handshake
     // done on its own task, so a slow handshake holds up no other connection.
@@ -50,6 +51,7 @@ pub(crate) async fn serve(
         }
     });
     let res = tonic::transport::Server::builder()
+        .layer(method_layer::<tonic::body::Body>())
         .add_service(InterceptedService::new(MasterServer::new(master).max_decoding_message_size(16 << 20), auth))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::ReceiverStream::new(rx), shutdown)
         .await
@@ -122,8 +124,7 @@ impl pb::master_server::Master for Master {
         ok(Ok(pb::MountTable { mounts: self.mount_table(false) }))
     }
     async fn get_mount(&self, r: Request<pb::GetMountRequest>) -> R<pb::MountInfo> {
-        // With the UFS credentials: for workers only.
-        require_service(&r, "GetMount")?;
+        // With the UFS credentials: for workers only (`locus_proto::roles`).
         ok(Master::get_mount(self, r.into_inner().mount_id))
     }
     async fn get_workers(&self, _: Request<pb::Empty>) -> R<pb::WorkerList> {
@@ -133,17 +134,14 @@ impl pb::master_server::Master for Master {
         ok(Ok(self.report()))
     }
     async fn register_worker(&self, r: Request<pb::RegisterWorkerRequest>) -> R<pb::RegisterWorkerResponse> {
-        require_service(&r, "RegisterWorker")?;
         ok(Master::register_worker(self, r.into_inner())
             .await
             .map(|worker_id| pb::RegisterWorkerResponse { worker_id, cluster_id: self.cluster_id() }))
     }
     async fn worker_heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> R<pb::HeartbeatResponse> {
-        require_service(&r, "WorkerHeartbeat")?;
         ok(self.heartbeat(r.into_inner()))
     }
     async fn commit_blocks(&self, r: Request<pb::CommitBlocksRequest>) -> R<pb::Empty> {
-        require_service(&r, "CommitBlocks")?;
         ok(Master::commit_blocks(self, r.into_inner()).await.map(|_| pb::Empty {}))
     }
     async fn resolve_persist_failures(&self, r: Request<pb::PersistFailuresRequest>) -> R<pb::CountResponse> {

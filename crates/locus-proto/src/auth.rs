@@ -1,8 +1,9 @@
-//! Authentication of master RPCs: the client side adds the caller's credential to every
-//! call (`authorization: Bearer ...`, marked sensitive so it is never logged), the
-//! server side checks it and records the caller's [`Role`] in the request, where the
-//! services' own calls ([`require_service`]) look for it. The data path's counterpart is
-//! [`crate::authenticate`] / [`crate::accept_auth`].
+//! Authentication and authorization of master RPCs: the client side adds the caller's
+//! credential to every call (`authorization: Bearer ...`, marked sensitive so it is
+//! never logged; it goes only to the configured master), the server side checks it and
+//! refuses, and logs, a call whose role may not make it ([`crate::roles::master_rpc`],
+//! by the method name [`method_layer`] records). The data path's counterpart is
+//! [`crate::authenticate`] / [`crate::accept_auth`] and the worker's dispatch.
 
 use std::sync::Arc;
 
@@ -51,8 +52,24 @@ pub fn master_client(channel: Channel, token: &Secret) -> Result<AuthedMasterCli
     Ok(MasterClient::with_interceptor(channel, ClientAuth::new(token)?))
 }
 
+/// The name of the master RPC a request calls (`GetMount`), taken from its HTTP path by
+/// [`method_layer`] before the credential is checked.
+#[derive(Clone, Debug)]
+pub struct RpcMethod(pub String);
+
+/// A layer for the master's RPC server that records each request's [`RpcMethod`], so
+/// [`ServerAuth`] can check the caller's role against the method's row.
+pub fn method_layer<B>() -> tower::util::MapRequestLayer<fn(http::Request<B>) -> http::Request<B>> {
+    fn record<B>(mut req: http::Request<B>) -> http::Request<B> {
+        let name = req.uri().path().rsplit('/').next().unwrap_or_default().to_string();
+        req.extensions_mut().insert(RpcMethod(name));
+        req
+    }
+    tower::util::MapRequestLayer::new(record::<B> as fn(http::Request<B>) -> http::Request<B>)
+}
+
 /// Checks each incoming master RPC: refuses (and logs) a call without a valid
-/// credential, and records the caller's [`Role`] for [`require_service`].
+/// credential, or from a role the method's row does not name.
 #[derive(Clone)]
 pub struct ServerAuth {
     verifier: Arc<Verifier>,
@@ -93,31 +110,23 @@ impl Interceptor for ServerAuth {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .and_then(|t| self.verifier.role(t));
-        match role {
-            Some(r) => {
-                req.extensions_mut().insert(r);
-                Ok(req)
-            }
-            None => {
-                tracing::warn!(peer = peer(&req), "refused a master RPC: missing or wrong cluster credentials");
-                Err(to_status(unauthenticated("master rpc")))
-            }
-        }
-    }
-}
-
-/// Only services (master, workers) may make this call: it hands out what clients must
-/// never see (a mount's UFS credentials) or speaks for a worker.
-#[allow(clippy::result_large_err)]
-pub fn require_service<T>(req: &Request<T>, call: &str) -> std::result::Result<(), Status> {
-    match req.extensions().get::<Role>() {
-        Some(Role::Service) => Ok(()),
-        _ => {
-            tracing::warn!(peer = peer(req), call, "refused a service-only master RPC from a client");
-            Err(to_status(Error::new(
+        let Some(role) = role else {
+            tracing::warn!(peer = peer(&req), "refused a master RPC: missing or wrong cluster credentials");
+            return Err(to_status(unauthenticated("master rpc")));
+        };
+        let method = req.extensions().get::<RpcMethod>().map(|m| m.0.clone()).unwrap_or_default();
+        if !crate::roles::master_rpc(&method).contains(&role) {
+            tracing::warn!(peer = peer(&req), method, %role, "refused a master RPC its caller's role may not make");
+            let why = match role {
+                Role::Client => " (a client token does not grant it)",
+                _ => "",
+            };
+            return Err(to_status(Error::new(
                 ErrorKind::PermissionDenied,
-                format!("{call} is for the cluster's own services (a client token does not grant it)"),
-            )))
+                format!("{method} may not be called by a {role}{why}"),
+            )));
         }
+        req.extensions_mut().insert(role);
+        Ok(req)
     }
 }

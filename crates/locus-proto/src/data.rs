@@ -3,7 +3,7 @@
 //! trip every client of a worker's data path (the client, a worker forwarding to a replica
 //! or reading from a peer) goes through.
 
-use locus_common::security::{Role, Secret, Verifier, unauthenticated};
+use locus_common::security::{Identity, Role, Verifier, unauthenticated};
 use locus_common::{Error, Result};
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -88,22 +88,45 @@ pub async fn read_response<S: AsyncRead + Unpin>(s: &mut S) -> Result<pb::DataRe
         .into_result()
 }
 
-/// Present `token` on a new data-path connection: the auth frame, not flushed (it leaves
-/// with the first request, so authenticating costs no round trip).
-pub async fn authenticate<S: AsyncWrite + Unpin>(s: &mut S, token: &Secret) -> Result<()> {
-    let req =
-        pb::DataRequest { req: Some(pb::data_request::Req::Auth(pb::AuthRequest { token: token.expose().into() })) };
-    write_frame(s, &req).await
+/// Prove `who` on a new data-path connection. The caller speaks first (the listener
+/// tells TLS from plain by the first byte): an opening auth frame naming the role, then
+/// the listener's challenge comes back, and the answer to it is written, not flushed (it
+/// leaves with the first request). The credential itself is never sent. A listener
+/// that refuses at once (a TLS-only worker called in plain) is answered with its error.
+pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, who: &Identity) -> Result<()> {
+    let role = pb::PeerRole::from(who.role()).into();
+    send_request(s, pb::data_request::Req::Auth(pb::AuthRequest { role, proof: Vec::new() })).await?;
+    let challenge = read_response(s).await?.challenge;
+    if challenge.len() != NONCE_LEN {
+        return Err(Error::unavailable(
+            "the data-path listener sent no challenge (not a Locus worker of this version)",
+        ));
+    }
+    let auth = pb::AuthRequest { role, proof: who.prove(&challenge) };
+    write_frame(s, &pb::DataRequest { req: Some(pb::data_request::Req::Auth(auth)) }).await
 }
 
-/// A worker's check of a new connection's first frame: the role its credential proves.
-/// A connection that presents none, or a wrong one, gets an `Unauthenticated` error
-/// frame (the caller's answer) and must be closed; the refusal is logged with `peer`.
+/// Bytes of a listener's challenge nonce.
+const NONCE_LEN: usize = 32;
+
+/// A worker's check of a new connection: its opening auth frame gets a fresh challenge,
+/// and its next frame must answer it for the role it claims. A connection that opens
+/// otherwise or answers wrongly gets an `Unauthenticated` error frame (the caller's
+/// answer) and must be closed; the refusal is logged with `peer`.
 pub async fn accept_auth<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, v: &Verifier, peer: &str) -> Result<Role> {
-    let first: Option<pb::DataRequest> = read_frame(s).await?;
-    let role = match first {
+    let role = match read_frame::<_, pb::DataRequest>(s).await? {
         None => return Err(Error::unavailable("connection closed before it authenticated")),
-        Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)) }) => v.role(&a.token),
+        Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)) }) if a.proof.is_empty() => {
+            let nonce: [u8; NONCE_LEN] = rand::random();
+            write_frame(s, &pb::DataResponse { challenge: nonce.to_vec(), ..Default::default() }).await?;
+            s.flush().await.map_err(|e| Error::io("send challenge", e))?;
+            match read_frame::<_, pb::DataRequest>(s).await? {
+                Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)) }) => {
+                    a.role().typed().filter(|r| v.check(*r, &nonce, &a.proof))
+                }
+                _ => None,
+            }
+        }
         Some(_) => None,
     };
     match role {
@@ -246,29 +269,49 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn only_a_valid_credential_opens_a_connection() {
+    async fn only_a_valid_proof_opens_a_connection() {
+        use locus_common::security::Secret;
         let secret = Secret::generate();
         let v = Verifier::new(&secret);
-        for (token, want) in [(secret.clone(), Some(Role::Service)), (secret.client_token(), Some(Role::Client))] {
+        for who in [v.identity(Role::Worker), v.identity(Role::Master), Identity::client(&secret.client_token())] {
             let (mut c, mut w) = tokio::io::duplex(1 << 16);
-            authenticate(&mut c, &token).await.unwrap();
-            assert_eq!(accept_auth(&mut w, &v, "test").await.ok(), want);
+            let (a, b) = tokio::join!(authenticate(&mut c, &who), accept_auth(&mut w, &v, "test"));
+            a.unwrap();
+            assert_eq!(b.ok(), Some(who.role()));
         }
-        // A wrong token, or a request without one, is answered with an error and refused.
-        let other = Secret::generate();
-        for first in [
-            pb::DataRequest {
-                req: Some(pb::data_request::Req::Auth(pb::AuthRequest { token: other.expose().into() })),
-            },
-            pb::data_request::Req::Hello(pb::Empty {}).into(),
-        ] {
+        // Another cluster's member, a client claiming a member's role, or a first frame
+        // that is no answer: refused with an error frame.
+        let other = Verifier::new(&Secret::generate());
+        let bad =
+            [Some(other.identity(Role::Worker)), Some(Identity::member(&secret.client_token(), Role::Master)), None];
+        for who in bad {
             let (mut c, mut w) = tokio::io::duplex(1 << 16);
-            write_frame(&mut c, &first).await.unwrap();
-            let e = accept_auth(&mut w, &v, "test").await.unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::Unauthenticated);
-            let e = read_response(&mut c).await.unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::Unauthenticated);
+            let caller = async {
+                if let Some(who) = &who {
+                    authenticate(&mut c, who).await.unwrap();
+                }
+                write_frame(&mut c, &pb::DataRequest::from(pb::data_request::Req::Hello(pb::Empty {}))).await.unwrap();
+                c.flush().await.unwrap();
+                read_response(&mut c).await
+            };
+            let (got, e) = tokio::join!(caller, accept_auth(&mut w, &v, "test"));
+            assert_eq!(e.unwrap_err().kind(), ErrorKind::Unauthenticated);
+            assert_eq!(got.unwrap_err().kind(), ErrorKind::Unauthenticated);
         }
+        // What crosses the wire holds neither credential.
+        let (mut c, mut w) = tokio::io::duplex(1 << 16);
+        let who = Identity::client(&secret.client_token());
+        let (a, _) = tokio::join!(authenticate(&mut c, &who), async {
+            write_frame(&mut w, &pb::DataResponse { challenge: vec![9; NONCE_LEN], ..Default::default() }).await
+        });
+        // (The opening frame is read back below with the answer.)
+        a.unwrap();
+        c.flush().await.unwrap();
+        drop(c);
+        let mut sent = Vec::new();
+        w.read_to_end(&mut sent).await.unwrap();
+        let sent = String::from_utf8_lossy(&sent);
+        assert!(!sent.contains(secret.client_token().expose()) && !sent.contains(secret.expose()));
     }
 
     #[tokio::test]

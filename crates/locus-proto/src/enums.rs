@@ -6,6 +6,7 @@ use locus_common::ErrorKind;
 use locus_common::config::{ReadType, TierAlias, WriteType};
 use locus_common::job::{JobState, JobStatus};
 use locus_common::metrics::{HostKey, ReadReason, ReadSource};
+use locus_common::security::Role;
 
 use crate::pb;
 
@@ -51,6 +52,28 @@ impl From<pb::ErrorKind> for ErrorKind {
             pb::ErrorKind::Corrupt => ErrorKind::Corrupt,
             pb::ErrorKind::Io => ErrorKind::Io,
             pb::ErrorKind::Internal | pb::ErrorKind::Unspecified => ErrorKind::Internal,
+        }
+    }
+}
+
+impl From<Role> for pb::PeerRole {
+    fn from(r: Role) -> Self {
+        match r {
+            Role::Client => pb::PeerRole::Client,
+            Role::Worker => pb::PeerRole::Worker,
+            Role::Master => pb::PeerRole::Master,
+        }
+    }
+}
+
+impl pb::PeerRole {
+    /// The Rust enum; `None` for UNSPECIFIED.
+    pub fn typed(self) -> Option<Role> {
+        match self {
+            pb::PeerRole::Unspecified => None,
+            pb::PeerRole::Client => Some(Role::Client),
+            pb::PeerRole::Worker => Some(Role::Worker),
+            pb::PeerRole::Master => Some(Role::Master),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod pb {
 pub mod auth;
 mod data;
 mod enums;
+pub mod roles;
 pub mod tls;
 
 pub use data::{

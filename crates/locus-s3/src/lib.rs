@@ -11,6 +11,7 @@
 //! master, worker, block store or UFS crates.
 
 mod answer;
+mod early;
 mod limits;
 mod s3;
 
@@ -40,9 +41,6 @@ pub const WRITE_TYPE_HEADER: &str = "x-locus-write-type";
 /// Directory at the root of each bucket holding multipart uploads in progress. Hidden
 /// from listings; keys through it are refused.
 pub(crate) const UPLOADS_DIR: &str = ".locus-uploads";
-
-/// Largest request head (request line and headers) accepted; larger ones get 431.
-const MAX_HEAD_BYTES: usize = 64 << 10;
 
 /// Builds a [`Gateway`].
 pub struct GatewayBuilder {
@@ -94,6 +92,8 @@ impl Gateway {
         // At most `gateway.max_connections` served at once: the next is accepted when one
         // closes (meanwhile clients wait in the listen backlog).
         let slots = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_connections));
+        // And at most `gateway.max_connections_per_client` of them from one address.
+        let per_client = limits::PerClient::new(self.cfg.max_connections_per_client);
         let (idle, head_timeout) = (self.cfg.body_idle_timeout, self.cfg.header_read_timeout);
         loop {
             let slot = tokio::select! {
@@ -112,6 +112,15 @@ impl Gateway {
                 _ = &mut shutdown => break,
             };
             let _ = stream.set_nodelay(true);
+            let Some(client_slot) = per_client.admit(peer.ip()) else {
+                tracing::debug!(%peer, "refused a connection over its address's cap");
+                let cap = self.cfg.max_connections_per_client;
+                tokio::spawn(async move {
+                    limits::refuse_busy(stream, cap).await;
+                    drop(slot);
+                });
+                continue;
+            };
             let service = self.service.clone();
             let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let service = service.clone();
@@ -125,6 +134,15 @@ impl Gateway {
                     let done = Arc::new(AtomicBool::new(false));
                     let (mut parts, body) = req.into_parts();
                     let (method, path) = (parts.method.clone(), parts.uri.path().to_string());
+                    if let Some(r) = early::check(&parts) {
+                        let mut res = http::Response::new(s3s::Body::from(bytes::Bytes::from(early::body(&r))));
+                        *res.status_mut() = r.status;
+                        res.headers_mut()
+                            .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/xml"));
+                        // The body (if any) is not read: the connection is not reused.
+                        res.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                        return Ok(answer::finish(res, &method, &path));
+                    }
                     allow_unknown_length(&mut parts);
                     let body = s3s::Body::http_body_unsync(limits::IdleBody::new(body, done.clone(), idle));
                     let res = service.call(http::Request::from_parts(parts, body)).await?;
@@ -136,8 +154,9 @@ impl Gateway {
                 }
             });
             let conn = hyper::server::conn::http1::Builder::new()
-                .max_buf_size(MAX_HEAD_BYTES.max(8192))
-                .max_header_size(MAX_HEAD_BYTES)
+                .max_buf_size(early::PARSE_LIMIT.0)
+                .max_header_size(early::PARSE_LIMIT.0)
+                .max_headers(early::PARSE_LIMIT.1)
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(head_timeout)
                 .serve_connection(TokioIo::new(stream), svc);
@@ -146,7 +165,7 @@ impl Gateway {
                 if let Err(e) = conn.await {
                     tracing::debug!(%peer, error = %e, "gateway connection ended with an error");
                 }
-                drop(slot);
+                drop((slot, client_slot));
             });
         }
         tokio::select! {

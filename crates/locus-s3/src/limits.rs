@@ -1,9 +1,12 @@
-//! What keeps one client from holding the gateway: a cap on connections served at once,
-//! a time limit on a request's head (hyper's `header_read_timeout`, set where connections
-//! are served), a time limit on a request body that stalls ([`IdleBody`]), and S3's
-//! one-week limit on presigned URLs ([`Access`]).
+//! What keeps one client from holding the gateway: a cap on connections served at once
+//! and on those of one client address ([`PerClient`]), a time limit on a request's head
+//! that also closes idle connections (hyper's `header_read_timeout`, set where
+//! connections are served), a time limit on a request body that stalls ([`IdleBody`]),
+//! and S3's one-week limit on presigned URLs ([`Access`]).
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +46,69 @@ impl S3Access for Access {
         }
         Ok(())
     }
+}
+
+/// Connections open per client address, each held by a [`ClientSlot`].
+#[derive(Clone)]
+pub(crate) struct PerClient {
+    open: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>,
+    cap: usize,
+}
+
+/// One connection of a client address, counted until it drops.
+pub(crate) struct ClientSlot {
+    open: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PerClient {
+    pub(crate) fn new(cap: usize) -> PerClient {
+        PerClient { open: Default::default(), cap }
+    }
+
+    /// A slot for a new connection from `ip`, unless it already has `cap` open.
+    pub(crate) fn admit(&self, ip: IpAddr) -> Option<ClientSlot> {
+        let mut m = self.open.lock();
+        let n = m.entry(ip).or_default();
+        if *n >= self.cap {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot { open: self.open.clone(), ip })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut m = self.open.lock();
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// The answer to a connection over its address's cap: 503 SlowDown in S3's XML, then
+/// the connection is closed (within a second, whatever the client does).
+pub(crate) async fn refuse_busy(mut stream: tokio::net::TcpStream, cap: usize) {
+    use tokio::io::AsyncWriteExt;
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Too many connections \
+         from this address (gateway.max_connections_per_client is {cap}): reuse or close some</Message></Error>"
+    );
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\
+         Retry-After: 1\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 /// Why a request body stopped.
@@ -112,6 +178,20 @@ impl http_body::Body for IdleBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_address_gets_at_most_its_cap() {
+        let p = PerClient::new(2);
+        let (a, b): (IpAddr, IpAddr) = ("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap());
+        let s1 = p.admit(a).unwrap();
+        let _s2 = p.admit(a).unwrap();
+        assert!(p.admit(a).is_none(), "over the cap");
+        assert!(p.admit(b).is_some(), "another address is not held up");
+        drop(s1);
+        assert!(p.admit(a).is_some(), "a closed connection frees its slot");
+        drop(p.admit(b));
+        assert!(!p.open.lock().contains_key(&b), "an address with nothing open is forgotten");
+    }
 
     #[test]
     fn the_presigned_limit_is_a_week() {

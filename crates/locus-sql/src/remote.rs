@@ -687,10 +687,11 @@ impl locus_worker::FragmentRunner for Fragments {
 }
 
 /// How a worker makes its [`Fragments`]: with a client (`cfg`) of its own that presents
-/// the cluster secret.
+/// the client token of the cluster secret (a fragment reads what a client may read, and
+/// no more).
 pub fn factory(cfg: locus_common::config::ClientConfig) -> locus_worker::FragmentFactory {
     Arc::new(move |master: &str, secret: &locus_common::security::Secret, tls: &locus_client::Tls| {
-        let c = Client::with_tls(master, cfg.clone(), secret.clone(), tls.clone())?;
+        let c = Client::with_tls(master, cfg.clone(), secret.client_token(), tls.clone())?;
         Ok(Arc::new(Fragments::new(Arc::new(c))?) as Arc<dyn locus_worker::FragmentRunner>)
     })
 }

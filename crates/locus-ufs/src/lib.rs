@@ -50,8 +50,24 @@ pub struct Ufs {
     op: Operator,
     uri: String,
     names: NameRules,
+    /// A `file://` mount's root and the mode its files get once written (`file_mode`).
+    file_mode: Option<(std::path::PathBuf, u32)>,
     /// Directories known to have no marker object (see `markers.rs`).
     unmarked: markers::Unmarked,
+}
+
+/// Options understood for `file://` mounts: `file_mode`, the octal mode of the files
+/// Locus writes there (default [`DEFAULT_FILE_MODE`]: other local users read nothing).
+pub const FILE_OPTIONS: &[&str] = &["file_mode"];
+/// The mode of files written to a `file://` mount unless its `file_mode` says otherwise.
+pub const DEFAULT_FILE_MODE: u32 = 0o600;
+
+/// A `file_mode` option's value: octal, as chmod takes it, at most 0777.
+fn parse_file_mode(v: &str) -> Result<u32> {
+    match u32::from_str_radix(v.trim_start_matches("0o"), 8) {
+        Ok(m) if m <= 0o777 && !v.is_empty() => Ok(m),
+        _ => Err(Error::invalid(format!("file_mode {v:?} is not an octal mode such as 0600 or 0640"))),
+    }
 }
 
 /// Options understood for `s3://` mounts (others are rejected).
@@ -121,13 +137,19 @@ impl Ufs {
         static INSTALL: std::sync::Once = std::sync::Once::new();
         INSTALL.call_once(opendal::install_default);
         let names;
+        let mut file_mode = None;
         let op = if let Some(dir) = uri.strip_prefix("file://") {
             if !dir.starts_with('/') {
                 return Err(Error::invalid(format!("file:// mounts need an absolute directory: {uri}")));
             }
-            if let Some(k) = options.keys().next() {
-                return Err(Error::invalid(format!("unknown option {k:?} for a file:// mount")));
+            if let Some(k) = options.keys().find(|k| !FILE_OPTIONS.contains(&k.as_str())) {
+                return Err(Error::invalid(format!(
+                    "unknown option {k:?} for a file:// mount (known: {})",
+                    FILE_OPTIONS.join(", ")
+                )));
             }
+            let mode = options.get("file_mode").map(|v| parse_file_mode(v)).transpose()?.unwrap_or(DEFAULT_FILE_MODE);
+            file_mode = Some((std::path::PathBuf::from(dir), mode));
             // OpenDAL's fs service would create a missing root; a mount must not.
             match std::fs::metadata(dir) {
                 Ok(m) if m.is_dir() => {}
@@ -189,7 +211,7 @@ impl Ufs {
         let op = op
             .layer(TimeoutLayer::new().with_timeout(timeout).with_io_timeout(timeout))
             .layer(RetryLayer::new().with_max_times(3).with_min_delay(Duration::from_millis(100)));
-        Ok(Ufs { op, uri: uri.to_string(), names, unmarked: Default::default() })
+        Ok(Ufs { op, uri: uri.to_string(), names, file_mode, unmarked: Default::default() })
     }
 
     pub fn uri(&self) -> &str {
@@ -333,7 +355,23 @@ impl Ufs {
 
     /// Write a whole object in one request (one PutObject on S3).
     pub async fn put(&self, path: &str, data: Bytes) -> Result<()> {
-        self.op.write(path, data).await.map(|_| ()).map_err(|e| ufs_err(format!("put {path}"), e))
+        self.op.write(path, data).await.map(|_| ()).map_err(|e| ufs_err(format!("put {path}"), e))?;
+        self.apply_file_mode(path).await
+    }
+
+    /// Give a file just written to a `file://` mount its mode (`file_mode`). It was made
+    /// under the process's umask inside the mount's root; the root's own mode keeps
+    /// others out meanwhile (`local start` makes it 0700). A file system that refuses
+    /// modes (vfat, some network mounts) keeps the file as written: logged, and the
+    /// write stands (its bytes are safe; only their mode is not what was asked).
+    async fn apply_file_mode(&self, path: &str) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let Some((root, mode)) = &self.file_mode else { return Ok(()) };
+        let p = root.join(path.trim_start_matches('/'));
+        if let Err(e) = tokio::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).await {
+            tracing::warn!(path = %p.display(), mode = format!("{mode:o}"), error = %e, "cannot set a persisted file's mode");
+        }
+        Ok(())
     }
 
     /// Delete a file or (recursively) a directory. On an object store, a parent left with
@@ -433,6 +471,7 @@ impl UfsWriter {
     /// Finish the write and return the object's new status.
     pub async fn close(mut self) -> Result<UfsStatus> {
         self.w.close().await.map_err(|e| ufs_err(format!("close {}", self.path), e))?;
+        self.ufs.apply_file_mode(&self.path).await?;
         self.ufs
             .stat(&self.path)
             .await?
@@ -446,6 +485,28 @@ impl UfsWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn files_written_to_a_file_mount_get_its_file_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("file://{}", dir.path().display());
+        let mode = |p: &str| std::fs::metadata(dir.path().join(p)).unwrap().permissions().mode() & 0o777;
+        let ufs = Ufs::new(&uri, &BTreeMap::new(), Duration::from_secs(5)).unwrap();
+        let w = ufs.writer("a/w.txt", "", &Default::default()).await.unwrap();
+        w.close().await.unwrap();
+        ufs.put("p.txt", Bytes::from_static(b"x")).await.unwrap();
+        assert_eq!((mode("a/w.txt"), mode("p.txt")), (0o600, 0o600), "private by default");
+        let opts = BTreeMap::from([("file_mode".to_string(), "0640".to_string())]);
+        let ufs = Ufs::new(&uri, &opts, Duration::from_secs(5)).unwrap();
+        ufs.put("q.txt", Bytes::from_static(b"x")).await.unwrap();
+        assert_eq!(mode("q.txt"), 0o640);
+        for bad in ["rw", "0800", "1777", ""] {
+            let opts = BTreeMap::from([("file_mode".to_string(), bad.to_string())]);
+            let e = Ufs::new(&uri, &opts, Duration::from_secs(5)).err().unwrap();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}: {e}");
+        }
+    }
 
     #[tokio::test]
     async fn file_ufs_round_trip() {

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 use futures::StreamExt;
 use locus_blockstore::Lease;
+use locus_common::security::Role;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::tls::DataStream;
 use locus_proto::{exchange, pb, write_frame};
@@ -22,7 +23,7 @@ use crate::{DropOffRuntime, Inner};
 impl Inner {
     /// Write a file's cached blocks to the UFS (the master's persist scheduler asks).
     pub(crate) async fn handle_persist(&self, sock: &mut DataStream, p: pb::PersistRequest) -> Result<()> {
-        let ufs = self.ufs(p.mount_id).await?;
+        let ufs = self.ufs_at(p.mount_id, &p.ufs_path, crate::guard::Access::Write).await?;
         let addrs: HashMap<u64, String> = p.workers.iter().map(|w| (w.worker_id, w.data_address.clone())).collect();
         let mut writer = ufs.writer(&p.ufs_path, &p.content_type, &p.user_metadata).await?;
         let res: Result<u64> = async {
@@ -129,7 +130,7 @@ impl Inner {
             let r = async {
                 let s = self.tls.connect(addr, "worker").await?;
                 let mut s = tokio::io::BufReader::with_capacity(1 << 20, s);
-                locus_proto::authenticate(&mut s, self.verifier.secret()).await?;
+                locus_proto::authenticate(&mut s, &self.verifier.identity(Role::Worker)).await?;
                 let r = exchange(&mut s, pb::data_request::Req::Read(req)).await?;
                 Ok(BlockSource::Peer { sock: s, left: length, crc: r.has_crc.then_some(r.crc32c) })
             }

@@ -24,16 +24,15 @@ use locus_common::metrics::{HostKey, OTHER_HOSTS, ReadReason, ReadSource};
 use locus_common::security::{Secret, Verifier};
 use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
-use locus_proto::from_status;
 use locus_proto::pb;
 use locus_proto::tls::Tls;
-use locus_ufs::Ufs;
 use parking_lot::Mutex;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
 mod block;
 mod compute;
+mod guard;
 mod heartbeat;
 mod read;
 mod server;
@@ -113,7 +112,10 @@ struct Inner {
     uds_path: Option<PathBuf>,
     counters: Counters,
     pin_epoch: AtomicU64,
-    ufs: Mutex<HashMap<u64, Ufs>>,
+    /// The mounts' UFSes, as the master described them (`guard.rs`).
+    ufs: Mutex<HashMap<u64, guard::MountUfs>>,
+    /// The members the master registered, for dialing peers by id (`guard.rs`).
+    members: Mutex<guard::Members>,
     /// Blocks being filled from the UFS. Readers that arrive during a fill stream what
     /// the leader has written so far, then follow it as it grows.
     inflight: Mutex<HashMap<u64, watch::Receiver<FillState>>>,
@@ -237,6 +239,7 @@ impl WorkerBuilder {
             counters: Counters::default(),
             pin_epoch: AtomicU64::new(u64::MAX),
             ufs: Mutex::new(HashMap::new()),
+            members: Mutex::new(guard::Members::default()),
             inflight: Mutex::new(HashMap::new()),
             jobs: Mutex::new(Vec::new()),
             committing: tokio::sync::Mutex::new(()),
@@ -388,17 +391,5 @@ impl Inner {
 
     fn master(&self) -> AuthedMasterClient {
         self.master.clone()
-    }
-
-    /// The UFS of a mount (asked of the master once, then kept).
-    async fn ufs(&self, mount_id: u64) -> Result<Ufs> {
-        if let Some(u) = self.ufs.lock().get(&mount_id) {
-            return Ok(u.clone());
-        }
-        let info = self.master().get_mount(pb::GetMountRequest { mount_id }).await.map_err(from_status)?.into_inner();
-        let opts = info.options.into_iter().collect();
-        let ufs = Ufs::new(&info.uri, &opts, Duration::from_secs(60))?;
-        self.ufs.lock().insert(mount_id, ufs.clone());
-        Ok(ufs)
     }
 }

@@ -116,7 +116,7 @@ impl Inner {
     /// fingerprint the client's metadata carries: a file changed behind Locus's back is
     /// refused (before any byte is sent), never served as a mix of versions.
     async fn checked_ufs(&self, r: &pb::ReadBlockRequest) -> Result<Ufs> {
-        let ufs = self.ufs(r.mount_id).await?;
+        let ufs = self.ufs_at(r.mount_id, &r.ufs_path, crate::guard::Access::Read).await?;
         Self::check_unchanged(&ufs, r).await?;
         Ok(ufs)
     }
@@ -240,6 +240,8 @@ impl Inner {
                     r.block_id
                 )));
             }
+            // The UFS is next: refuse a path out of the mount's root before any fill starts.
+            locus_common::path::check_ufs_rel(&r.ufs_path)?;
             if read_type == ReadType::NoCache {
                 return self.send_from_ufs(sock, &r, hdr).await;
             }

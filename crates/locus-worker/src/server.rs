@@ -1,10 +1,12 @@
 //! The data-path server: the TCP and Unix-socket accept loops and the dispatch of each
-//! connection's requests to the read, write, persist, replication and compute handlers.
+//! connection's requests, once the caller's role may send them (`guard.rs`), to the
+//! read, write, persist, replication and compute handlers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use locus_common::metrics::{ReadReason, ReadSource};
+use locus_common::security::Role;
 use locus_common::{Error, ErrorKind};
 use locus_proto::tls::{DataStream, refuse_plain};
 use locus_proto::{accept_auth, pb, read_frame, write_frame};
@@ -33,8 +35,9 @@ pub(crate) async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop
                     if inner.tls.serves() && !s.is_tls() {
                         return refuse_plain(s, peer).await;
                     }
-                    if accept_auth(&mut s, &inner.verifier, &peer.to_string()).await.is_ok() {
-                        serve_conn(inner.clone(), &mut s).await
+                    let peer = peer.to_string();
+                    if let Ok(role) = accept_auth(&mut s, &inner.verifier, &peer).await {
+                        serve_conn(inner.clone(), &mut s, role, &peer).await
                     }
                 } => {}
                 _ = stop.changed() => {}
@@ -43,13 +46,20 @@ pub(crate) async fn serve_tcp(inner: Arc<Inner>, listener: TcpListener, mut stop
     }
 }
 
-async fn serve_conn(inner: Arc<Inner>, s: &mut DataStream) {
+async fn serve_conn(inner: Arc<Inner>, s: &mut DataStream, role: Role, peer: &str) {
     loop {
         let req: pb::DataRequest = match read_frame(s).await {
             Ok(Some(r)) => r,
             Ok(None) => return,
             Err(e) => return send_error(s, &e).await,
         };
+        if let Some(r) = &req.req
+            && let Err(e) = inner.authorize(role, r, false, peer)
+        {
+            // A refused request ends the connection: nothing of what may follow it
+            // (a write's chunks) is read as a request.
+            return send_error(s, &e).await;
+        }
         let mut hdr = false;
         let res = match req.req {
             Some(pb::data_request::Req::Read(r)) => inner.handle_read(s, r, &mut hdr).await,
@@ -97,8 +107,8 @@ pub(crate) async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut sto
         tokio::spawn(async move {
             tokio::select! {
                 _ = async {
-                    if accept_auth(&mut sock, &inner.verifier, "unix socket").await.is_ok() {
-                        serve_lease_conn(inner.clone(), &mut sock).await
+                    if let Ok(role) = accept_auth(&mut sock, &inner.verifier, "unix socket").await {
+                        serve_lease_conn(inner.clone(), &mut sock, role).await
                     }
                 } => {}
                 _ = stop.changed() => {}
@@ -107,7 +117,7 @@ pub(crate) async fn serve_uds(inner: Arc<Inner>, listener: UnixListener, mut sto
     }
 }
 
-async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
+async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream, role: Role) {
     // What a reply hands out lives as long as the client keeps it: until its next
     // request or until it closes the connection (which also covers a client crash). It
     // is dropped off the runtime: the last lease of a removed block deletes its file.
@@ -121,6 +131,11 @@ async fn serve_lease_conn(inner: Arc<Inner>, sock: &mut UnixStream) {
             Err(e) => return send_error(sock, &e).await,
         };
         drop(held.take());
+        if let Some(r) = &req.req
+            && let Err(e) = inner.authorize(role, r, true, "unix socket")
+        {
+            return send_error(sock, &e).await;
+        }
         let resp = match req.req {
             Some(pb::data_request::Req::Read(r)) => match inner.follow_read(sock, r).await {
                 Ok(h) => {

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use locus_blockstore::BlockStore;
 use locus_common::config::WriteType;
-use locus_common::security::Secret;
+use locus_common::security::{Identity, Role};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::tls::{DataStream, Tls};
 use locus_proto::{end_chunks, exchange, pb, read_frame, read_response, write_chunk, write_frame};
@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use crate::block::BlockSource;
+use crate::guard::Access;
 use crate::{DropOffRuntime, Inner};
 
 impl Inner {
@@ -56,7 +57,12 @@ impl Inner {
             None
         };
         let mut ufs_writer = match wt.writes_ufs() || spilled {
-            true => Some(self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?),
+            true => Some(
+                self.ufs_at(w.mount_id, &w.ufs_path, Access::Write)
+                    .await?
+                    .writer(&w.ufs_path, &w.content_type, &w.user_metadata)
+                    .await?,
+            ),
             false => None,
         };
         // The rest of the pipeline, fed by a task so that forwarding overlaps local writes.
@@ -68,7 +74,16 @@ impl Inner {
                 write_type: if wt.writes_ufs() { pb::WriteType::MustCache.into() } else { w.write_type },
                 ..w.clone()
             };
-            match forward_write(next, req, self.verifier.secret(), &self.tls).await {
+            let forwarded = async {
+                let addr = self.member_address(next.worker_id).await.map_err(|e| replica_err(next.worker_id, e))?;
+                let r =
+                    forward_write(next.worker_id, &addr, req, &self.verifier.identity(Role::Worker), &self.tls).await;
+                if r.is_err() {
+                    self.forget_member(next.worker_id);
+                }
+                r
+            };
+            match forwarded.await {
                 Ok(d) => down = Some(d),
                 Err(e) => {
                     if let Some(u) = ufs_writer.take() {
@@ -133,7 +148,7 @@ impl Inner {
                             let stored = b.stored();
                             if ufs_writer.is_none() {
                                 tracing::info!(path = %w.ufs_path, at = stored, "cache full: the write goes on through to the UFS");
-                                let mut u = self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
+                                let mut u = self.ufs_at(w.mount_id, &w.ufs_path, Access::Write).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
                                 let r = self.replay(&b, &mut u).await;
                                 if let Err(e) = r {
                                     u.abort().await;
@@ -340,7 +355,11 @@ impl Inner {
         blocks: u64,
         stored: u64,
     ) -> Result<pb::DataResponse> {
-        let mut u = self.ufs(w.mount_id).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
+        let mut u = self
+            .ufs_at(w.mount_id, &w.ufs_path, Access::Write)
+            .await?
+            .writer(&w.ufs_path, &w.content_type, &w.user_metadata)
+            .await?;
         let done = BlockWriter {
             store: self.store.clone(),
             version: w.version,
@@ -529,17 +548,11 @@ type Forward = (tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<Result
 
 /// Open the write to the next worker of a pipeline; chunks sent to the returned channel
 /// go to it, and the task's result is its answer once the channel closes.
-async fn forward_write(
-    next: pb::WorkerAddress,
-    req: pb::WriteFileRequest,
-    secret: &Secret,
-    tls: &Tls,
-) -> Result<Forward> {
-    let id = next.worker_id;
+async fn forward_write(id: u64, addr: &str, req: pb::WriteFileRequest, who: &Identity, tls: &Tls) -> Result<Forward> {
     let ctx = move |e: Error| replica_err(id, e);
-    let s = tls.connect(&next.data_address, "replica worker").await?;
+    let s = tls.connect(addr, "replica worker").await?;
     let mut s = tokio::io::BufWriter::with_capacity(1 << 20, s);
-    locus_proto::authenticate(&mut s, secret).await.map_err(ctx)?;
+    locus_proto::authenticate(&mut s, who).await.map_err(ctx)?;
     exchange(&mut s, pb::data_request::Req::Write(req)).await.map_err(ctx)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let task = tokio::spawn(async move {
@@ -553,7 +566,7 @@ async fn forward_write(
             }
         }
         if let Some(e) = broken {
-            return Err(Error::unavailable(format!("replica worker {} went away mid-write: {e}", next.worker_id)));
+            return Err(Error::unavailable(format!("replica worker {id} went away mid-write: {e}")));
         }
         end_chunks(&mut s).await.map_err(|e| Error::io("send", e))?;
         read_response(&mut s).await.map_err(ctx)

@@ -1,6 +1,7 @@
 //! Riding through failures instead of failing every request: clients wait out a master
-//! restart (calls sent again with backoff for `client.master_retry`), and writes go
-//! around a worker that died before the master noticed.
+//! restart (calls sent again with backoff for `client.master_retry`), writes go around a
+//! worker that died before the master noticed, and a write is never acknowledged with
+//! fewer copies than it asked for without saying so.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -92,5 +93,38 @@ async fn writes_go_around_a_worker_that_just_died() {
         assert_eq!(read_all(&cl, &path).await, data);
     }
     assert!(t.elapsed() < Duration::from_secs(25), "writes took {:?}", t.elapsed());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_is_never_acknowledged_short_without_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = LocalCluster::start(config(dir.path()), &dir.path().join("data"), 2, None).await.unwrap();
+    let gone = c.worker(1).unwrap().id();
+    c.stop_worker(1).await;
+    let client = |c: &LocalCluster, allow_fewer: bool| {
+        let mut cfg = ClientConfig::default();
+        cfg.replication.wait = Duration::from_secs(2);
+        cfg.replication.allow_fewer = allow_fewer;
+        c.client(cfg).unwrap()
+    };
+    // The master still lists two live workers, so the write asks for two copies. The
+    // worker found dead does not count: the write waits for it, then fails.
+    let strict = client(&c, false);
+    assert!(strict.workers(true).await.unwrap().iter().any(|w| w.worker_id == gone));
+    let e = put(&strict, "/strict", &[1; 1000]).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("2 worker copies"), "{e}");
+    assert!(!locus_master::render_metrics(c.master()).contains("locus_writes_short_total 1"));
+    // Allowed to go on with fewer, it does, and says so: the answer and the metric.
+    let fi = put(&client(&c, true), "/short", &[2; 1000]).await.unwrap();
+    assert_eq!((fi.copies_wanted, fi.copies_made), (2, 1), "{fi:?}");
+    assert!(locus_master::render_metrics(c.master()).contains("locus_writes_short_total 1"));
+    // A write with every copy it asked for is not counted.
+    c.start_worker(1).await.unwrap();
+    c.worker(1).unwrap().wait_registered(Duration::from_secs(10)).await.unwrap();
+    let fi = put(&client(&c, false), "/whole", &[3; 1000]).await.unwrap();
+    assert_eq!((fi.copies_wanted, fi.copies_made), (2, 2), "{fi:?}");
+    assert!(locus_master::render_metrics(c.master()).contains("locus_writes_short_total 1"));
     c.shutdown().await;
 }

@@ -541,7 +541,7 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
         drop(s);
     }
     let mut s = tokio::net::TcpStream::connect(c.worker(0).unwrap().data_address()).await.unwrap();
-    locus_proto::authenticate(&mut s, &c.client_token()).await.unwrap();
+    locus_proto::authenticate(&mut s, &locus_common::security::Identity::client(&c.client_token())).await.unwrap();
     s.write_all(&5u32.to_be_bytes()).await.unwrap();
     s.write_all(b"\xff\xff\xff\xff\xff").await.unwrap();
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
@@ -553,7 +553,7 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
     assert_eq!(c.client(ClientConfig::default()).unwrap().report().await.unwrap().workers.len(), 1);
     // A read range beyond its block is refused with an error frame; the worker stays up.
     let mut s = tokio::net::TcpStream::connect(c.worker(0).unwrap().data_address()).await.unwrap();
-    locus_proto::authenticate(&mut s, &c.client_token()).await.unwrap();
+    locus_proto::authenticate(&mut s, &locus_common::security::Identity::client(&c.client_token())).await.unwrap();
     let req = pb::ReadBlockRequest { block_id: 1, offset: 10, length: 10, block_length: 5, ..Default::default() };
     locus_proto::write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await.unwrap();
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
@@ -641,7 +641,7 @@ async fn durable_replication_waits_for_workers_then_fails_or_goes_on_when_allowe
     let data = random(1000);
     let e = put_as(&strict, "/three.bin", &data, WriteType::AsyncThrough).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
-    assert!(e.to_string().contains("needs 3 worker copies but 2 workers are live"), "{e}");
+    assert!(e.to_string().contains("needs 3 worker copies but 2 of the 2 workers the master lists answer"), "{e}");
     cfg.replication.allow_fewer = true;
     let lenient = c.client(cfg).unwrap();
     put_as(&lenient, "/three.bin", &data, WriteType::AsyncThrough).await.unwrap();

@@ -13,7 +13,7 @@ use locus_client::{Client, PutOptions, Tls};
 use locus_cluster::LocalCluster;
 use locus_common::ErrorKind;
 use locus_common::config::{ClientConfig, Locality, SecurityConfig, WriteType};
-use locus_common::security::Secret;
+use locus_common::security::{Identity, Role, Secret, Verifier};
 use locus_proto::pb;
 use locus_proto::pb::master_client::MasterClient;
 
@@ -81,10 +81,11 @@ async fn the_data_path_and_the_socket_refuse_callers_without_credentials() {
 
     // TCP: a request with no auth frame, or a wrong token, gets an Unauthenticated
     // answer and the connection is closed.
-    for token in [None, Some(Secret::generate())] {
+    let other = Verifier::new(&Secret::generate());
+    for who in [None, Some(Identity::client(&Secret::generate())), Some(other.identity(Role::Worker))] {
         let mut s = tokio::net::TcpStream::connect(w.data_address()).await.unwrap();
-        if let Some(t) = &token {
-            authenticate(&mut s, t).await.unwrap();
+        if let Some(who) = &who {
+            authenticate(&mut s, who).await.unwrap();
         }
         write_frame(&mut s, &hello()).await.unwrap();
         let r: pb::DataResponse = read_frame(&mut s).await.unwrap().unwrap();
@@ -107,11 +108,12 @@ async fn the_data_path_and_the_socket_refuse_callers_without_credentials() {
     assert_eq!(r.error.unwrap().kind(), pb::ErrorKind::Unauthenticated);
 
     // With the client token both answer.
+    let me = Identity::client(&c.client_token());
     let mut s = tokio::net::TcpStream::connect(w.data_address()).await.unwrap();
-    authenticate(&mut s, &c.client_token()).await.unwrap();
+    authenticate(&mut s, &me).await.unwrap();
     assert_eq!(exchange(&mut s, hello()).await.unwrap().worker_id, w.id());
     let mut s = tokio::net::UnixStream::connect(&uds).await.unwrap();
-    authenticate(&mut s, &c.client_token()).await.unwrap();
+    authenticate(&mut s, &me).await.unwrap();
     assert_eq!(exchange(&mut s, hello()).await.unwrap().worker_id, w.id());
     c.shutdown().await;
 }
@@ -125,7 +127,12 @@ async fn secrets_metadata_and_blocks_are_private_files() {
     let data = vec![7u8; 3 << 20];
     cl.put_with("/f", &mut data.as_slice(), &opts, |_| Ok(pb::ObjectMeta::default())).await.unwrap();
 
+    common::put_as(&cl, "/through.txt", b"persisted", WriteType::Through).await.unwrap();
     let data = c.data_dir();
+    // The data dir and the default UFS are this user's only, and so is what is persisted.
+    assert_eq!(mode(data), 0o700);
+    assert_eq!(mode(&data.join("ufs")), 0o700);
+    assert_eq!(mode(&data.join("ufs/through.txt")), 0o600);
     assert_eq!(mode(&c.security().secret_file), 0o600);
     assert_eq!(mode(&c.security().token_file), 0o600);
     assert_eq!(mode(&data.join("master")), 0o700);
@@ -196,11 +203,10 @@ async fn a_tls_cluster_serves_everything_over_tls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn plain_and_untrusted_callers_of_a_tls_cluster_are_refused_clearly() {
-    use locus_proto::{authenticate, exchange};
+    use locus_proto::authenticate;
     let dir = tempfile::tempdir().unwrap();
     let (c, _ca) = start_tls(dir.path(), 1).await;
     let w = c.worker(0).unwrap().data_address().to_string();
-    let hello = || pb::DataRequest { req: Some(pb::data_request::Req::Hello(pb::Empty {})) };
 
     // Plain TCP, with the right token: refused, saying TLS is needed.
     let plain = Client::new(&c.master_address(), ClientConfig::default(), c.client_token()).unwrap();
@@ -208,8 +214,7 @@ async fn plain_and_untrusted_callers_of_a_tls_cluster_are_refused_clearly() {
     assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
     assert!(e.to_string().contains("TLS only") && e.to_string().contains("tls_ca_file"), "{e}");
     let mut s = tokio::net::TcpStream::connect(&w).await.unwrap();
-    authenticate(&mut s, &c.client_token()).await.unwrap();
-    let e = quick(exchange(&mut s, hello())).await.unwrap_err();
+    let e = quick(authenticate(&mut s, &Identity::client(&c.client_token()))).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
     assert!(e.to_string().contains("TLS only"), "{e}");
 

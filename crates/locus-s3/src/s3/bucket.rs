@@ -64,14 +64,20 @@ pub(super) async fn list_buckets(gw: &LocusS3, req: S3Request<ListBucketsInput>)
 
 pub(super) async fn create_bucket(gw: &LocusS3, req: S3Request<CreateBucketInput>) -> R<CreateBucketOutput> {
     let b = &req.input.bucket;
+    // Every bucket is the one key pair's. In us-east-1 S3 answers 200 to a CreateBucket of
+    // a bucket its caller already owns (and changes nothing); elsewhere 409.
+    let owned = || match gw.cfg.region.as_str() {
+        "us-east-1" => ok(CreateBucketOutput { location: Some(format!("/{b}")) }),
+        _ => Err(s3_error!(BucketAlreadyOwnedByYou)),
+    };
     if gw.client.status(&bucket_path(b), false).await.is_ok() {
-        return Err(s3_error!(BucketAlreadyOwnedByYou));
+        return owned();
     }
-    gw.client.mkdir(&bucket_path(b), false).await.map_err(|e| match e.kind() {
-        ErrorKind::AlreadyExists => s3_error!(BucketAlreadyOwnedByYou),
-        _ => s3_error(e, S3ErrorCode::NoSuchBucket),
-    })?;
-    ok(CreateBucketOutput { location: Some(format!("/{b}")) })
+    match gw.client.mkdir(&bucket_path(b), false).await {
+        Ok(_) => ok(CreateBucketOutput { location: Some(format!("/{b}")) }),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => owned(),
+        Err(e) => Err(s3_error(e, S3ErrorCode::NoSuchBucket)),
+    }
 }
 
 pub(super) async fn head_bucket(gw: &LocusS3, req: S3Request<HeadBucketInput>) -> R<HeadBucketOutput> {

@@ -276,29 +276,64 @@ pub(super) async fn list_multipart_uploads(
     uploads.sort();
     let key_marker = i.key_marker.clone().unwrap_or_default();
     let id_marker = i.upload_id_marker.clone().unwrap_or_default();
+    let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
+    // A key marker that is a common prefix (the last of a page) skips the keys under it.
+    let marker_is_prefix = delimiter.as_deref().is_some_and(|d| key_marker.ends_with(d));
     uploads.retain(|(k, id, _)| {
         key_marker.is_empty()
-            || k.as_str() > key_marker.as_str()
+            || (k.as_str() > key_marker.as_str() && !(marker_is_prefix && k.starts_with(&key_marker)))
             || (*k == key_marker && id.as_str() > id_marker.as_str())
     });
     let max = i.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
-    let truncated = uploads.len() > max;
-    uploads.truncate(max);
-    let last = uploads.last().cloned();
+    let enc = super::list::Encoding::of(i.encoding_type.as_ref())?;
+    // With a delimiter, keys that hold it after the prefix roll up into one common prefix
+    // each, counted against max-uploads as S3 counts them.
+    let mut listed: Vec<(String, String, i64)> = Vec::new();
+    let mut prefixes: Vec<String> = Vec::new();
+    let mut truncated = false;
+    let mut last: Option<(String, String)> = None;
+    for (key, id, at) in uploads {
+        let rolled = delimiter
+            .as_deref()
+            .and_then(|d| key[prefix.len()..].find(d).map(|at| key[..prefix.len() + at + d.len()].to_string()));
+        if let Some(cp) = &rolled
+            && prefixes.last() == Some(cp)
+        {
+            continue;
+        }
+        if listed.len() + prefixes.len() == max {
+            truncated = true;
+            break;
+        }
+        match rolled {
+            Some(cp) => {
+                last = Some((cp.clone(), String::new()));
+                prefixes.push(cp);
+            }
+            None => {
+                last = Some((key.clone(), id.clone()));
+                listed.push((key, id, at));
+            }
+        }
+    }
+    let last = last.filter(|_| truncated);
     ok(ListMultipartUploadsOutput {
         bucket: Some(i.bucket),
-        prefix: i.prefix,
-        key_marker: i.key_marker,
+        prefix: i.prefix.map(|p| enc.apply(&p)),
+        delimiter: delimiter.map(|d| enc.apply(&d)),
+        encoding_type: i.encoding_type,
+        key_marker: i.key_marker.map(|k| enc.apply(&k)),
         upload_id_marker: i.upload_id_marker,
         max_uploads: Some(max as i32),
         is_truncated: Some(truncated),
-        next_key_marker: last.as_ref().map(|l| l.0.clone()),
+        next_key_marker: last.as_ref().map(|l| enc.apply(&l.0)),
         next_upload_id_marker: last.as_ref().map(|l| l.1.clone()),
+        common_prefixes: Some(prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc.apply(&p)) }).collect()),
         uploads: Some(
-            uploads
+            listed
                 .into_iter()
                 .map(|(key, id, at)| MultipartUpload {
-                    key: Some(key),
+                    key: Some(enc.apply(&key)),
                     upload_id: Some(id),
                     initiated: Some(timestamp(at)),
                     storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),

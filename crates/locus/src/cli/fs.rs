@@ -410,6 +410,13 @@ async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
                 c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await.map_err(exists)?
             };
             println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state().name());
+            if fi.copies_made < fi.copies_wanted {
+                eprintln!(
+                    "locus: warning: {} is held by {} worker(s), not the {} asked for (a worker was lost, or \
+                     client.replication.allow_fewer): it is less durable until persisted",
+                    fi.path, fi.copies_made, fi.copies_wanted
+                );
+            }
         }
         FsCmd::Persist { path, retry, drop, no_wait, timeout } => {
             let limit: Duration = humantime::parse_duration(timeout)

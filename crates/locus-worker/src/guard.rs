@@ -1,0 +1,146 @@
+//! What a worker checks before it acts for a caller: the caller's role against the
+//! data path's table (`locus_proto::roles`), the master's grant on every write, every
+//! UFS path it is sent, a read-only mount before any UFS write, and the address of
+//! every member it dials (resolved by id through the master's registry, never taken
+//! from a request).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use locus_common::security::Role;
+use locus_common::{Error, ErrorKind, Result};
+use locus_proto::pb::data_request::Req;
+use locus_proto::{from_status, pb};
+use locus_ufs::Ufs;
+
+use crate::Inner;
+
+/// A mount as this worker holds it: its UFS, and whether it is read-only.
+#[derive(Clone)]
+pub(crate) struct MountUfs {
+    ufs: Ufs,
+    readonly: bool,
+}
+
+/// What a UFS access will do.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
+/// How long the member list fetched from the master is trusted for a lookup that finds
+/// its id (one that does not refetches at once, at most every [`MEMBERS_RETRY`]; a
+/// member that does not answer at its address is forgotten at once).
+const MEMBERS_TTL: Duration = Duration::from_secs(30);
+const MEMBERS_RETRY: Duration = Duration::from_millis(500);
+
+/// The registered workers: id → data address, and when the list was fetched.
+#[derive(Default)]
+pub(crate) struct Members {
+    addrs: HashMap<u64, String>,
+    fetched: Option<Instant>,
+}
+
+impl Inner {
+    /// Whether `role` may send `req` on this port (`uds`: the Unix socket), and for a
+    /// write whether the master granted it. Refusals are logged with `peer`.
+    pub(crate) fn authorize(&self, role: Role, req: &Req, uds: bool, peer: &str) -> Result<()> {
+        let Some(allowed) = locus_proto::roles::data_request(req, uds) else {
+            return Ok(()); // not served on this port: the dispatch answers that
+        };
+        let kind = request_name(req);
+        if !allowed.contains(&role) {
+            tracing::warn!(peer, request = kind, %role, "refused a data-path request its caller's role may not send");
+            return Err(Error::new(ErrorKind::PermissionDenied, format!("a {role} may not send {kind} requests")));
+        }
+        if let Req::Write(w) = req
+            && !self.verifier.check_grant(w.mount_id, &w.ufs_path, w.version, &w.grant)
+        {
+            tracing::warn!(peer, path = %w.ufs_path, "refused a write the master did not grant");
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "no valid grant from the master to write {:?} (create the file at the master first)",
+                    w.ufs_path
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A mount as the master describes it (asked once, then kept).
+    async fn mount(&self, mount_id: u64) -> Result<MountUfs> {
+        if let Some(m) = self.ufs.lock().get(&mount_id) {
+            return Ok(m.clone());
+        }
+        let info = self.master().get_mount(pb::GetMountRequest { mount_id }).await.map_err(from_status)?.into_inner();
+        let opts = info.options.into_iter().collect();
+        let m = MountUfs { ufs: Ufs::new(&info.uri, &opts, Duration::from_secs(60))?, readonly: info.readonly };
+        self.ufs.lock().insert(mount_id, m.clone());
+        Ok(m)
+    }
+
+    /// The UFS of mount `mount_id` for an access to `ufs_path`: refused unless the path
+    /// is one below the mount's root that the UFS can hold, and for a write unless the
+    /// mount is writable. Every UFS access of this worker goes through here.
+    pub(crate) async fn ufs_at(&self, mount_id: u64, ufs_path: &str, access: Access) -> Result<Ufs> {
+        locus_common::path::check_ufs_rel(ufs_path)?;
+        let m = self.mount(mount_id).await?;
+        m.ufs.check_name(ufs_path, false)?;
+        if access == Access::Write && m.readonly {
+            tracing::warn!(mount_id, path = ufs_path, "refused a UFS write to a read-only mount");
+            return Err(Error::new(ErrorKind::PermissionDenied, format!("mount {mount_id} is read-only")));
+        }
+        Ok(m.ufs)
+    }
+
+    /// The data address the master registered for worker `id`. A request names members
+    /// by id only: an address in it is never dialed (this worker presents a proof there).
+    pub(crate) async fn member_address(&self, id: u64) -> Result<String> {
+        {
+            let m = self.members.lock();
+            let fresh = m.fetched.is_some_and(|t| t.elapsed() < MEMBERS_TTL);
+            let recent = m.fetched.is_some_and(|t| t.elapsed() < MEMBERS_RETRY);
+            match m.addrs.get(&id) {
+                Some(a) if fresh => return Ok(a.clone()),
+                None if recent => return Err(not_a_member(id)),
+                _ => {}
+            }
+        }
+        let list = self.master().get_workers(pb::Empty {}).await.map_err(from_status)?.into_inner().workers;
+        let mut m = self.members.lock();
+        m.addrs = list.into_iter().map(|w| (w.worker_id, w.data_address)).collect();
+        m.fetched = Some(Instant::now());
+        m.addrs.get(&id).cloned().ok_or_else(|| not_a_member(id))
+    }
+}
+
+impl Inner {
+    /// Drop what is known of member `id`'s address (it did not answer there: it may have
+    /// restarted at another), so the next dial asks the master again.
+    pub(crate) fn forget_member(&self, id: u64) {
+        self.members.lock().addrs.remove(&id);
+    }
+}
+
+fn not_a_member(id: u64) -> Error {
+    Error::unavailable(format!("worker {id} is not a live member of this cluster"))
+}
+
+/// A request's kind, for logs and errors.
+fn request_name(req: &Req) -> &'static str {
+    match req {
+        Req::Read(_) => "read",
+        Req::Lease(_) => "lease",
+        Req::Write(_) => "write",
+        Req::Hello(_) => "hello",
+        Req::Persist(_) => "persist",
+        Req::Replicate(_) => "replicate",
+        Req::Auth(_) => "auth",
+        Req::Compute(_) => "compute",
+        Req::Fragment(_) => "fragment",
+        Req::LeaseEnd(_) => "lease-end",
+        Req::BlockWritten(_) => "block-written",
+    }
+}

@@ -1,0 +1,338 @@
+//! Roles on the data path, as an attacker holding the client token (or a member's key
+//! used for the wrong role) would try them: every request is refused to every role its
+//! row in `locus_proto::roles` does not name; a worker takes a write only with the
+//! master's grant for that mount, path and version; a read-only mount is read-only at the
+//! worker too; UFS paths outside a mount are refused by the worker itself; and a worker
+//! dials only the members the master registered, never an address a request names.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use locus_cluster::LocalCluster;
+use locus_common::ErrorKind;
+use locus_common::security::{Identity, Role, Secret, Verifier};
+use locus_proto::pb::data_request::Req;
+use locus_proto::{authenticate, end_chunks, exchange, pb, read_response, write_chunk};
+use tokio::io::AsyncWriteExt;
+
+mod common;
+
+/// Every warning logged in this test binary (the clusters run in-process), to check that
+/// refusals are logged.
+fn logs() -> &'static Arc<capture::Buf> {
+    static LOGS: std::sync::OnceLock<Arc<capture::Buf>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(capture::Buf::default());
+        let w = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+            .with_ansi(false)
+            .with_writer(move || capture::Writer(w.clone()))
+            .try_init();
+        buf
+    })
+}
+
+mod capture {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    pub struct Buf(pub Mutex<String>);
+
+    pub struct Writer(pub Arc<Buf>);
+
+    impl std::io::Write for Writer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.0.lock().unwrap().push_str(&String::from_utf8_lossy(b));
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+fn secret(c: &LocalCluster) -> Secret {
+    Secret::new(&std::fs::read_to_string(&c.security().secret_file).unwrap()).unwrap()
+}
+
+/// The identity of each role, as this cluster's members and clients hold them.
+fn identity(c: &LocalCluster, role: Role) -> Identity {
+    match role {
+        Role::Client => Identity::client(&c.client_token()),
+        r => Verifier::new(&secret(c)).identity(r),
+    }
+}
+
+/// Every kind of data request, with contents that would do harm if taken.
+fn requests(mount_id: u64) -> Vec<Req> {
+    let read = pb::ReadBlockRequest { block_id: 1 << 24, length: 1, block_length: 1, ..Default::default() };
+    vec![
+        Req::Read(read.clone()),
+        Req::Write(pb::WriteFileRequest {
+            mount_id,
+            ufs_path: "evil.txt".into(),
+            write_type: pb::WriteType::Through.into(),
+            ..Default::default()
+        }),
+        Req::Persist(pb::PersistRequest { mount_id, ufs_path: "evil.txt".into(), ..Default::default() }),
+        Req::Replicate(pb::ReplicateRequest { block_id: 1 << 24, length: 1, sources: vec!["127.0.0.1:1".into()] }),
+        Req::Compute(pb::ComputeBlockRequest { block: Some(read), ..Default::default() }),
+        Req::Fragment(pb::SqlFragmentRequest { plan: vec![1, 2, 3], partition: 0 }),
+        Req::Lease(pb::LeaseRequest { block_id: 1 << 24, length: 1, ..Default::default() }),
+        Req::LeaseEnd(pb::LeaseEnd { bytes_read: 1 }),
+        Req::BlockWritten(pb::BlockWritten { length: 1, crc32c: 0, last: true }),
+        Req::Hello(pb::Empty {}),
+    ]
+}
+
+/// Send `req` as `who` over a new TCP connection (or the Unix socket) and return the answer.
+async fn send_as(c: &LocalCluster, who: &Identity, req: Req, uds: bool) -> locus_common::Result<pb::DataResponse> {
+    let w = c.worker(0).unwrap();
+    if uds {
+        let mut s = tokio::net::UnixStream::connect(w.uds_path().unwrap()).await.unwrap();
+        authenticate(&mut s, who).await?;
+        exchange(&mut s, req).await
+    } else {
+        let mut s = tokio::net::TcpStream::connect(w.data_address()).await.unwrap();
+        authenticate(&mut s, who).await?;
+        exchange(&mut s, req).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_data_request_is_refused_to_every_role_its_row_does_not_name() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(dir.path(), 1, 64 << 20, false).await;
+    let mut refused = 0;
+    for uds in [false, true] {
+        for req in requests(1) {
+            let Some(allowed) = locus_proto::roles::data_request(&req, uds) else { continue };
+            for role in Role::ALL.into_iter().filter(|r| !allowed.contains(r)) {
+                let e = send_as(&c, &identity(&c, role), req.clone(), uds).await.unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{role} {req:?} uds={uds}: {e}");
+                assert!(e.to_string().contains(role.as_str()), "the refusal names the role: {e}");
+                let kind = format!("{req:?}").split('(').next().unwrap().to_ascii_lowercase();
+                let seen = logs().0.lock().unwrap().lines().any(|l| {
+                    l.contains("refused a data-path request")
+                        && l.contains(&format!("role={role}"))
+                        && l.replace('-', "").contains(&format!("request=\"{kind}\""))
+                });
+                assert!(seen, "the refusal of {kind} from a {role} is logged");
+                refused += 1;
+            }
+        }
+    }
+    // What an attacker with the client token wants most: the master's orders.
+    for req in [&requests(1)[2], &requests(1)[3]] {
+        let e = send_as(&c, &identity(&c, Role::Client), req.clone(), false).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+        // A worker's key does not give them either: only the master sends them.
+        let e = send_as(&c, &identity(&c, Role::Worker), req.clone(), false).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    }
+    assert!(refused >= 12, "{refused} refusals checked");
+    // The client token does not prove a member's role.
+    let forged = Identity::member(&c.client_token(), Role::Master);
+    let e = send_as(&c, &forged, requests(1)[2].clone(), false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    // Nothing reached the UFS, and the worker still serves.
+    assert!(!common::ufs_dir(&c).join("evil.txt").exists());
+    let r = send_as(&c, &identity(&c, Role::Client), Req::Hello(pb::Empty {}), false).await.unwrap();
+    assert_eq!(r.worker_id, c.worker(0).unwrap().id());
+    c.shutdown().await;
+}
+
+/// A write's request for `target` (a CreateFile answer) with `pipeline`.
+fn write_req(target: &pb::FileInfo, wt: pb::WriteType, pipeline: Vec<pb::WorkerAddress>) -> pb::WriteFileRequest {
+    pb::WriteFileRequest {
+        mount_id: target.mount_id,
+        ufs_path: target.ufs_path.clone(),
+        write_type: wt.into(),
+        version: target.version,
+        block_size: target.block_size,
+        pipeline,
+        pin_epoch: target.pin_epoch,
+        grant: target.write_grant.clone(),
+        ..Default::default()
+    }
+}
+
+/// Send a whole write of `data` to worker `i` as `who`.
+async fn write_as(
+    c: &LocalCluster,
+    i: usize,
+    who: &Identity,
+    req: pb::WriteFileRequest,
+    data: &[u8],
+) -> locus_common::Result<pb::DataResponse> {
+    let mut s = tokio::net::TcpStream::connect(c.worker(i).unwrap().data_address()).await.unwrap();
+    authenticate(&mut s, who).await?;
+    exchange(&mut s, Req::Write(req)).await?;
+    write_chunk(&mut s, data).await.unwrap();
+    end_chunks(&mut s).await.unwrap();
+    s.flush().await.unwrap();
+    read_response(&mut s).await
+}
+
+/// CreateFile at the master with the client token, as any client may.
+async fn create(c: &LocalCluster, path: &str) -> locus_common::Result<pb::FileInfo> {
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", c.master_address()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut m = locus_proto::auth::master_client(ch, &c.client_token()).unwrap();
+    let r = pb::CreateFileRequest { path: path.into(), overwrite: true, ..Default::default() };
+    m.create_file(r).await.map(|r| r.into_inner()).map_err(locus_proto::from_status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_takes_a_write_only_with_the_masters_grant_for_that_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(dir.path(), 1, 64 << 20, false).await;
+    let ufs = common::ufs_dir(&c);
+    let client = identity(&c, Role::Client);
+    let target = create(&c, "/granted.txt").await.unwrap();
+    assert_eq!(target.write_grant.len(), 32, "CreateFile hands out the grant");
+
+    // No grant, a grant for another path, version or mount: refused before any byte lands.
+    let mut tries = Vec::new();
+    let mut r = write_req(&target, pb::WriteType::Through, vec![]);
+    r.grant.clear();
+    tries.push(r);
+    let mut r = write_req(&target, pb::WriteType::Through, vec![]);
+    r.ufs_path = "stolen.txt".into();
+    tries.push(r);
+    let mut r = write_req(&target, pb::WriteType::Through, vec![]);
+    r.version += 1;
+    tries.push(r);
+    let mut r = write_req(&target, pb::WriteType::Through, vec![]);
+    r.mount_id += 1;
+    tries.push(r);
+    for r in tries {
+        let e = write_as(&c, 0, &client, r.clone(), b"attack").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{r:?}: {e}");
+        assert!(e.to_string().contains("grant"), "{e}");
+    }
+    assert!(!ufs.join("stolen.txt").exists());
+    assert!(!ufs.join("granted.txt").exists());
+
+    // The grant as given: the write is taken.
+    write_as(&c, 0, &client, write_req(&target, pb::WriteType::Through, vec![]), b"mine").await.unwrap();
+    assert_eq!(std::fs::read(ufs.join("granted.txt")).unwrap(), b"mine");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_only_mount_and_the_mount_root_hold_at_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(dir.path(), 1, 64 << 20, false).await;
+    let lake = dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    std::fs::write(lake.join("x.csv"), b"original").unwrap();
+    std::fs::write(dir.path().join("outside.txt"), b"outside").unwrap();
+    let cl = c.client(Default::default()).unwrap();
+    let ro = cl
+        .mount(pb::MountRequest {
+            path: "/ro".into(),
+            uri: format!("file://{}", lake.display()),
+            readonly: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // The master hands out no grant on a read-only mount.
+    let e = create(&c, "/ro/x.csv").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+
+    // Even a grant made with the cluster secret does not get a write into it at the
+    // worker: not THROUGH, not a persist sent as the master.
+    let v = Verifier::new(&secret(&c));
+    let worker = identity(&c, Role::Worker);
+    let req = pb::WriteFileRequest {
+        mount_id: ro.id,
+        ufs_path: "x.csv".into(),
+        write_type: pb::WriteType::Through.into(),
+        version: 77,
+        grant: v.grant(ro.id, "x.csv", 77),
+        ..Default::default()
+    };
+    let e = write_as(&c, 0, &worker, req, b"overwritten").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("read-only"), "{e}");
+    let persist = pb::PersistRequest { mount_id: ro.id, ufs_path: "x.csv".into(), ..Default::default() };
+    let e = send_as(&c, &identity(&c, Role::Master), Req::Persist(persist), false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert_eq!(std::fs::read(lake.join("x.csv")).unwrap(), b"original");
+
+    // Paths out of a mount's root, granted or not, are refused by the worker itself.
+    for bad in ["../outside.txt", "a/../../outside.txt", "/etc/passwd", "", "a//b"] {
+        let req = pb::WriteFileRequest {
+            mount_id: 1,
+            ufs_path: bad.into(),
+            write_type: pb::WriteType::Through.into(),
+            version: 78,
+            grant: v.grant(1, bad, 78),
+            ..Default::default()
+        };
+        let e = write_as(&c, 0, &worker, req, b"escaped").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}: {e}");
+        let read = pb::ReadBlockRequest {
+            block_id: 99 << 24,
+            length: 7,
+            block_length: 7,
+            mount_id: 1,
+            ufs_path: bad.into(),
+            ..Default::default()
+        };
+        let e = send_as(&c, &identity(&c, Role::Client), Req::Read(read), false).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}: {e}");
+    }
+    assert_eq!(std::fs::read(dir.path().join("outside.txt")).unwrap(), b"outside");
+    c.shutdown().await;
+}
+
+/// A listener that counts the connections it gets (an attacker's, waiting for a proof).
+async fn trap() -> (String, Arc<AtomicU64>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let n = Arc::new(AtomicU64::new(0));
+    let n2 = n.clone();
+    tokio::spawn(async move {
+        while let Ok((_s, _)) = l.accept().await {
+            n2.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (addr, n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_dials_only_the_members_the_master_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(dir.path(), 2, 64 << 20, false).await;
+    let client = identity(&c, Role::Client);
+    let (w0, w1) = (c.worker(0).unwrap(), c.worker(1).unwrap());
+    let (trap_addr, caught) = trap().await;
+
+    // The next hop names a real member but the attacker's address: the worker dials the
+    // member where the master registered it, and the copy lands there.
+    let target = create(&c, "/piped.bin").await.unwrap();
+    let hop = pb::WorkerAddress { worker_id: w1.id(), data_address: trap_addr.clone(), ..Default::default() };
+    let data = common::random(1000);
+    let r = write_as(&c, 0, &client, write_req(&target, pb::WriteType::MustCache, vec![hop]), &data).await.unwrap();
+    assert_eq!(r.replicas, 2, "both members hold the write");
+    let block = locus_common::block_id(target.version, 0);
+    assert!(w0.store().contains(block) && w1.store().contains(block));
+
+    // A next hop that is no member: refused, and nothing dialed.
+    let target = create(&c, "/piped2.bin").await.unwrap();
+    let hop = pb::WorkerAddress { worker_id: 9999, data_address: trap_addr, ..Default::default() };
+    let e = write_as(&c, 0, &client, write_req(&target, pb::WriteType::MustCache, vec![hop]), &data).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("not a live member"), "{e}");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(caught.load(Ordering::SeqCst), 0, "the attacker's listener was never dialed");
+    c.shutdown().await;
+}
