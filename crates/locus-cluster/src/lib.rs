@@ -220,6 +220,7 @@ impl LocalCluster {
         self.cfg.master.web_address = addrs.web.to_string();
         self.cfg.master_address = addrs.rpc.to_string();
         let master = MasterBuilder::new(self.cfg.master.clone(), self.secret.clone())
+            .protect([self.cfg.security.secret_file.clone(), self.cfg.security.token_file.clone()])
             .tls(self.tls.clone())
             .root_ufs(self.root_ufs.clone())
             .build()
@@ -293,6 +294,7 @@ impl LocalCluster {
     pub async fn start_worker(&mut self, i: usize) -> Result<()> {
         record_tier_dirs(&self.data_dir, &self.worker_config(i).tiers)?;
         let w = WorkerBuilder::new(self.worker_config(i), self.master_address(), self.secret.clone())
+            .protect([self.cfg.security.secret_file.clone(), self.cfg.security.token_file.clone()])
             .tls(self.tls.clone())
             .fragments(self.fragments.clone())
             .start()

@@ -68,6 +68,8 @@ fn is_persisted(rec: &pb::InodeRecord) -> bool {
 
 pub(crate) struct Inner {
     cfg: MasterConfig,
+    /// What no mount may hold: the metadata dir and the credential files.
+    protected: Vec<std::path::PathBuf>,
     store: Store,
     /// The search index (`search`), kept current from the namespace's journal.
     catalog: search::indexer::Catalog,
@@ -95,13 +97,22 @@ pub struct MasterBuilder {
     root_ufs: Option<String>,
     secret: Secret,
     tls: Tls,
+    protected: Vec<std::path::PathBuf>,
 }
 
 impl MasterBuilder {
     /// A master whose callers must present `secret` (workers) or its client token
     /// (clients); see `locus_common::security`.
     pub fn new(cfg: MasterConfig, secret: Secret) -> Self {
-        MasterBuilder { cfg, root_ufs: None, secret, tls: Tls::none() }
+        MasterBuilder { cfg, root_ufs: None, secret, tls: Tls::none(), protected: Vec::new() }
+    }
+
+    /// Files no mount may hold (the credential files): with the metadata dir, a
+    /// `file://` mount whose root contains one of them is refused
+    /// (`locus_ufs::check_mount_target`).
+    pub fn protect(mut self, paths: impl IntoIterator<Item = std::path::PathBuf>) -> Self {
+        self.protected.extend(paths);
+        self
     }
     /// TLS of the RPC port (see `locus_proto::tls`) and of this master's connections to
     /// workers. Default none.
@@ -126,7 +137,10 @@ impl MasterBuilder {
         })
         .await
         .map_err(|e| Error::internal(format!("open the metadata store: {e}")))??;
+        let mut protected = self.protected;
+        protected.push(self.cfg.meta_dir.clone());
         let inner = Arc::new(Inner {
+            protected,
             cfg: self.cfg,
             store,
             catalog,

@@ -89,6 +89,7 @@ impl Master {
     pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
         let path = normalize(&req.path)?;
         let opts: BTreeMap<String, String> = req.options.clone().into_iter().collect();
+        locus_ufs::check_mount_target(&req.uri, &opts, &self.inner.protected)?;
         let ufs = Ufs::new(&req.uri, &opts, self.inner.cfg.ufs_timeout)?;
         if pb::WriteType::try_from(req.write_type).is_err() {
             return Err(Error::invalid(format!("unknown write type {}", req.write_type)));

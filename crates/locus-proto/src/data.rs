@@ -96,7 +96,11 @@ pub async fn read_response<S: AsyncRead + Unpin>(s: &mut S) -> Result<pb::DataRe
 pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, who: &Identity) -> Result<()> {
     let role = pb::PeerRole::from(who.role()).into();
     send_request(s, pb::data_request::Req::Auth(pb::AuthRequest { role, proof: Vec::new() })).await?;
-    let challenge = read_response(s).await?.challenge;
+    let challenge = read_frame_max::<_, pb::DataResponse>(s, MAX_AUTH_FRAME)
+        .await?
+        .ok_or_else(|| Error::unavailable("the worker closed the connection before its challenge"))?
+        .into_result()?
+        .challenge;
     if challenge.len() != NONCE_LEN {
         return Err(Error::unavailable(
             "the data-path listener sent no challenge (not a Locus worker of this version)",
@@ -108,19 +112,31 @@ pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, who: &Id
 
 /// Bytes of a listener's challenge nonce.
 const NONCE_LEN: usize = 32;
+/// Largest frame of the authentication exchange (an error answer's text included):
+/// nothing larger is read, or allocated, before a caller has proved itself.
+const MAX_AUTH_FRAME: usize = 4096;
+/// How long a new connection has to prove itself.
+const AUTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A worker's check of a new connection: its opening auth frame gets a fresh challenge,
 /// and its next frame must answer it for the role it claims. A connection that opens
 /// otherwise or answers wrongly gets an `Unauthenticated` error frame (the caller's
 /// answer) and must be closed; the refusal is logged with `peer`.
 pub async fn accept_auth<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, v: &Verifier, peer: &str) -> Result<Role> {
-    let role = match read_frame::<_, pb::DataRequest>(s).await? {
+    match tokio::time::timeout(AUTH_TIMEOUT, accept_auth_now(s, v, peer)).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::unavailable("a data-path connection did not authenticate in time")),
+    }
+}
+
+async fn accept_auth_now<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, v: &Verifier, peer: &str) -> Result<Role> {
+    let role = match read_frame_max::<_, pb::DataRequest>(s, MAX_AUTH_FRAME).await? {
         None => return Err(Error::unavailable("connection closed before it authenticated")),
         Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)) }) if a.proof.is_empty() => {
             let nonce: [u8; NONCE_LEN] = rand::random();
             write_frame(s, &pb::DataResponse { challenge: nonce.to_vec(), ..Default::default() }).await?;
             s.flush().await.map_err(|e| Error::io("send challenge", e))?;
-            match read_frame::<_, pb::DataRequest>(s).await? {
+            match read_frame_max::<_, pb::DataRequest>(s, MAX_AUTH_FRAME).await? {
                 Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)) }) => {
                     a.role().typed().filter(|r| v.check(*r, &nonce, &a.proof))
                 }

@@ -3,8 +3,17 @@
 //! lifetime is negative (403 "Request has expired", where `s3s` cannot parse it), an
 //! empty `Content-MD5` (400 InvalidDigest) and a key that is not UTF-8 once decoded (400).
 //! Each answer is S3's XML error; [`crate::answer::finish`] adds the request id.
+//!
+//! What hyper itself refuses without a body (a malformed `Content-Length`, a request
+//! line past the http crate's URI limit) is caught on a connection's first request:
+//! [`first_head`] reads its head before hyper takes the connection, [`check_head`]
+//! judges it, and [`Prefixed`] hands hyper the bytes already read.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use http::StatusCode;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 /// Largest request head (request line and headers) the gateway takes; larger ones get
 /// 431 in S3's XML. hyper parses heads up to [`PARSE_LIMIT`] so that this check, not
@@ -83,6 +92,129 @@ fn percent_decode(s: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Read a new connection's first request head (and whatever follows it in the same
+/// reads): until the blank line that ends it, [`PARSE_LIMIT`] bytes, or the end of the
+/// stream.
+pub(crate) async fn first_head<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(buf);
+        }
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if buf[from..].windows(4).any(|w| w == b"\r\n\r\n") || buf.len() >= PARSE_LIMIT.0 {
+            return Ok(buf);
+        }
+    }
+}
+
+/// The refusal a first request head gets before hyper parses it, if any: a request
+/// line too long for a URI, or a `Content-Length` that is not one non-negative number.
+pub(crate) fn check_head(head: &[u8]) -> Option<Refusal> {
+    let end = head.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let mut lines = head[..end].split(|b| *b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let line = lines.next()?;
+    if line.len() > MAX_HEAD_BYTES {
+        return Some(refusal(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "RequestHeaderSectionTooLarge",
+            format!("Your request header section exceeds the maximum allowed size ({MAX_HEAD_BYTES} bytes)."),
+        ));
+    }
+    let mut length: Option<&[u8]> = None;
+    for l in lines {
+        let Some(colon) = l.iter().position(|b| *b == b':') else { continue };
+        if !l[..colon].eq_ignore_ascii_case(b"content-length") {
+            continue;
+        }
+        for v in l[colon + 1..].split(|b| *b == b',').map(|v| v.trim_ascii()) {
+            let number = !v.is_empty() && v.len() <= 19 && v.iter().all(u8::is_ascii_digit);
+            if !number || length.is_some_and(|seen| seen != v) {
+                return Some(refusal(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "An error occurred when parsing the HTTP request: Content-Length must be one non-negative number.",
+                ));
+            }
+            length = Some(v);
+        }
+    }
+    None
+}
+
+/// A connection whose first bytes were already read ([`first_head`]): they are read
+/// again first, then the stream.
+pub(crate) struct Prefixed<S> {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S> Prefixed<S> {
+    pub(crate) fn new(prefix: Vec<u8>, inner: S) -> Self {
+        Prefixed { prefix, at: 0, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if self.at < self.prefix.len() {
+            let n = buf.remaining().min(self.prefix.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.prefix[at..at + n]);
+            self.at += n;
+            if self.at == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, b)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The whole HTTP answer of `r` written straight to a connection hyper never took
+/// (the request id as [`crate::answer::finish`] makes them).
+pub(crate) fn raw_answer(r: &Refusal) -> Vec<u8> {
+    let id = format!("{:016X}", rand::random::<u64>());
+    let body = body(r).replace("</Error>", &format!("<RequestId>{id}</RequestId><HostId>{id}</HostId></Error>"));
+    let reason = r.status.canonical_reason().unwrap_or("Error");
+    let mut out = format!(
+        "HTTP/1.1 {} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nx-amz-request-id: {id}\r\n\
+         x-amz-id-2: {id}\r\nConnection: close\r\n\r\n",
+        r.status.as_u16(),
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
 /// The XML body of `r`.
 pub(crate) fn body(r: &Refusal) -> String {
     format!(
@@ -124,6 +256,45 @@ mod tests {
         assert_eq!(check(&parts("/b/k", &many)).unwrap().code, "RequestHeaderSectionTooLarge");
         let b = body(&check(&parts("/b/k", &[("content-md5", "")])).unwrap());
         assert!(b.contains("<Code>InvalidDigest</Code><Message>"), "{b}");
+    }
+
+    #[test]
+    fn first_heads_with_a_bad_content_length_are_refused() {
+        let head = |cl: &str| format!("PUT /b/k HTTP/1.1\r\nHost: x\r\n{cl}\r\n\r\nbody").into_bytes();
+        for bad in [
+            "Content-Length: -5",
+            "content-length: abc",
+            "Content-Length: 10, 20",
+            "Content-Length:",
+            "Content-Length: 1\r\nContent-Length: 2",
+        ] {
+            let r = check_head(&head(bad)).unwrap_or_else(|| panic!("{bad:?} passed"));
+            assert_eq!((r.status.as_u16(), r.code), (400, "BadRequest"), "{bad:?}");
+        }
+        for good in ["Content-Length: 4", "Content-Length: 4, 4", "X-Other: -5"] {
+            assert_eq!(check_head(&head(good)), None, "{good:?}");
+        }
+        let long = format!("GET /{} HTTP/1.1\r\n\r\n", "k".repeat(100 << 10));
+        assert_eq!(check_head(long.as_bytes()).unwrap().status.as_u16(), 431);
+        assert_eq!(check_head(b"GET / HTTP/1.1\r\nHost: x"), None, "an unfinished head is hyper's");
+        let a = String::from_utf8(raw_answer(&check_head(&head("Content-Length: x")).unwrap())).unwrap();
+        assert!(a.starts_with("HTTP/1.1 400 Bad Request\r\n") && a.contains("<Code>BadRequest</Code><Message>"), "{a}");
+        let len: usize = a.split("Content-Length: ").nth(1).unwrap().split("\r\n").next().unwrap().parse().unwrap();
+        assert_eq!(len, a.split("\r\n\r\n").nth(1).unwrap().len());
+    }
+
+    #[tokio::test]
+    async fn prefixed_streams_replay_what_was_read() {
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        tokio::io::AsyncWriteExt::write_all(&mut a, b"GET / HTTP/1.1\r\n\r\nrest").await.unwrap();
+        drop(a);
+        let mut b = b;
+        let head = first_head(&mut b).await.unwrap();
+        assert!(head.starts_with(b"GET / HTTP/1.1\r\n\r\n"));
+        let mut p = Prefixed::new(head, b);
+        let mut all = Vec::new();
+        p.read_to_end(&mut all).await.unwrap();
+        assert_eq!(all, b"GET / HTTP/1.1\r\n\r\nrest");
     }
 
     #[test]

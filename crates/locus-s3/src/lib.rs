@@ -153,16 +153,33 @@ impl Gateway {
                     Ok::<_, s3s::HttpError>(res)
                 }
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .max_buf_size(early::PARSE_LIMIT.0)
-                .max_header_size(early::PARSE_LIMIT.0)
-                .max_headers(early::PARSE_LIMIT.1)
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(head_timeout)
-                .serve_connection(TokioIo::new(stream), svc);
-            let conn = graceful.watch(conn);
+            let watcher = graceful.watcher();
             tokio::spawn(async move {
-                if let Err(e) = conn.await {
+                // The first head is read here, within the head timeout, so that what hyper
+                // would refuse without a body gets S3's XML (`early.rs`).
+                let mut stream = stream;
+                let head = match tokio::time::timeout(head_timeout, early::first_head(&mut stream)).await {
+                    Ok(Ok(h)) if !h.is_empty() => h,
+                    _ => return drop((slot, client_slot)),
+                };
+                if let Some(r) = early::check_head(&head) {
+                    tracing::debug!(%peer, code = r.code, message = %r.message, "gateway request refused before parsing");
+                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                        use tokio::io::AsyncWriteExt;
+                        stream.write_all(&early::raw_answer(&r)).await?;
+                        stream.shutdown().await
+                    })
+                    .await;
+                    return drop((slot, client_slot));
+                }
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .max_buf_size(early::PARSE_LIMIT.0)
+                    .max_header_size(early::PARSE_LIMIT.0)
+                    .max_headers(early::PARSE_LIMIT.1)
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(head_timeout)
+                    .serve_connection(TokioIo::new(early::Prefixed::new(head, stream)), svc);
+                if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, error = %e, "gateway connection ended with an error");
                 }
                 drop((slot, client_slot));

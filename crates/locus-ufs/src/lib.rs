@@ -62,6 +62,54 @@ pub const FILE_OPTIONS: &[&str] = &["file_mode"];
 /// The mode of files written to a `file://` mount unless its `file_mode` says otherwise.
 pub const DEFAULT_FILE_MODE: u32 = 0o600;
 
+/// Refuse a mount whose store would expose Locus itself to its clients: a `file://` root
+/// that holds any of `protected` (the cluster secret, the metadata, a worker's data), or
+/// an `s3://` endpoint on a link-local address (a cloud's instance metadata service,
+/// whose answers carry the host's own credentials). Mounts are made by clients, so this
+/// is what keeps a client token from reading the cluster's secret through a mount.
+pub fn check_mount_target(
+    uri: &str,
+    options: &BTreeMap<String, String>,
+    protected: &[std::path::PathBuf],
+) -> Result<()> {
+    if let Some(dir) = uri.strip_prefix("file://") {
+        let root = std::fs::canonicalize(dir).unwrap_or_else(|_| std::path::PathBuf::from(dir));
+        for p in protected {
+            let p = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            if p.starts_with(&root) {
+                return Err(Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "{uri} holds Locus's own files ({}): mount a directory that does not contain them",
+                        p.display()
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(ep) = options.get("endpoint") {
+        let host = ep.split("://").nth(1).unwrap_or(ep).split('/').next().unwrap_or_default();
+        let host = match host.rsplit_once(':') {
+            Some((h, port)) if port.parse::<u16>().is_ok() && !h.ends_with(':') => h,
+            _ => host,
+        };
+        let link_local = match host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(a)) => a.is_link_local(),
+            Ok(std::net::IpAddr::V6(a)) => {
+                (a.segments()[0] & 0xffc0) == 0xfe80 || a.segments()[..2] == [0xfd00, 0x0ec2]
+            }
+            Err(_) => host.eq_ignore_ascii_case("metadata.google.internal"),
+        };
+        if link_local {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                format!("endpoint {ep} is a link-local address (an instance metadata service): not a UFS"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A `file_mode` option's value: octal, as chmod takes it, at most 0777.
 fn parse_file_mode(v: &str) -> Result<u32> {
     match u32::from_str_radix(v.trim_start_matches("0o"), 8) {
@@ -160,7 +208,11 @@ impl Ufs {
             // Writes go to a temporary file renamed into place on close, so an aborted
             // or failed write never tears the object it replaces. Read-only roots skip it.
             let tmp = std::path::Path::new(dir).join(locus_common::path::UFS_TEMP_DIR);
-            let atomic = std::fs::create_dir_all(&tmp).is_ok();
+            // 0700: a write in progress (made under the umask) is this user's only.
+            let atomic = {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&tmp).is_ok()
+            };
             if atomic {
                 b = b.atomic_write_dir(&tmp.to_string_lossy());
             }
@@ -485,6 +537,34 @@ impl UfsWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mounts_never_expose_locus_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("ufs")).unwrap();
+        let secret = data.join("cluster.secret");
+        std::fs::write(&secret, "s").unwrap();
+        let prot = vec![secret, dir.path().join("data/master")];
+        let none = BTreeMap::new();
+        for bad in [format!("file://{}", data.display()), format!("file://{}", dir.path().display()), "file:///".into()]
+        {
+            let e = check_mount_target(&bad, &none, &prot).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{bad}: {e}");
+        }
+        check_mount_target(&format!("file://{}", data.join("ufs").display()), &none, &prot).unwrap();
+        for ep in [
+            "http://169.254.169.254",
+            "http://169.254.169.254:80/latest",
+            "http://[fe80::1]:9000",
+            "http://[fd00:ec2::254]",
+        ] {
+            let o = BTreeMap::from([("endpoint".to_string(), ep.to_string())]);
+            assert!(check_mount_target("s3://b", &o, &prot).is_err(), "{ep}");
+        }
+        let o = BTreeMap::from([("endpoint".to_string(), "http://127.0.0.1:9000".to_string())]);
+        check_mount_target("s3://b", &o, &prot).unwrap();
+    }
 
     #[tokio::test]
     async fn files_written_to_a_file_mount_get_its_file_mode() {

@@ -20,7 +20,12 @@ use crate::Inner;
 pub(crate) struct MountUfs {
     ufs: Ufs,
     readonly: bool,
+    fetched: Instant,
 }
+
+/// How long a mount's description is kept before the master is asked again (an
+/// unmounted mount stops being served within it).
+const MOUNT_TTL: Duration = Duration::from_secs(60);
 
 /// What a UFS access will do.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -34,6 +39,9 @@ pub(crate) enum Access {
 /// member that does not answer at its address is forgotten at once).
 const MEMBERS_TTL: Duration = Duration::from_secs(30);
 const MEMBERS_RETRY: Duration = Duration::from_millis(500);
+
+/// The most further workers a write's pipeline may name.
+const MAX_PIPELINE: usize = 16;
 
 /// The registered workers: id → data address, and when the list was fetched.
 #[derive(Default)]
@@ -54,6 +62,9 @@ impl Inner {
             tracing::warn!(peer, request = kind, %role, "refused a data-path request its caller's role may not send");
             return Err(Error::new(ErrorKind::PermissionDenied, format!("a {role} may not send {kind} requests")));
         }
+        if let Req::Write(w) = req {
+            self.check_pipeline(&w.pipeline)?;
+        }
         if let Req::Write(w) = req
             && !self.verifier.check_grant(w.mount_id, &w.ufs_path, w.version, &w.grant)
         {
@@ -69,14 +80,40 @@ impl Inner {
         Ok(())
     }
 
-    /// A mount as the master describes it (asked once, then kept).
+    /// A write's further workers: each one member at most once, never this worker, and
+    /// no more than [`MAX_PIPELINE`] (each hop dials the next: a list that names one
+    /// worker again and again would have it dial itself without end).
+    fn check_pipeline(&self, pipeline: &[pb::WorkerAddress]) -> Result<()> {
+        let me = self.id.load(std::sync::atomic::Ordering::Relaxed);
+        let mut seen = std::collections::HashSet::new();
+        let ok =
+            pipeline.len() <= MAX_PIPELINE && pipeline.iter().all(|w| w.worker_id != me && seen.insert(w.worker_id));
+        match ok {
+            true => Ok(()),
+            false => Err(Error::invalid(format!(
+                "a write's pipeline names each other worker at most once, and at most {MAX_PIPELINE} of them"
+            ))),
+        }
+    }
+
+    /// A mount as the master describes it (asked again after [`MOUNT_TTL`]).
     async fn mount(&self, mount_id: u64) -> Result<MountUfs> {
-        if let Some(m) = self.ufs.lock().get(&mount_id) {
+        let kept = self.ufs.lock().get(&mount_id).cloned();
+        if let Some(m) = kept.as_ref().filter(|m| m.fetched.elapsed() < MOUNT_TTL) {
             return Ok(m.clone());
         }
-        let info = self.master().get_mount(pb::GetMountRequest { mount_id }).await.map_err(from_status)?.into_inner();
+        let info = match self.master().get_mount(pb::GetMountRequest { mount_id }).await.map_err(from_status) {
+            Ok(r) => r.into_inner(),
+            // A master away for a moment does not stop what this worker serves.
+            Err(e) => return kept.filter(|_| e.kind() == ErrorKind::Unavailable).ok_or(e),
+        };
         let opts = info.options.into_iter().collect();
-        let m = MountUfs { ufs: Ufs::new(&info.uri, &opts, Duration::from_secs(60))?, readonly: info.readonly };
+        locus_ufs::check_mount_target(&info.uri, &opts, &self.protected)?;
+        let m = MountUfs {
+            ufs: Ufs::new(&info.uri, &opts, Duration::from_secs(60))?,
+            readonly: info.readonly,
+            fetched: Instant::now(),
+        };
         self.ufs.lock().insert(mount_id, m.clone());
         Ok(m)
     }

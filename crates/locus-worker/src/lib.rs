@@ -116,6 +116,8 @@ struct Inner {
     ufs: Mutex<HashMap<u64, guard::MountUfs>>,
     /// The members the master registered, for dialing peers by id (`guard.rs`).
     members: Mutex<guard::Members>,
+    /// What no mount may hold: the credential files, the data dir, the tiers.
+    protected: Vec<PathBuf>,
     /// Blocks being filled from the UFS. Readers that arrive during a fill stream what
     /// the leader has written so far, then follow it as it grows.
     inflight: Mutex<HashMap<u64, watch::Receiver<FillState>>>,
@@ -157,13 +159,29 @@ pub struct WorkerBuilder {
     secret: Secret,
     tls: Tls,
     fragments: Option<FragmentFactory>,
+    protected: Vec<PathBuf>,
 }
 
 impl WorkerBuilder {
     /// A worker of the master at `master_address`, presenting the cluster `secret` to it
     /// and to other workers, and accepting callers that present it or its client token.
     pub fn new(cfg: WorkerConfig, master_address: impl Into<String>, secret: Secret) -> Self {
-        WorkerBuilder { cfg, master_address: master_address.into(), secret, tls: Tls::none(), fragments: None }
+        WorkerBuilder {
+            cfg,
+            master_address: master_address.into(),
+            secret,
+            tls: Tls::none(),
+            fragments: None,
+            protected: Vec::new(),
+        }
+    }
+
+    /// Files no mount this worker serves may hold (the credential files): with its data
+    /// dir and tiers, a `file://` mount whose root contains one is refused
+    /// (`locus_ufs::check_mount_target`).
+    pub fn protect(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        self.protected.extend(paths);
+        self
     }
 
     /// Run SQL plan fragments with the runner `f` makes. Default none: such a request is
@@ -226,6 +244,9 @@ impl WorkerBuilder {
             Some(f) => Some(f(&self.master_address, &self.secret, &self.tls)?),
             None => None,
         };
+        let mut protected = self.protected;
+        protected.push(cfg.data_dir.clone());
+        protected.extend(cfg.tiers.iter().map(|t| t.dir.clone()));
         let inner = Arc::new(Inner {
             fragments,
             data_address: local.to_string(),
@@ -240,6 +261,7 @@ impl WorkerBuilder {
             pin_epoch: AtomicU64::new(u64::MAX),
             ufs: Mutex::new(HashMap::new()),
             members: Mutex::new(guard::Members::default()),
+            protected,
             inflight: Mutex::new(HashMap::new()),
             jobs: Mutex::new(Vec::new()),
             committing: tokio::sync::Mutex::new(()),

@@ -332,7 +332,47 @@ async fn a_worker_dials_only_the_members_the_master_registered() {
     let e = write_as(&c, 0, &client, write_req(&target, pb::WriteType::MustCache, vec![hop]), &data).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert!(e.to_string().contains("not a live member"), "{e}");
+    // A pipeline that names a member twice, or the worker itself, would have workers
+    // dial each other without end: refused before anything is dialed.
+    let me = pb::WorkerAddress { worker_id: w0.id(), ..Default::default() };
+    let w1a = pb::WorkerAddress { worker_id: w1.id(), ..Default::default() };
+    for pipeline in [vec![me], vec![w1a.clone(), w1a]] {
+        let target = create(&c, "/loop.bin").await.unwrap();
+        let req = write_req(&target, pb::WriteType::MustCache, pipeline);
+        let e = write_as(&c, 0, &client, req, &data).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    }
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(caught.load(Ordering::SeqCst), 0, "the attacker's listener was never dialed");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_cannot_mount_the_clusters_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(dir.path(), 1, 64 << 20, false).await;
+    let cl = c.client(Default::default()).unwrap();
+    // A mount of the data dir (the cluster secret, the metadata) or of anything above
+    // it would read the secret as a file: refused, and nothing is mounted.
+    let data = c.data_dir().to_path_buf();
+    for root in [data.clone(), dir.path().to_path_buf(), "/".into(), data.join("master")] {
+        let req = pb::MountRequest {
+            path: "/steal".into(),
+            uri: format!("file://{}", root.display()),
+            readonly: true,
+            ..Default::default()
+        };
+        let e = cl.mount(req).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{}: {e}", root.display());
+    }
+    // An S3 endpoint on a link-local address (an instance metadata service) is no UFS.
+    let req = pb::MountRequest {
+        path: "/meta".into(),
+        uri: "s3://latest".into(),
+        options: [("endpoint".to_string(), "http://169.254.169.254".to_string())].into(),
+        ..Default::default()
+    };
+    assert_eq!(cl.mount(req).await.unwrap_err().kind(), ErrorKind::PermissionDenied);
+    assert!(cl.status("/steal", false).await.is_err() && cl.status("/meta", false).await.is_err());
     c.shutdown().await;
 }

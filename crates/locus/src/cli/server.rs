@@ -66,7 +66,12 @@ pub fn master(g: &Global, a: &MasterArgs) -> Result<()> {
         let rpc = tokio::net::TcpListener::bind(&cfg.master.rpc_address).await.context("bind master rpc")?;
         let web = tokio::net::TcpListener::bind(&cfg.master.web_address).await.context("bind master web")?;
         let serves_tls = tls.serves();
-        let m = locus_master::MasterBuilder::new(cfg.master.clone(), secret).tls(tls).root_ufs(root).build().await?;
+        let m = locus_master::MasterBuilder::new(cfg.master.clone(), secret)
+            .protect([cfg.security.secret_file.clone(), cfg.security.token_file.clone()])
+            .tls(tls)
+            .root_ufs(root)
+            .build()
+            .await?;
         println!("master rpc  {}{}", rpc.local_addr()?, if serves_tls { " (TLS)" } else { "" });
         println!("status page http://{}/  metrics http://{}/metrics", web.local_addr()?, web.local_addr()?);
         println!("  (web login: any user name, the client token in {} as password)", cfg.security.token_file.display());
@@ -86,6 +91,7 @@ pub fn worker(g: &Global, a: &WorkerArgs) -> Result<()> {
     let tls = locus_client::Tls::load(&cfg.security)?;
     runtime()?.block_on(async move {
         let w = locus_worker::WorkerBuilder::new(cfg.worker.clone(), cfg.master_address.clone(), secret)
+            .protect([cfg.security.secret_file.clone(), cfg.security.token_file.clone()])
             .tls(tls)
             .fragments(super::fragments(&cfg))
             .start()
