@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Vendored from the team's shared tools (../shared/tools) so a clean clone has it.
+# Vendored from the team's tools so a clean clone has it.
 # Stop the Alluxio processes that alluxio-up.sh DIR started (by their pid files only) and
 # remove their MEM tier.
 DIR=$(realpath -m "${1:?usage: alluxio-down.sh DIR}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Vendored from the team's shared tools (../shared/tools) so a clean clone has it.
+# Vendored from the team's tools so a clean clone has it.
 # Start Apache-licensed Alluxio 2.9.6 (master, worker, S3 proxy) on 127.0.0.1, as a peer to
 # benchmark against. Jars come from Maven Central (about 280 jars, 176 MB; cached in ~/.m2).
 #

@@ -728,9 +728,9 @@ def gateway(e2e_tmp, minio, request):
 
 # --------------------------------------------------------------------------- Ceph RGW
 
-# `shared/tools` beside the repository (in CI, beside the clone) starts a one-node Ceph
-# with radosgw on 127.0.0.1:7480, keys locuskey / locussecret.
-RGW_TOOLS = Path(os.environ.get("LOCUS_RGW_TOOLS") or REPO.parent / "shared" / "tools")
+# `tests/e2e/rgw/ceph-rgw-up.sh` starts a one-node Ceph with radosgw on 127.0.0.1:7480,
+# keys locuskey / locussecret.
+RGW_TOOLS = Path(os.environ.get("LOCUS_RGW_TOOLS") or REPO / "tests" / "e2e" / "rgw")
 RGW_ENDPOINT = "http://127.0.0.1:7480"
 RGW_KEY = "locuskey"
 RGW_SECRET = "locussecret"
@@ -770,7 +770,7 @@ def rgw(e2e_tmp):
     ceph-rgw-down.sh (by the daemons' pid files)."""
     up, down = RGW_TOOLS / "ceph-rgw-up.sh", RGW_TOOLS / "ceph-rgw-down.sh"
     if not up.exists():
-        pytest.fail(f"{up} is missing (the repository's parent must hold shared/tools)")
+        pytest.fail(f"{up} is missing")
     why = _install_rgw()
     if why:
         pytest.skip(why)

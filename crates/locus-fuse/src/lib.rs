@@ -1,6 +1,10 @@
 //! The POSIX front end: the Locus namespace as a FUSE file system (`locus fuse
 //! MOUNTPOINT`), a front end over [`locus_client::Client`] like the S3 gateway.
 //!
+//! One file of about 800 lines because it is one `fuser::Filesystem` impl: every
+//! callback maps one POSIX call onto the client, and all of them share `LocusFs`'s inode,
+//! handle and listing tables; split, each part would reach into the others' state.
+//!
 //! - Reads go through the client's [`FileReader`]: short-circuit from a worker on this
 //!   host, over the data path otherwise, filling the cache from the UFS on a miss. The
 //!   kernel's page cache keeps what was read (`FOPEN_KEEP_CACHE`) until the file's
