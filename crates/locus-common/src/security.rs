@@ -225,11 +225,6 @@ impl Verifier {
     pub fn identity(&self, role: Role) -> Identity {
         Identity::member(&self.secret, role)
     }
-
-    /// The secret a service presents to the master RPC.
-    pub fn secret(&self) -> &Secret {
-        &self.secret
-    }
 }
 
 /// The error a caller without valid credentials gets.

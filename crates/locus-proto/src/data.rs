@@ -331,6 +331,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_unproven_caller_gets_neither_memory_nor_time() {
+        use locus_common::security::Secret;
+        let v = Verifier::new(&Secret::generate());
+        // A first frame past the auth limit is refused before its body is read.
+        let (mut c, mut w) = tokio::io::duplex(1 << 16);
+        c.write_all(&((MAX_AUTH_FRAME + 1) as u32).to_be_bytes()).await.unwrap();
+        let e = accept_auth(&mut w, &v, "test").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        // A caller that opens and then says nothing is dropped after AUTH_TIMEOUT.
+        let (_c, mut w) = tokio::io::duplex(1 << 16);
+        let t = std::time::Instant::now();
+        let e = accept_auth(&mut w, &v, "test").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(t.elapsed() >= AUTH_TIMEOUT && t.elapsed() < AUTH_TIMEOUT * 2, "{:?}", t.elapsed());
+    }
+
+    #[tokio::test]
     async fn write_chunks_are_length_prefixed_and_end_with_an_empty_frame() {
         let mut v = Vec::new();
         write_chunk(&mut v, b"abc").await.unwrap();

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Response, StatusCode};
 
 /// A request id as S3 makes them: 16 upper-case hex digits.
-fn request_id() -> String {
+pub(crate) fn request_id() -> String {
     format!("{:016X}", rand::random::<u64>())
 }
 
@@ -86,7 +86,7 @@ fn between<'a>(s: &'a str, open: &str, close: &str) -> Option<&'a str> {
     Some(&s[a..b])
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 

@@ -32,7 +32,7 @@ pub(crate) struct Refusal {
     pub(crate) message: String,
 }
 
-fn refusal(status: StatusCode, code: &'static str, message: impl Into<String>) -> Refusal {
+pub(crate) fn refusal(status: StatusCode, code: &'static str, message: impl Into<String>) -> Refusal {
     Refusal { status, code, message: message.into() }
 }
 
@@ -62,8 +62,7 @@ pub(crate) fn check(parts: &http::request::Parts) -> Option<Refusal> {
     if parts.headers.get("content-md5").is_some_and(|v| v.as_bytes().iter().all(u8::is_ascii_whitespace)) {
         return Some(refusal(StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified is not valid."));
     }
-    let raw: Vec<u8> = percent_decode(parts.uri.path().as_bytes());
-    if std::str::from_utf8(&raw).is_err() {
+    if percent_encoding::percent_decode_str(parts.uri.path()).decode_utf8().is_err() {
         return Some(refusal(
             StatusCode::BAD_REQUEST,
             "InvalidURI",
@@ -71,25 +70,6 @@ pub(crate) fn check(parts: &http::request::Parts) -> Option<Refusal> {
         ));
     }
     None
-}
-
-fn percent_decode(s: &[u8]) -> Vec<u8> {
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        if s[i] == b'%'
-            && i + 2 < s.len()
-            && let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2]))
-        {
-            out.push(h << 4 | l);
-            i += 3;
-            continue;
-        }
-        out.push(s[i]);
-        i += 1;
-    }
-    out
 }
 
 /// Read a new connection's first request head (and whatever follows it in the same
@@ -201,7 +181,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
 /// The whole HTTP answer of `r` written straight to a connection hyper never took
 /// (the request id as [`crate::answer::finish`] makes them).
 pub(crate) fn raw_answer(r: &Refusal) -> Vec<u8> {
-    let id = format!("{:016X}", rand::random::<u64>());
+    let id = crate::answer::request_id();
     let body = body(r).replace("</Error>", &format!("<RequestId>{id}</RequestId><HostId>{id}</HostId></Error>"));
     let reason = r.status.canonical_reason().unwrap_or("Error");
     let mut out = format!(
@@ -220,7 +200,7 @@ pub(crate) fn body(r: &Refusal) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message></Error>",
         r.code,
-        r.message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+        crate::answer::escape(&r.message)
     )
 }
 
@@ -295,10 +275,5 @@ mod tests {
         let mut all = Vec::new();
         p.read_to_end(&mut all).await.unwrap();
         assert_eq!(all, b"GET / HTTP/1.1\r\n\r\nrest");
-    }
-
-    #[test]
-    fn percent_decoding_keeps_what_is_not_an_escape() {
-        assert_eq!(percent_decode(b"a%20b%zz%4"), b"a b%zz%4");
     }
 }

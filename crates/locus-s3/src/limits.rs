@@ -94,18 +94,15 @@ impl Drop for ClientSlot {
 /// the connection is closed (within a second, whatever the client does).
 pub(crate) async fn refuse_busy(mut stream: tokio::net::TcpStream, cap: usize) {
     use tokio::io::AsyncWriteExt;
-    let body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Too many connections \
-         from this address (gateway.max_connections_per_client is {cap}): reuse or close some</Message></Error>"
-    );
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\
-         Retry-After: 1\r\nConnection: close\r\n\r\n",
-        body.len()
+    let r = crate::early::refusal(
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "SlowDown",
+        format!(
+            "Too many connections from this address (gateway.max_connections_per_client is {cap}): reuse or close some"
+        ),
     );
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
+        stream.write_all(&crate::early::raw_answer(&r)).await?;
         stream.shutdown().await
     })
     .await;

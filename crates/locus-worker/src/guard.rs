@@ -64,18 +64,16 @@ impl Inner {
         }
         if let Req::Write(w) = req {
             self.check_pipeline(&w.pipeline)?;
-        }
-        if let Req::Write(w) = req
-            && !self.verifier.check_grant(w.mount_id, &w.ufs_path, w.version, &w.grant)
-        {
-            tracing::warn!(peer, path = %w.ufs_path, "refused a write the master did not grant");
-            return Err(Error::new(
-                ErrorKind::PermissionDenied,
-                format!(
-                    "no valid grant from the master to write {:?} (create the file at the master first)",
-                    w.ufs_path
-                ),
-            ));
+            if !self.verifier.check_grant(w.mount_id, &w.ufs_path, w.version, &w.grant) {
+                tracing::warn!(peer, path = %w.ufs_path, "refused a write the master did not grant");
+                return Err(Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "no valid grant from the master to write {:?} (create the file at the master first)",
+                        w.ufs_path
+                    ),
+                ));
+            }
         }
         Ok(())
     }
