@@ -502,3 +502,53 @@ def test_errors_carry_a_message_and_the_request_id(gateway):
     assert "BucketNotEmpty" in r.stderr.decode() and "Unknown" not in r.stderr.decode()
     # client mistakes are not logged as errors
     assert _error_lines(gateway) == before
+
+
+def _half_sent_part(s3, bucket, key, up, data):
+    """An UploadPart of part 1 (presigned) with half its body sent: send the rest with
+    `.send(...)` and read the answer."""
+    url = s3.generate_presigned_url("upload_part", Params={"Bucket": bucket, "Key": key, "UploadId": up,
+                                                           "PartNumber": 1})
+    host, rest = url.split("://", 1)[1].split("/", 1)
+    conn = http.client.HTTPConnection(host, timeout=60)
+    conn.putrequest("PUT", "/" + rest)
+    conn.putheader("Content-Length", str(len(data)))
+    conn.endheaders()
+    conn.send(data[: len(data) // 2])
+    return conn
+
+
+def _finish(conn, data):
+    conn.send(data[len(data) // 2:])
+    r = conn.getresponse()
+    body = r.read()
+    assert r.status == 200, body
+    assert r.getheader("ETag") == '"%s"' % hashlib.md5(data).hexdigest()
+    return r.getheader("ETag")
+
+
+@pytest.mark.parametrize("bucket", BUCKETS)
+@pytest.mark.parametrize("last", ["first started", "second started"])
+def test_one_part_number_uploaded_twice_at_once_keeps_the_upload_that_finished_last(gateway, bucket, last):
+    """Uploads A and B of part 1 overlap: A starts, B starts, then one finishes and the
+    other after it. As in AWS, the part is the one that finished last, whichever started
+    first: Complete takes its ETag, and the other's is no part of the upload."""
+    s3 = gateway.s3
+    key = "mp/raced"
+    a, b = os.urandom(3 * MiB), os.urandom(2 * MiB)
+    up = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    ca = _half_sent_part(s3, bucket, key, up, a)
+    cb = _half_sent_part(s3, bucket, key, up, b)
+    if last == "first started":
+        eb, ea = _finish(cb, b), _finish(ca, a)
+        (won, won_tag), lost_tag = (a, ea), eb
+    else:
+        ea, eb = _finish(ca, a), _finish(cb, b)
+        (won, won_tag), lost_tag = (b, eb), ea
+    listed = s3.list_parts(Bucket=bucket, Key=key, UploadId=up)["Parts"]
+    assert [(p["PartNumber"], p["ETag"], p["Size"]) for p in listed] == [(1, won_tag, len(won))]
+    expect(400, "InvalidPart", s3.complete_multipart_upload, Bucket=bucket, Key=key, UploadId=up,
+           MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": lost_tag}]})
+    s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": won_tag}]})
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == won

@@ -241,3 +241,90 @@ def test_csv_text_compares_with_numbers_as_numbers(people):
     assert rec == b"0\n"
     rec, _, _ = select(people, "people.csv", "SELECT sum(s.age) FROM S3Object s", out={"JSON": {}})
     assert json.loads(rec) == {"_1": 216}
+
+
+def test_trim_both_leading_trailing(gateway):
+    gateway.s3.put_object(Bucket="local", Key="trim.csv", Body=b"v\n  foo  \nxxbarxx\n1112211foobar22211122\n")
+
+    def one(expr):
+        rec, _, _ = select(gateway, "trim.csv", expr, inp={"CSV": {"FileHeaderInfo": "USE"}},
+                           out={"JSON": {}})
+        return [json.loads(x)["_1"] for x in rec.splitlines()]
+
+    # AWS's own examples (S3 Select string functions), then each form over a column.
+    assert one("SELECT TRIM('       foobar         ') FROM S3Object LIMIT 1") == ["foobar"]
+    assert one("SELECT TRIM('      \tfoobar\t         ') FROM S3Object LIMIT 1") == ["\tfoobar\t"]
+    assert one("SELECT TRIM(LEADING FROM '       foobar         ') FROM S3Object LIMIT 1") == ["foobar         "]
+    assert one("SELECT TRIM(TRAILING FROM '       foobar         ') FROM S3Object LIMIT 1") == ["       foobar"]
+    assert one("SELECT TRIM(BOTH FROM '       foobar         ') FROM S3Object LIMIT 1") == ["foobar"]
+    assert one("SELECT TRIM(BOTH '12' FROM '1112211foobar22211122') FROM S3Object LIMIT 1") == ["foobar"]
+    assert one("SELECT TRIM(s.v) FROM S3Object s") == ["foo", "xxbarxx", "1112211foobar22211122"]
+    assert one("SELECT TRIM(LEADING 'x' FROM s.v) FROM S3Object s") == ["  foo  ", "barxx", "1112211foobar22211122"]
+    assert one("SELECT TRIM(TRAILING 'x' FROM s.v) FROM S3Object s") == ["  foo  ", "xxbar", "1112211foobar22211122"]
+    assert one("SELECT TRIM(BOTH '12' FROM s.v) FROM S3Object s") == ["  foo  ", "xxbarxx", "foobar"]
+    rec, _, _ = select(gateway, "trim.csv", "SELECT count(*) FROM S3Object s WHERE TRIM(BOTH 'x' FROM s.v) = 'bar'",
+                       inp={"CSV": {"FileHeaderInfo": "USE"}})
+    assert rec == b"1\n"
+
+
+@pytest.mark.parametrize("rd", ["\t", "\r\n", ";", "\n"])
+def test_record_delimiters_in_and_out(gateway, rd):
+    rows = [["id", "name"], ["1", "Ada"], ["2", "Linus"], ["3", "Grace"]]
+    body = rd.join(",".join(r) for r in rows).encode() + rd.encode()
+    key = f"rd-{ord(rd[0])}-{len(rd)}.csv"
+    gateway.s3.put_object(Bucket="local", Key=key, Body=body)
+    inp = {"CSV": {"FileHeaderInfo": "USE", "RecordDelimiter": rd}}
+    rec, _, _ = select(gateway, key, "SELECT s.name FROM S3Object s WHERE CAST(s.id AS INT) >= 2", inp=inp,
+                       out={"CSV": {"RecordDelimiter": rd}})
+    assert rec == f"Linus{rd}Grace{rd}".encode()
+    rec, _, _ = select(gateway, key, "SELECT s.id, s.name FROM S3Object s LIMIT 1", inp=inp,
+                       out={"JSON": {"RecordDelimiter": rd}})
+    assert rec == ('{"id":"1","name":"Ada"}' + rd).encode()
+    rec, _, _ = select(gateway, key, "SELECT s._2 FROM S3Object s", inp={"CSV": {"FileHeaderInfo": "NONE", "RecordDelimiter": rd}})
+    assert rec == b"name\nAda\nLinus\nGrace\n"
+    # A quoted field holding the delimiter stays one field, and one record.
+    q = f'id,name{rd}1,"a{rd}b"{rd}2,c{rd}'.encode()
+    gateway.s3.put_object(Bucket="local", Key="q" + key, Body=q)
+    rec, _, _ = select(gateway, "q" + key, "SELECT s.name FROM S3Object s",
+                       inp={"CSV": {"FileHeaderInfo": "USE", "RecordDelimiter": rd, "AllowQuotedRecordDelimiter": True}},
+                       out={"JSON": {}})
+    assert [json.loads(x)["name"] for x in rec.splitlines() if x] == [f"a{rd}b", "c"] or rd == "\n"
+
+
+def test_to_timestamp_takes_every_iso_8601_form(gateway):
+    forms = {  # AWS's timestamp forms (S3 Select data types) and what each means in UTC
+        "2007T": "2007-01-01T00:00:00",
+        "2007-02T": "2007-02-01T00:00:00",
+        "2007-02-23T": "2007-02-23T00:00:00",
+        "2007-02-23": "2007-02-23T00:00:00",
+        "2007-02-23T12:14Z": "2007-02-23T12:14:00",
+        "2007-02-23T12:14:33Z": "2007-02-23T12:14:33",
+        "2007-02-23T12:14:33.079Z": "2007-02-23T12:14:33.079",
+        "2007-02-23T12:14:33.079-08:00": "2007-02-23T20:14:33.079",
+        "2007-02-23T12:14+05:30": "2007-02-23T06:44:00",
+        "2007-02-23T12:14:33.079123456+00:00": "2007-02-23T12:14:33.079123456",
+    }
+    body = "t\n" + "".join(f"{k}\n" for k in forms)
+    gateway.s3.put_object(Bucket="local", Key="ts.csv", Body=body.encode())
+    inp = {"CSV": {"FileHeaderInfo": "USE"}}
+    rec, _, _ = select(gateway, "ts.csv",
+                       "SELECT TO_STRING(TO_TIMESTAMP(s.t), 'yyyy-MM-dd''T''HH:mm:ss.SSSSSSSSS') FROM S3Object s",
+                       inp=inp)
+    got = [x.rstrip("0").rstrip(".") for x in rec.decode().split()]
+    want = [v + ("" if "." in v else "") for v in forms.values()]
+    assert got == [w if "." in w else w for w in want], got
+    # Ordering and comparison are by instant.
+    rec, _, _ = select(gateway, "ts.csv",
+                       "SELECT count(*) FROM S3Object s WHERE TO_TIMESTAMP(s.t) > TO_TIMESTAMP('2007-02-23T12:14:33Z')",
+                       inp=inp)
+    assert rec == b"3\n"
+    # A literal keeps its offset, as AWS's EXTRACT examples show.
+    rec, _, _ = select(gateway, "ts.csv",
+                       "SELECT EXTRACT(HOUR FROM TO_TIMESTAMP('2017-01-02T03:04:05+07:08')), "
+                       "EXTRACT(MINUTE FROM TO_TIMESTAMP('2017-01-02T03:04:05+07:08')), "
+                       "EXTRACT(MONTH FROM TO_TIMESTAMP('2010T')), EXTRACT(YEAR FROM TO_TIMESTAMP('2010-01-01T')) "
+                       "FROM S3Object LIMIT 1", inp=inp)
+    assert rec == b"3,4,1,2010\n"
+    with pytest.raises((ClientError, EventStreamError)) as e:
+        select(gateway, "ts.csv", "SELECT TO_TIMESTAMP('2007-13T') FROM S3Object LIMIT 1", inp=inp)
+    assert e.value.response["Error"]["Code"] in ("CastFailed", "InvalidCast"), e.value.response

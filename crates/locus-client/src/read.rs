@@ -206,6 +206,7 @@ impl Client {
                 client_local: local || (self.cfg.locality == Locality::Auto && w.host == self.cfg.host),
                 load_only: false,
                 fingerprint: fi.fingerprint.clone(),
+                ticket: b.ticket.clone(),
                 client_host: self.cfg.host.clone(),
                 reason: pb::ReadReason::from(reason).into(),
             };
@@ -502,6 +503,7 @@ pub(crate) fn whole_block(fi: &pb::FileInfo, b: &pb::BlockInfo) -> pb::ReadBlock
         client_local: false,
         load_only: false,
         fingerprint: fi.fingerprint.clone(),
+        ticket: b.ticket.clone(),
         // Loads and near-data scans send no bytes to the client: not counted by host.
         client_host: String::new(),
         reason: pb::ReadReason::Unspecified.into(),

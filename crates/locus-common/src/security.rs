@@ -124,6 +124,21 @@ impl fmt::Display for Role {
 const PROOF_LABEL: &[u8] = b"locus data-path proof v1";
 /// The label of the master's write grants.
 const GRANT_LABEL: &[u8] = b"locus write grant v1";
+/// The label of the master's read tickets.
+const TICKET_LABEL: &[u8] = b"locus read ticket v1";
+
+/// Where a block's bytes come from in the UFS: what a read ticket binds to the block id.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockOrigin<'a> {
+    pub block_id: u64,
+    pub mount_id: u64,
+    pub ufs_path: &'a str,
+    /// Where the block starts in the file, and its length.
+    pub file_offset: u64,
+    pub block_length: u64,
+    /// The file's UFS fingerprint the block was cut from.
+    pub fingerprint: &'a str,
+}
 
 /// HMAC-SHA256 of `parts` under `key`, each part length-prefixed so that no two lists of
 /// parts give the same input.
@@ -219,6 +234,27 @@ impl Verifier {
     /// Whether `grant` is the master's grant for this write.
     pub fn check_grant(&self, mount_id: u64, ufs_path: &str, version: u64, grant: &[u8]) -> bool {
         same(&self.grant(mount_id, ufs_path, version), grant)
+    }
+
+    /// The master's ticket to fill block `o.block_id` from the UFS: a worker caches bytes
+    /// under a block id only from the source the master bound to it, so a client cannot
+    /// place another file's bytes (or a range of its choosing) under a block others read.
+    pub fn ticket(&self, o: &BlockOrigin) -> Vec<u8> {
+        let parts: [&[u8]; 7] = [
+            TICKET_LABEL,
+            &o.block_id.to_be_bytes(),
+            &o.mount_id.to_be_bytes(),
+            o.ufs_path.as_bytes(),
+            &o.file_offset.to_be_bytes(),
+            &o.block_length.to_be_bytes(),
+            o.fingerprint.as_bytes(),
+        ];
+        mac(&self.secret, &parts).to_vec()
+    }
+
+    /// Whether `ticket` is the master's ticket for `o`.
+    pub fn check_ticket(&self, o: &BlockOrigin, ticket: &[u8]) -> bool {
+        same(&self.ticket(o), ticket)
     }
 
     /// This service's identity on the data path, as `role` (worker or master).
@@ -393,6 +429,39 @@ mod tests {
         assert!(!other.check_grant(1, "a/b", 7, &g));
         // Length-prefixed parts: a path cannot borrow the version's bytes.
         assert_ne!(v.grant(1, "a", 0x62), v.grant(1, "ab", 0));
+    }
+
+    #[test]
+    fn a_ticket_binds_every_part_of_a_blocks_origin() {
+        let s = Secret::generate();
+        let v = Verifier::new(&s);
+        let o = BlockOrigin {
+            block_id: 9,
+            mount_id: 1,
+            ufs_path: "a/b",
+            file_offset: 0,
+            block_length: 64,
+            fingerprint: "f1",
+        };
+        let t = v.ticket(&o);
+        assert!(v.check_ticket(&o, &t));
+        let changed = [
+            BlockOrigin { block_id: 10, ..o },
+            BlockOrigin { mount_id: 2, ..o },
+            BlockOrigin { ufs_path: "a/c", ..o },
+            BlockOrigin { file_offset: 64, ..o },
+            BlockOrigin { block_length: 63, ..o },
+            BlockOrigin { fingerprint: "f2", ..o },
+            BlockOrigin { fingerprint: "", ..o },
+        ];
+        for c in changed {
+            assert!(!v.check_ticket(&c, &t), "{c:?}");
+        }
+        assert!(!v.check_ticket(&o, &[]));
+        // Only the cluster secret makes one: not the client token, not another cluster.
+        assert!(!Verifier::new(&s.client_token()).check_ticket(&o, &t));
+        assert!(!Verifier::new(&Secret::generate()).check_ticket(&o, &t));
+        assert_ne!(t, v.grant(1, "a/b", 9));
     }
 
     #[test]

@@ -119,10 +119,12 @@ pub const HEADER_BYTES: u64 = 1 << 16;
 pub fn header_fields(buf: &[u8], whole: bool, csv: &pb::CsvFormat, name: &str) -> Result<Vec<String>> {
     let byte = |v: u32, d: u8| if v == 0 || v > 127 { d } else { v as u8 };
     let mut b = csv_core::ReaderBuilder::new();
-    b.delimiter(byte(csv.delimiter, b','))
-        .quote(byte(csv.quote, b'"'))
-        .quoting(!csv.no_quoting)
-        .terminator(csv_core::Terminator::CRLF);
+    b.delimiter(byte(csv.delimiter, b',')).quote(byte(csv.quote, b'"')).quoting(!csv.no_quoting).terminator(match csv
+        .terminator
+    {
+        0 => csv_core::Terminator::CRLF,
+        t => csv_core::Terminator::Any(byte(t, b'\n')),
+    });
     let mut rdr = b.build();
     let (mut out, mut ends) = (vec![0u8; 1 << 17], vec![0usize; 4096]);
     let (res, _, nout, nend) = rdr.read_record(buf, &mut out, &mut ends);

@@ -65,7 +65,13 @@ impl Master {
                     locations.push(pb::BlockLocation { worker_id: wk, tier: tier.into() });
                 }
             }
-            out.push(pb::BlockInfo { block_id: b, offset, length: rec.block_size.min(rec.length - offset), locations });
+            out.push(pb::BlockInfo {
+                block_id: b,
+                offset,
+                length: rec.block_size.min(rec.length - offset),
+                locations,
+                ticket: Vec::new(),
+            });
         }
         Ok(out)
     }

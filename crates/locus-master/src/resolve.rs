@@ -231,6 +231,11 @@ impl Master {
         let mut fi = self.file_info(&path, &rec)?;
         if !rec.is_dir {
             fi.blocks = self.block_infos(&r, &rec)?;
+            // Each block's ticket: a worker fills it from the UFS only from this origin.
+            let tickets: Vec<_> = fi.blocks.iter().map(|b| self.inner.verifier.ticket(&fi.origin(b))).collect();
+            for (b, t) in fi.blocks.iter_mut().zip(tickets) {
+                b.ticket = t;
+            }
         }
         Ok(fi)
     }

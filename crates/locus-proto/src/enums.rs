@@ -316,7 +316,33 @@ impl From<pb::ReadReason> for ReadReason {
     }
 }
 
+impl pb::ReadBlockRequest {
+    /// Where the block this read names comes from, as its ticket binds it.
+    pub fn origin(&self) -> locus_common::security::BlockOrigin<'_> {
+        locus_common::security::BlockOrigin {
+            block_id: self.block_id,
+            mount_id: self.mount_id,
+            ufs_path: &self.ufs_path,
+            file_offset: self.file_offset,
+            block_length: self.block_length,
+            fingerprint: &self.fingerprint,
+        }
+    }
+}
+
 impl pb::FileInfo {
+    /// Where block `b` of this file comes from, as its ticket binds it.
+    pub fn origin<'a>(&'a self, b: &pb::BlockInfo) -> locus_common::security::BlockOrigin<'a> {
+        locus_common::security::BlockOrigin {
+            block_id: b.block_id,
+            mount_id: self.mount_id,
+            ufs_path: &self.ufs_path,
+            file_offset: b.offset,
+            block_length: b.length,
+            fingerprint: &self.fingerprint,
+        }
+    }
+
     /// Bytes of the file whose block some worker caches (blocks listed with a location;
     /// `status(path, true)` lists them).
     pub fn cached_bytes(&self) -> u64 {

@@ -302,6 +302,7 @@ impl Client {
                 quote: one(quote, "quote")?,
                 no_quoting: !quoting,
                 header,
+                ..Default::default()
             },
         };
         let job = locus_client::ComputeJob { request, parallelism };

@@ -349,6 +349,14 @@ impl Chain {
         Ok(p)
     }
 
+    /// Whether a fragment of this scan survives its trip to a worker: `datafusion-proto`
+    /// carries no CSV record terminator, so a CSV scan with one (S3 Select's
+    /// `RecordDelimiter` other than a newline) runs here.
+    fn encodable(&self) -> bool {
+        let csv = self.scan.file_source().downcast_ref::<datafusion::datasource::physical_plan::CsvSource>();
+        csv.is_none_or(|c| c.terminator().is_none())
+    }
+
     /// Whether the scan may be cut into other partitions: its bytes split at any offset
     /// (as DataFusion itself splits them), and no node above it needs its partitioning.
     fn splittable(&self) -> bool {
@@ -363,7 +371,7 @@ impl Chain {
 }
 
 async fn remote(chain: Chain, under_exchange: bool, cx: &Cx) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    if cx.workers().await?.is_empty() {
+    if !chain.encodable() || cx.workers().await?.is_empty() {
         return Ok(None);
     }
     let mut groups: Vec<FileGroup> = chain.scan.file_groups.clone();

@@ -244,7 +244,14 @@ async fn csv_columns(
     memory: Option<&[u8]>,
     c: &CsvInput,
 ) -> SelectResult<Vec<String>> {
-    let fmt = pb::CsvFormat { delimiter: c.delimiter.into(), quote: c.quote.into(), no_quoting: false, header: true };
+    let terminator = if c.record_delimiter == b'\n' { 0 } else { c.record_delimiter.into() };
+    let fmt = pb::CsvFormat {
+        delimiter: c.delimiter.into(),
+        quote: c.quote.into(),
+        no_quoting: false,
+        header: true,
+        terminator,
+    };
     let first = match memory {
         Some([]) => return Ok(vec!["_1".into()]),
         Some(m) => {
@@ -265,6 +272,7 @@ async fn csv_columns(
 /// CSV columns, and whether they are named by a header.
 pub fn translate(expr: &str, columns: Option<(&[String], bool)>) -> SelectResult<String> {
     let (text, _) = normalize_from(expr)?;
+    let text = trim_spaces_by_default(&text);
     let mut stmts = Parser::parse_sql(&GenericDialect {}, &text)
         .map_err(|e| SelectError::new(SelectErrorCode::Syntax, format!("{e}")))?;
     if stmts.len() != 1 {
@@ -278,7 +286,7 @@ pub fn translate(expr: &str, columns: Option<(&[String], bool)>) -> SelectResult
     let _ = visit_expressions_mut(&mut stmts, |e| {
         s3_cast_type(e);
         if err.is_none()
-            && let Err(x) = s3_function(e)
+            && let Err(x) = crate::functions::s3_function(e)
         {
             err = Some(x);
         }
@@ -355,6 +363,48 @@ fn normalize_from(expr: &str) -> SelectResult<(String, Vec<Step>)> {
     Ok((out, path))
 }
 
+/// `TRIM(LEADING FROM x)` (and BOTH, TRAILING) with the characters left out, as S3
+/// Select allows, becomes `TRIM(LEADING ' ' FROM x)`: the SQL parser wants them named.
+/// Text inside quotes is left alone.
+fn trim_spaces_by_default(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let (mut quote, mut rest) = (None::<char>, text);
+    while let Some(c) = rest.chars().next() {
+        if let Some(q) = quote {
+            quote = (c != q).then_some(q);
+        } else if c == '\'' || c == '"' {
+            quote = Some(c);
+        } else if rest.len() >= 4 && rest.is_char_boundary(4) && rest[..4].eq_ignore_ascii_case("trim") {
+            let before_ok = !out.ends_with(|p: char| p.is_alphanumeric() || p == '_');
+            if let Some(n) = before_ok.then(|| trim_where_then_from(&rest[4..])).flatten() {
+                out.push_str(&rest[..4 + n]);
+                out.push_str(" ' '");
+                rest = &rest[4 + n..];
+                continue;
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// For the text after `TRIM`: when it is `(` BOTH|LEADING|TRAILING `FROM`, the length
+/// up to the end of that keyword (where the characters go).
+fn trim_where_then_from(after: &str) -> Option<usize> {
+    let s = after.trim_start().strip_prefix('(')?;
+    let s_trim = s.trim_start();
+    let word = s_trim.split(|c: char| !c.is_ascii_alphabetic()).next()?;
+    if !["both", "leading", "trailing"].iter().any(|w| word.eq_ignore_ascii_case(w)) {
+        return None;
+    }
+    let tail = &s_trim[word.len()..];
+    let next = tail.trim_start();
+    let from = next.get(..4)?;
+    let ends = next[4..].chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+    (from.eq_ignore_ascii_case("from") && ends && tail.len() > next.len()).then(|| after.len() - tail.len())
+}
+
 /// `rest` after a leading `[*]` (spaces allowed inside), if it has one.
 fn star(rest: &str) -> Option<&str> {
     let after = rest.trim_start().strip_prefix('[')?.trim_start().strip_prefix('*')?.trim_start().strip_prefix(']')?;
@@ -396,125 +446,6 @@ fn s3_cast_type(e: &mut Expr) {
             _ => {}
         }
     }
-}
-
-/// S3 Select's functions that DataFusion lacks or names otherwise, rewritten onto
-/// DataFusion's: `UTCNOW()`, `DATE_ADD(part, n, t)`, `DATE_DIFF(part, t1, t2)`,
-/// `TO_STRING(t, 'yyyy-MM-dd')`. (Runs before column names are resolved: the date part
-/// is a bare word, not a column.)
-fn s3_function(e: &mut Expr) -> SelectResult<()> {
-    let Expr::Function(f) = e else { return Ok(()) };
-    let name = f.name.to_string().to_ascii_lowercase();
-    if !matches!(name.as_str(), "utcnow" | "date_add" | "date_diff" | "to_string") {
-        return Ok(());
-    }
-    let args: Vec<String> = match &f.args {
-        ast::FunctionArguments::List(l) => l.args.iter().map(|a| a.to_string()).collect(),
-        _ => Vec::new(),
-    };
-    let sql = match (name.as_str(), args.as_slice()) {
-        ("utcnow", []) => "now()".to_string(),
-        ("date_add", [part, n, t]) => {
-            let part = date_part(part)?;
-            format!("({t} + CAST(CONCAT(CAST({n} AS VARCHAR), ' {part}') AS INTERVAL))")
-        }
-        ("date_diff", [part, a, b]) => match date_part(part)? {
-            "year" => format!("CAST(date_part('year', {b}) - date_part('year', {a}) AS BIGINT)"),
-            "month" => format!(
-                "CAST((date_part('year', {b}) - date_part('year', {a})) * 12 + date_part('month', {b}) - date_part('month', {a}) AS BIGINT)"
-            ),
-            p => {
-                let secs = match p {
-                    "day" => 86400,
-                    "hour" => 3600,
-                    "minute" => 60,
-                    _ => 1,
-                };
-                format!("CAST(trunc((date_part('epoch', {b}) - date_part('epoch', {a})) / {secs}) AS BIGINT)")
-            }
-        },
-        ("to_string", [t, fmt]) => {
-            let Some(fmt) = fmt.strip_prefix('\'').and_then(|f| f.strip_suffix('\'')) else {
-                return Err(SelectError::new(SelectErrorCode::Unsupported, "TO_STRING takes a literal format"));
-            };
-            format!("to_char({t}, '{}')", java_to_chrono(&fmt.replace("''", "'")).replace('\'', "''"))
-        }
-        _ => {
-            return Err(SelectError::new(
-                SelectErrorCode::Syntax,
-                format!("{} takes other arguments than {}", name.to_uppercase(), args.len()),
-            ));
-        }
-    };
-    *e = Parser::new(&GenericDialect {})
-        .try_with_sql(&sql)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|x| SelectError::new(SelectErrorCode::Syntax, format!("{name}: {x}")))?;
-    Ok(())
-}
-
-/// A date part of DATE_ADD/DATE_DIFF (a bare word).
-fn date_part(p: &str) -> SelectResult<&'static str> {
-    Ok(match p.to_ascii_lowercase().as_str() {
-        "year" => "year",
-        "month" => "month",
-        "day" => "day",
-        "hour" => "hour",
-        "minute" => "minute",
-        "second" => "second",
-        _ => return Err(SelectError::new(SelectErrorCode::Syntax, format!("unknown date part {p}"))),
-    })
-}
-
-/// A TO_STRING pattern (letters as in Java's DateTimeFormatter, `'text'` quoted) as a
-/// chrono format.
-fn java_to_chrono(f: &str) -> String {
-    let mut out = String::new();
-    let cs: Vec<char> = f.chars().collect();
-    let mut i = 0;
-    while i < cs.len() {
-        let c = cs[i];
-        if c == '\'' {
-            let end = cs[i + 1..].iter().position(|x| *x == '\'').map_or(cs.len(), |p| i + 1 + p);
-            cs[i + 1..end].iter().for_each(|x| out.push_str(&x.to_string().replace('%', "%%")));
-            i = end + 1;
-            continue;
-        }
-        let n = cs[i..].iter().take_while(|x| **x == c).count();
-        let spec = match (c, n) {
-            ('y', 2) => "%y",
-            ('y', _) => "%Y",
-            ('M', 1) => "%-m",
-            ('M', 2) => "%m",
-            ('M', 3) => "%b",
-            ('M', _) => "%B",
-            ('d', 1) => "%-d",
-            ('d', _) => "%d",
-            ('H', 1) => "%-H",
-            ('H', _) => "%H",
-            ('h', 1) => "%-I",
-            ('h', _) => "%I",
-            ('m', 1) => "%-M",
-            ('m', _) => "%M",
-            ('s', 1) => "%-S",
-            ('s', _) => "%S",
-            ('S', 1..=3) => "%3f",
-            ('S', 4..=6) => "%6f",
-            ('S', _) => "%9f",
-            ('n', _) => "%f",
-            ('a', _) => "%p",
-            ('X' | 'x', 1 | 2) => "%z",
-            ('X' | 'x', _) => "%:z",
-            _ => {
-                cs[i..i + n].iter().for_each(|x| out.push_str(&x.to_string().replace('%', "%%")));
-                i += n;
-                continue;
-            }
-        };
-        out.push_str(spec);
-        i += n;
-    }
-    out
 }
 
 /// S3 Select names a projected expression that is not a column `_1`, `_2`, ... by its
@@ -656,23 +587,41 @@ fn positional(i: &Ident) -> Option<usize> {
 /// Put a DataFusion failure in its S3 Select class by what went wrong.
 fn classify(e: Error) -> SelectError {
     let m = e.to_string();
-    let code =
-        if m.contains("Cast error") || m.contains("Cannot cast") || m.contains("cast") && m.contains("to value of") {
-            SelectErrorCode::Cast
-        } else if m.contains("CSV") || m.contains("csv") {
-            SelectErrorCode::CsvParsing
-        } else if m.contains("JSON") || m.contains("json") {
-            SelectErrorCode::JsonParsing
-        } else if m.contains("not implemented") || m.contains("Unsupported") || m.contains("unsupported") {
-            SelectErrorCode::Unsupported
-        } else if m.contains("SQL error") || m.contains("ParserError") {
-            SelectErrorCode::Syntax
-        } else if e.kind() == ErrorKind::InvalidArgument {
-            SelectErrorCode::Unsupported
-        } else {
-            SelectErrorCode::Other
-        };
+    let code = if m.contains("Cast error")
+        || m.contains("Cannot cast")
+        || m.contains("parsing timestamp")
+        || m.contains("cast") && m.contains("to value of")
+    {
+        SelectErrorCode::Cast
+    } else if m.contains("CSV") || m.contains("csv") {
+        SelectErrorCode::CsvParsing
+    } else if m.contains("JSON") || m.contains("json") {
+        SelectErrorCode::JsonParsing
+    } else if m.contains("not implemented") || m.contains("Unsupported") || m.contains("unsupported") {
+        SelectErrorCode::Unsupported
+    } else if m.contains("SQL error") || m.contains("ParserError") {
+        SelectErrorCode::Syntax
+    } else if e.kind() == ErrorKind::InvalidArgument {
+        SelectErrorCode::Unsupported
+    } else {
+        SelectErrorCode::Other
+    };
     SelectError { code, error: e }
+}
+
+/// CSV written with `\n` after each record, with `rd` there instead: a newline inside a
+/// quoted field is the field's own and stays.
+fn end_records_with(csv: &[u8], quote: u8, rd: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(csv.len());
+    let mut quoted = false;
+    for &b in csv {
+        quoted ^= b == quote;
+        match b {
+            b'\n' if !quoted => out.extend_from_slice(rd),
+            _ => out.push(b),
+        }
+    }
+    out
 }
 
 /// One batch in the output format.
@@ -694,7 +643,7 @@ fn encode(b: &RecordBatch, out: &Output) -> SelectResult<Bytes> {
             w.write(b).map_err(|e| SelectError::from(Error::internal(format!("write CSV: {e}"))))?;
             drop(w);
             if record_delimiter != "\n" {
-                buf = String::from_utf8_lossy(&buf).replace('\n', record_delimiter).into_bytes();
+                buf = end_records_with(&buf, *quote, record_delimiter.as_bytes());
             }
         }
         Output::Json { record_delimiter } => {
@@ -784,6 +733,7 @@ mod tests {
             t("SELECT sum(age), max(age) FROM S3Object"),
             r#"SELECT sum(TRY_CAST("age" AS DOUBLE)) AS _1, max("age") AS _2 FROM s3object"#
         );
+        assert_eq!(end_records_with(b"a,\"x\ny\"\nb,c\n", b'"', b"\r\n"), b"a,\"x\ny\"\r\nb,c\r\n");
         assert_eq!(
             t("SELECT count(*), CAST(s.age AS INT), CAST(age AS FLOAT), s.city FROM S3Object s"),
             r#"SELECT count(*) AS _1, CAST("age" AS BIGINT) AS _2, CAST("age" AS DOUBLE) AS _3, "city" FROM s3object s"#

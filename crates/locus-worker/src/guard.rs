@@ -62,6 +62,14 @@ impl Inner {
             tracing::warn!(peer, request = kind, %role, "refused a data-path request its caller's role may not send");
             return Err(Error::new(ErrorKind::PermissionDenied, format!("a {role} may not send {kind} requests")));
         }
+        let read = match req {
+            Req::Read(r) => Some(r),
+            Req::Compute(c) => c.block.as_ref(),
+            _ => None,
+        };
+        if let Some(r) = read {
+            self.check_ticket(r, peer)?;
+        }
         if let Req::Write(w) = req {
             self.check_pipeline(&w.pipeline)?;
             if !self.verifier.check_grant(w.mount_id, &w.ufs_path, w.version, &w.grant) {
@@ -76,6 +84,25 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// A read that may fill its block from the UFS names the origin the master bound to
+    /// the block id (its ticket): otherwise a client could cache another file's bytes, or
+    /// a range of its choosing, under a block id others read. A read of an unpersisted
+    /// file never touches the UFS and needs none.
+    fn check_ticket(&self, r: &pb::ReadBlockRequest, peer: &str) -> Result<()> {
+        if r.fingerprint == locus_common::UNPERSISTED_FINGERPRINT || self.verifier.check_ticket(&r.origin(), &r.ticket)
+        {
+            return Ok(());
+        }
+        tracing::warn!(peer, block = r.block_id, path = %r.ufs_path, "refused a read whose block origin the master did not sign");
+        Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "block {} of {:?}: no valid ticket from the master (read the file's status with its blocks first)",
+                r.block_id, r.ufs_path
+            ),
+        ))
     }
 
     /// A write's further workers: each one member at most once, never this worker, and

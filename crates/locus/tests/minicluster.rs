@@ -554,7 +554,14 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
     // A read range beyond its block is refused with an error frame; the worker stays up.
     let mut s = tokio::net::TcpStream::connect(c.worker(0).unwrap().data_address()).await.unwrap();
     locus_proto::authenticate(&mut s, &locus_common::security::Identity::client(&c.client_token())).await.unwrap();
-    let req = pb::ReadBlockRequest { block_id: 1, offset: 10, length: 10, block_length: 5, ..Default::default() };
+    let req = pb::ReadBlockRequest {
+        block_id: 1,
+        offset: 10,
+        length: 10,
+        block_length: 5,
+        fingerprint: locus_common::UNPERSISTED_FINGERPRINT.into(),
+        ..Default::default()
+    };
     locus_proto::write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await.unwrap();
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
     assert_eq!(r.error.unwrap().kind(), pb::ErrorKind::InvalidArgument);

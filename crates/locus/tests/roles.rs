@@ -2,8 +2,9 @@
 //! used for the wrong role) would try them: every request is refused to every role its
 //! row in `locus_proto::roles` does not name; a worker takes a write only with the
 //! master's grant for that mount, path and version; a read-only mount is read-only at the
-//! worker too; UFS paths outside a mount are refused by the worker itself; and a worker
-//! dials only the members the master registered, never an address a request names.
+//! worker too; UFS paths outside a mount are refused by the worker itself; a worker
+//! caches a block only from the origin the master bound to its id; and a worker dials
+//! only the members the master registered, never an address a request names.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -279,7 +280,7 @@ async fn a_read_only_mount_and_the_mount_root_hold_at_the_worker() {
         };
         let e = write_as(&c, 0, &worker, req, b"escaped").await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}: {e}");
-        let read = pb::ReadBlockRequest {
+        let mut read = pb::ReadBlockRequest {
             block_id: 99 << 24,
             length: 7,
             block_length: 7,
@@ -287,6 +288,7 @@ async fn a_read_only_mount_and_the_mount_root_hold_at_the_worker() {
             ufs_path: bad.into(),
             ..Default::default()
         };
+        read.ticket = v.ticket(&read.origin());
         let e = send_as(&c, &identity(&c, Role::Client), Req::Read(read), false).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}: {e}");
     }
@@ -374,5 +376,64 @@ async fn a_client_cannot_mount_the_clusters_own_files() {
     };
     assert_eq!(cl.mount(req).await.unwrap_err().kind(), ErrorKind::PermissionDenied);
     assert!(cl.status("/steal", false).await.is_err() && cl.status("/meta", false).await.is_err());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_cannot_cache_other_bytes_under_a_files_block_id() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(dir.path(), 1, 64 << 20, false).await;
+    let cl = c.client(Default::default()).unwrap();
+    let ufs = common::ufs_dir(&c);
+    std::fs::write(ufs.join("victim.txt"), b"the victim's own bytes").unwrap();
+    std::fs::write(ufs.join("evil.txt"), b"bytes the attacker chose").unwrap();
+    let victim = cl.status("/victim.txt", true).await.unwrap();
+    let evil = cl.status("/evil.txt", true).await.unwrap();
+    let (vb, eb) = (&victim.blocks[0], &evil.blocks[0]);
+    assert!(!vb.ticket.is_empty(), "the master signs each block it hands out");
+    let load = |fi: &pb::FileInfo, b: &pb::BlockInfo| pb::ReadBlockRequest {
+        block_id: b.block_id,
+        length: b.length,
+        block_length: b.length,
+        file_offset: b.offset,
+        mount_id: fi.mount_id,
+        ufs_path: fi.ufs_path.clone(),
+        fingerprint: fi.fingerprint.clone(),
+        load_only: true,
+        ticket: b.ticket.clone(),
+        ..Default::default()
+    };
+    let honest = load(&victim, vb);
+    // The victim's block id with the attacker's file (and its genuine ticket), with no
+    // ticket, with a range or fingerprint of the attacker's choosing, or a ticket made
+    // with the client token: all refused, as a read and as a near-data scan.
+    let forged = [
+        pb::ReadBlockRequest { block_id: vb.block_id, ..load(&evil, eb) },
+        pb::ReadBlockRequest { ticket: Vec::new(), ..honest.clone() },
+        pb::ReadBlockRequest { file_offset: 4, ..honest.clone() },
+        pb::ReadBlockRequest { fingerprint: String::new(), ..honest.clone() },
+        pb::ReadBlockRequest { ticket: Verifier::new(&c.client_token()).ticket(&honest.origin()), ..honest.clone() },
+    ];
+    let client = identity(&c, Role::Client);
+    for (i, r) in forged.into_iter().enumerate() {
+        for req in [
+            Req::Read(r.clone()),
+            Req::Compute(pb::ComputeBlockRequest { block: Some(r.clone()), ..Default::default() }),
+        ] {
+            let e = send_as(&c, &client, req, false).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "forgery {i}: {e}");
+        }
+        let e = send_as(&c, &client, Req::Read(r), true).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "forgery {i} on the Unix socket: {e}");
+    }
+    assert!(logs().0.lock().unwrap().contains("refused a read whose block origin the master did not sign"));
+    let store = c.worker(0).unwrap().store();
+    assert!(!store.contains(vb.block_id), "nothing was cached under the victim's block id");
+    // The master's ticket fills the block, and readers get the victim's bytes.
+    let r = send_as(&c, &client, Req::Read(honest), false).await.unwrap();
+    assert!(r.cached, "{r:?}");
+    assert!(store.contains(vb.block_id));
+    assert_eq!(common::read_all(&cl, "/victim.txt").await, b"the victim's own bytes");
     c.shutdown().await;
 }

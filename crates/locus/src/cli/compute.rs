@@ -84,6 +84,7 @@ pub async fn run(c: &Arc<Client>, a: &ComputeArgs) -> Result<()> {
                 quote: one_byte(&a.quote, "quote")?,
                 no_quoting: a.no_quoting,
                 header: !a.no_header,
+                ..Default::default()
             },
         },
         parallelism: a.parallelism,
