@@ -53,7 +53,6 @@ use mounts::MountEntry;
 use workers::WorkerState;
 
 pub use search::indexer::index_floor;
-pub use search::inventory;
 pub use web::render_metrics;
 
 /// Entries returned by one `ListStatus` page when the caller sets no limit.

@@ -50,16 +50,7 @@ pub struct ScanRange {
     pub end: Option<u64>,
 }
 
-/// A step of the path after `S3Object[*]` into JSON records.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// `.name` or `."Name"`.
-    Key(String),
-    /// `[*]`: every element of an array.
-    All,
-    /// `[n]`: one element.
-    Index(usize),
-}
+pub use locus_select::Step;
 
 /// Where DataFusion reads the input.
 pub(crate) struct Prepared {

@@ -8,8 +8,7 @@
 //!   the batches written as a table, CSV or JSON.
 //! - [`select`]: the S3 Select dialect onto DataFusion's SQL, and results in S3 Select's
 //!   output formats; [`input`]: the object made readable (ScanRange window, GZIP/BZIP2,
-//!   JSON documents and paths); `functions`: its functions and timestamps onto
-//!   DataFusion's built-ins.
+//!   JSON documents and paths); the dialect's translation itself is `locus-select`.
 //!
 //! - [`catalog`]: the metadata catalog as the table `objects` (`locus fs search --sql`),
 //!   and S3 Inventory Parquet files read for `locus fs index import`.
@@ -21,7 +20,6 @@
 //! [`remote::Fragments`] implements and the binary hands it ([`remote::factory`]).
 
 pub mod catalog;
-mod functions;
 pub mod input;
 pub mod query;
 pub mod remote;

@@ -27,8 +27,8 @@ mod columns;
 mod directory;
 pub mod index;
 pub mod indexer;
-pub mod inventory;
-pub mod query;
+use locus_search::inventory;
+pub use locus_search::query;
 mod ranges;
 #[cfg(test)]
 mod tests;
@@ -66,13 +66,6 @@ const SCAN_BUDGET: u64 = 5_000_000;
 const TIME_BUDGET: Duration = Duration::from_secs(5);
 /// Most keys one page holds.
 const MAX_PAGE: usize = 10_000;
-
-/// `ms` as ISO 8601 with milliseconds, UTC.
-pub fn iso_ms(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-        .unwrap_or_default()
-}
 
 /// A candidate: the catalog entry and, when looked up, Locus's own attributes.
 struct Candidate<'a> {

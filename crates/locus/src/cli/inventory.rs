@@ -3,7 +3,7 @@
 //! files, or such files given directly (a CSV may then have a header row), or JSON lines
 //! that may also carry `metadata` and `tags` maps. A CSV or JSON-lines file is cut into
 //! chunks of whole records on a blocking thread and sent as it is (the master parses the
-//! records: [`locus_master::inventory`]); a Parquet file is read here and sent as encoded
+//! records: [`locus_search::inventory`]); a Parquet file is read here and sent as encoded
 //! entries. Two requests are in flight, with a progress bar over the files' bytes.
 
 use std::fs::File;
@@ -16,10 +16,10 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use locus_client::Client;
 use locus_common::Error;
-use locus_master::inventory::norm_col;
-#[cfg(feature = "sql")]
-use locus_master::inventory::path_for;
 use locus_proto::pb;
+use locus_search::inventory::norm_col;
+#[cfg(feature = "sql")]
+use locus_search::inventory::path_for;
 use pb::import_catalog_request::Objects;
 
 /// One inventory file and how to read it.
@@ -389,7 +389,7 @@ pub fn index_floor(m: &Manifests, dir: &Path) -> Result<u64> {
     let reader = std::thread::spawn(move || {
         let read = Arc::new(AtomicU64::new(0));
         m2.read_batches(&srcs, &read, |o| {
-            let entries = locus_master::inventory::entries(Some(o))?;
+            let entries = locus_search::inventory::entries(Some(o))?;
             tx.send(entries).map_err(|_| Error::internal("index floor stopped").into())
         })
     });
@@ -437,7 +437,7 @@ mod tests {
         // Every record once, through the master's parser, named by its line.
         let all: Vec<String> = cs
             .into_iter()
-            .flat_map(|c| locus_master::inventory::entries(Some(Objects::Chunk(c))).unwrap())
+            .flat_map(|c| locus_search::inventory::entries(Some(Objects::Chunk(c))).unwrap())
             .map(|(p, _)| p)
             .collect();
         assert_eq!(all, ["/u/k1", "/u/k\n\"2\n", "/u/k3", "/u/k4"]);
@@ -461,7 +461,7 @@ mod tests {
             texts(&cs),
             [(1, "{\"key\":\"a\"}\n{\"key\":\"b\"}\n".to_string()), (3, "\n{\"key\":\"c\",\"size\":\"x\"}\n".into())]
         );
-        let e = locus_master::inventory::entries(Some(Objects::Chunk(cs[1].clone()))).unwrap_err().to_string();
+        let e = locus_search::inventory::entries(Some(Objects::Chunk(cs[1].clone()))).unwrap_err().to_string();
         assert!(e.ends_with("inv.jsonl:4: size \"x\" is not a number"), "{e}");
         assert!(chunks("jsonl", "", 2).is_empty());
     }
