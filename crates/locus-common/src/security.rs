@@ -124,6 +124,11 @@ impl fmt::Display for Role {
 const PROOF_LABEL: &[u8] = b"locus data-path proof v1";
 /// The label of the master's write grants.
 const GRANT_LABEL: &[u8] = b"locus write grant v1";
+/// The label of the master's challenge nonces.
+const NONCE_LABEL: &[u8] = b"locus rpc nonce v1";
+/// How long a master RPC challenge's proof is taken.
+pub const RPC_NONCE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The label of the master's read tickets.
 const TICKET_LABEL: &[u8] = b"locus read ticket v1";
 
@@ -255,6 +260,31 @@ impl Verifier {
     /// Whether `ticket` is the master's ticket for `o`.
     pub fn check_ticket(&self, o: &BlockOrigin, ticket: &[u8]) -> bool {
         same(&self.ticket(o), ticket)
+    }
+
+    /// A challenge nonce for the master RPC: the time it was made, 16 random bytes and
+    /// a MAC over both, so [`Verifier::fresh`] knows its own nonces without keeping any.
+    pub fn nonce(&self) -> Vec<u8> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+        let r: [u8; 16] = rand::random();
+        let mut n = now.to_be_bytes().to_vec();
+        n.extend_from_slice(&r);
+        let m = mac(&self.secret, &[NONCE_LABEL, &n]);
+        n.extend_from_slice(&m);
+        n
+    }
+
+    /// Whether `nonce` is one this cluster's master made, at most [`RPC_NONCE_TTL`] ago.
+    pub fn fresh(&self, nonce: &[u8]) -> bool {
+        if nonce.len() != 8 + 16 + 32 {
+            return false;
+        }
+        let (n, m) = nonce.split_at(24);
+        let made = u64::from_be_bytes(n[..8].try_into().unwrap_or_default());
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+        same(&mac(&self.secret, &[NONCE_LABEL, n]), m)
+            && made <= now + 5
+            && now - made.min(now) < RPC_NONCE_TTL.as_secs()
     }
 
     /// This service's identity on the data path, as `role` (worker or master).
@@ -429,6 +459,24 @@ mod tests {
         assert!(!other.check_grant(1, "a/b", 7, &g));
         // Length-prefixed parts: a path cannot borrow the version's bytes.
         assert_ne!(v.grant(1, "a", 0x62), v.grant(1, "ab", 0));
+    }
+
+    #[test]
+    fn rpc_nonces_are_the_masters_own_and_fresh() {
+        let v = Verifier::new(&Secret::generate());
+        let n = v.nonce();
+        assert!(v.fresh(&n));
+        assert_ne!(n, v.nonce(), "each nonce is new");
+        // Another cluster's, a changed one, an old one: not taken.
+        assert!(!Verifier::new(&Secret::generate()).fresh(&n));
+        let mut bad = n.clone();
+        bad[12] ^= 1;
+        assert!(!v.fresh(&bad) && !v.fresh(&n[..40]) && !v.fresh(&[]));
+        let old = 1_000u64.to_be_bytes();
+        let mut stale = old.to_vec();
+        stale.extend_from_slice(&n[8..24]);
+        stale.extend_from_slice(&mac(&v.secret, &[NONCE_LABEL, &stale]));
+        assert!(!v.fresh(&stale), "a nonce from long ago");
     }
 
     #[test]

@@ -127,6 +127,10 @@ impl pb::master_server::Master for Master {
         // With the UFS credentials: for workers only (`locus_proto::roles`).
         ok(Master::get_mount(self, r.into_inner().mount_id))
     }
+    async fn challenge(&self, _: Request<pb::Empty>) -> R<pb::ChallengeResponse> {
+        Ok(Response::new(locus_proto::auth::challenge(&self.inner.verifier)))
+    }
+
     async fn get_workers(&self, _: Request<pb::Empty>) -> R<pb::WorkerList> {
         ok(Ok(pb::WorkerList { workers: self.workers() }))
     }

@@ -1,55 +1,108 @@
-//! Authentication and authorization of master RPCs: the client side adds the caller's
-//! credential to every call (`authorization: Bearer ...`, marked sensitive so it is
-//! never logged; it goes only to the configured master), the server side checks it and
-//! refuses, and logs, a call whose role may not make it ([`crate::roles::master_rpc`],
-//! by the method name [`method_layer`] records). The data path's counterpart is
-//! [`crate::authenticate`] / [`crate::accept_auth`] and the worker's dispatch.
+//! Authentication and authorization of master RPCs. No credential crosses the wire: a
+//! caller first asks the master for a challenge (`Challenge`, the one call that needs
+//! none: a nonce the master made and can recognise), then sends on each call its role,
+//! the nonce and HMAC(key of its role, nonce) ([`ProvingChannel`]; the header is marked
+//! sensitive, so never logged). A listener that is not the master learns a proof for its
+//! own nonce only, which the master does not take. The server side ([`ServerAuth`])
+//! checks the nonce and the proof, and refuses, and logs, a call whose role may not make
+//! it ([`crate::roles::master_rpc`], by the method name [`method_layer`] records). The
+//! data path's counterpart is [`crate::authenticate`] / [`crate::accept_auth`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
-use locus_common::security::{Role, Secret, Verifier, unauthenticated};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
+use http::HeaderValue;
+use locus_common::security::{Identity, RPC_NONCE_TTL, Role, Secret, Verifier, unauthenticated};
 use locus_common::{Error, ErrorKind, Result};
-use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use crate::pb::master_client::MasterClient;
 use crate::tls::ConnInfo;
-use crate::to_status;
+use crate::{pb, to_status};
 
 const HEADER: &str = "authorization";
+/// The scheme of a call's proof: `Locus-Proof <role> <nonce> <proof>` (base64).
+const SCHEME: &str = "Locus-Proof ";
 
-/// Adds a credential to each outgoing master RPC.
+/// A channel to the master whose calls carry a proof of the caller's identity for a
+/// challenge the master made, fetched when none is held or the one held is half spent.
 #[derive(Clone)]
-pub struct ClientAuth {
-    header: MetadataValue<Ascii>,
+pub struct ProvingChannel {
+    inner: Channel,
+    identity: Arc<Identity>,
+    session: Arc<parking_lot::Mutex<Option<(HeaderValue, Instant)>>>,
 }
 
-impl ClientAuth {
-    pub fn new(token: &Secret) -> Result<ClientAuth> {
-        let mut header: MetadataValue<Ascii> = format!("Bearer {}", token.expose())
-            .parse()
-            .map_err(|_| Error::invalid("a cluster credential must be printable ASCII"))?;
-        header.set_sensitive(true);
-        Ok(ClientAuth { header })
+impl ProvingChannel {
+    pub fn new(inner: Channel, identity: Identity) -> ProvingChannel {
+        ProvingChannel { inner, identity: Arc::new(identity), session: Default::default() }
+    }
+
+    /// The header for the next call: the one held, or one for a new challenge.
+    async fn header(&self) -> std::result::Result<HeaderValue, Status> {
+        if let Some((h, until)) = self.session.lock().clone()
+            && Instant::now() < until
+        {
+            return Ok(h);
+        }
+        let c = MasterClient::new(self.inner.clone()).challenge(pb::Empty {}).await?.into_inner();
+        let proof = self.identity.prove(&c.nonce);
+        let text = format!("{SCHEME}{} {} {}", self.identity.role(), B64.encode(&c.nonce), B64.encode(proof));
+        let mut h = HeaderValue::from_str(&text).map_err(|_| Status::internal("an unprintable proof header"))?;
+        h.set_sensitive(true);
+        // Renewed at half its life: a call never goes out with a proof about to expire.
+        let until = Instant::now() + Duration::from_secs(c.valid_secs.max(2) / 2);
+        *self.session.lock() = Some((h.clone(), until));
+        Ok(h)
     }
 }
 
-impl Interceptor for ClientAuth {
-    fn call(&mut self, mut req: Request<()>) -> std::result::Result<Request<()>, Status> {
-        req.metadata_mut().insert(HEADER, self.header.clone());
-        Ok(req)
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<http::Request<tonic::body::Body>> for ProvingChannel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = std::result::Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), BoxError>> {
+        tower::Service::poll_ready(&mut self.inner, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: http::Request<tonic::body::Body>) -> Self::Future {
+        let this = self.clone();
+        // The channel polled ready serves this call (tower's rule); a clone takes its place.
+        let mut ready = std::mem::replace(&mut self.inner, this.inner.clone());
+        Box::pin(async move {
+            // Without a challenge (the master down, or refusing this connection) the call
+            // goes out unproven: the master's own answer, or the transport's error, is
+            // then what the caller sees, as for any other call.
+            if let Ok(h) = this.header().await {
+                req.headers_mut().insert(HEADER, h);
+            }
+            tower::Service::call(&mut ready, req).await.map_err(Into::into)
+        })
     }
 }
 
-/// A master client whose calls carry a credential.
-pub type AuthedMasterClient = MasterClient<InterceptedService<Channel, ClientAuth>>;
+/// A master client whose calls prove the caller's identity.
+pub type AuthedMasterClient = MasterClient<ProvingChannel>;
 
-/// A master client over `channel` presenting `token`.
+/// A master client over `channel` for the holder of `token`: the client token makes a
+/// client, the cluster secret a worker ([`master_client_as`] for the master's own role).
 pub fn master_client(channel: Channel, token: &Secret) -> Result<AuthedMasterClient> {
-    Ok(MasterClient::with_interceptor(channel, ClientAuth::new(token)?))
+    Ok(MasterClient::new(ProvingChannel::new(channel, Identity::client(token))))
+}
+
+/// A master client over `channel` proving `identity`.
+pub fn master_client_as(channel: Channel, identity: Identity) -> AuthedMasterClient {
+    MasterClient::new(ProvingChannel::new(channel, identity))
 }
 
 /// The name of the master RPC a request calls (`GetMount`), taken from its HTTP path by
@@ -85,6 +138,25 @@ impl ServerAuth {
     }
 }
 
+impl ServerAuth {
+    /// The role a call's proof header proves: a nonce this master made, not expired, and
+    /// the HMAC of it under the key of the role it names.
+    fn proven(&self, header: &str) -> Option<Role> {
+        let mut parts = header.strip_prefix(SCHEME)?.split(' ');
+        let claimed = parts.next()?;
+        let role = Role::ALL.into_iter().find(|r| r.as_str() == claimed)?;
+        let nonce = B64.decode(parts.next()?).ok()?;
+        let proof = B64.decode(parts.next()?).ok()?;
+        (parts.next().is_none() && self.verifier.fresh(&nonce) && self.verifier.check(role, &nonce, &proof))
+            .then_some(role)
+    }
+}
+
+/// The master's answer to `Challenge`.
+pub fn challenge(v: &Verifier) -> pb::ChallengeResponse {
+    pb::ChallengeResponse { nonce: v.nonce(), valid_secs: RPC_NONCE_TTL.as_secs() }
+}
+
 /// The peer of a call, for logs.
 fn peer<T>(req: &Request<T>) -> String {
     req.extensions()
@@ -104,17 +176,15 @@ impl Interceptor for ServerAuth {
                 "this master serves TLS only: set security.tls_ca_file (the CA of its certificate) on the caller",
             )));
         }
-        let role = req
-            .metadata()
-            .get(HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .and_then(|t| self.verifier.role(t));
+        let method = req.extensions().get::<RpcMethod>().map(|m| m.0.clone()).unwrap_or_default();
+        if method == "Challenge" {
+            return Ok(req); // what every caller asks first, with nothing to prove yet
+        }
+        let role = req.metadata().get(HEADER).and_then(|v| v.to_str().ok()).and_then(|v| self.proven(v));
         let Some(role) = role else {
             tracing::warn!(peer = peer(&req), "refused a master RPC: missing or wrong cluster credentials");
             return Err(to_status(unauthenticated("master rpc")));
         };
-        let method = req.extensions().get::<RpcMethod>().map(|m| m.0.clone()).unwrap_or_default();
         if !crate::roles::master_rpc(&method).contains(&role) {
             tracing::warn!(peer = peer(&req), method, %role, "refused a master RPC its caller's role may not make");
             let why = match role {

@@ -21,7 +21,7 @@ use locus_blockstore::BlockStore;
 use locus_common::config::{TierAlias, TierConfig, WorkerConfig};
 use locus_common::job::Job;
 use locus_common::metrics::{HostKey, OTHER_HOSTS, ReadReason, ReadSource};
-use locus_common::security::{Secret, Verifier};
+use locus_common::security::{Role, Secret, Verifier};
 use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
 use locus_proto::pb;
@@ -252,7 +252,7 @@ impl WorkerBuilder {
             data_address: local.to_string(),
             cfg,
             store,
-            master: locus_proto::auth::master_client(channel, &self.secret)?,
+            master: locus_proto::auth::master_client_as(channel, Verifier::new(&self.secret).identity(Role::Worker)),
             verifier: Verifier::new(&self.secret),
             tls: self.tls,
             id: AtomicU64::new(saved_id.unwrap_or(0)),

@@ -65,9 +65,41 @@ async fn the_master_refuses_calls_without_valid_credentials() {
 
     // The cluster secret (a worker's) gets the mount with its options.
     let secret = Secret::new(&std::fs::read_to_string(&c.security().secret_file).unwrap()).unwrap();
-    let mut as_service = locus_proto::auth::master_client(channel(&c.master_address()).await, &secret).unwrap();
+    let worker = Verifier::new(&secret).identity(Role::Worker);
+    let mut as_service = locus_proto::auth::master_client_as(channel(&c.master_address()).await, worker.clone());
     let root = as_service.get_mount(pb::GetMountRequest { mount_id: 1 }).await.unwrap().into_inner();
     assert_eq!(root.path, "/");
+
+    // No credential is taken as such: the secret itself as a bearer is refused.
+    let call = |auth: String| {
+        let mut r = tonic::Request::new(pb::GetMountRequest { mount_id: 1 });
+        r.metadata_mut().insert("authorization", auth.parse().unwrap());
+        r
+    };
+    let s = bare.get_mount(call(format!("Bearer {}", secret.expose()))).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
+    // A listener posing as the master hands a worker a nonce of its own and captures the
+    // proof: the master never made that nonce and refuses it.
+    let b64 = |b: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::STANDARD_NO_PAD, b);
+    let own = vec![7u8; 56];
+    let captured = format!("Locus-Proof worker {} {}", b64(&own), b64(&worker.prove(&own)));
+    let s = bare.get_mount(call(captured)).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
+    // The master's own nonce grants nothing without the key: a proof made with the
+    // client token for the worker's role, or for another nonce, is refused.
+    let n = bare.challenge(pb::Empty {}).await.unwrap().into_inner().nonce;
+    let forged = Identity::member(&token, Role::Worker).prove(&n);
+    let s = bare.get_mount(call(format!("Locus-Proof worker {} {}", b64(&n), b64(&forged)))).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
+    let other = bare.challenge(pb::Empty {}).await.unwrap().into_inner().nonce;
+    let s = bare
+        .get_mount(call(format!("Locus-Proof worker {} {}", b64(&other), b64(&worker.prove(&n)))))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
+    // The honest proof for that nonce is taken.
+    let r = bare.get_mount(call(format!("Locus-Proof worker {} {}", b64(&n), b64(&worker.prove(&n))))).await.unwrap();
+    assert_eq!(r.into_inner().path, "/");
     c.shutdown().await;
 }
 
