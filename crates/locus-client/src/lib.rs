@@ -258,7 +258,12 @@ impl Client {
             if let Some(e) = tls_failure(&s) {
                 return Err(e.context(format!("master {}", self.master_address)));
             }
-            if !ours && (s.message().contains("grpc-status header missing") || s.code() == tonic::Code::Unimplemented) {
+            // An HTTP server that is no gRPC one (the gateway, the status page): no
+            // grpc-status, or a body that is no gRPC message under an HTTP error status.
+            let foreign = s.message().contains("grpc-status header missing")
+                || s.message().contains("while receiving response with status")
+                || s.code() == tonic::Code::Unimplemented;
+            if !ours && foreign {
                 return Err(self.not_a_master(&s));
             }
             let unreachable =
