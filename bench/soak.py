@@ -33,9 +33,18 @@ load stops the clients are closed (FUSE unmounted) and sampling goes on for --id
 smaps_rollup and the top 15 mappings by Anonymous are kept at the start, at the end of
 the load and at the end of the idle period.
 
+--import-objects N also imports an inventory of N objects (`locus fs index import`, under
+/inv) --import-at s into the load, as the metadata-search benchmarks do (--import-file
+reuses a JSON-lines inventory). --server-env passes allocator and other settings to the
+servers (MIMALLOC_ALLOW_THP=0, LOCUS_MASTER__META_CACHE_SIZE=8MiB, ...); the report names
+the inherited RUST_BACKTRACE / RUST_LIB_BACKTRACE / MALLOC_* / MIMALLOC_* variables.
+--backtrace-probe measures instead what one logged UFS error costs the master's memory
+with and without library backtraces (an S3 mount whose endpoint answers 500).
+
 Writes OUT.md (the report) and OUT.json (every sample). Needs root for FUSE (skipped
 otherwise, or with --no-fuse). Processes are stopped by PID; the data dir, the mount
-point and the MEM tier in /dev/shm are removed at the end.
+point and the MEM tier in /dev/shm are removed at the end. Results and what they showed:
+bench/results/soak-findings.md.
 """
 
 from __future__ import annotations
@@ -248,6 +257,29 @@ def fd_kinds(pid: int) -> dict:
     except FileNotFoundError:
         pass
     return dict(c.most_common(12))
+
+
+def disk_free_mib(path: str) -> int | None:
+    """Free space of the file system holding `path` (the cluster's data dir), MiB."""
+    try:
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize // MiB
+    except OSError:
+        return None
+
+
+def thp_counters() -> dict:
+    """The machine's transparent-huge-page counters (/proc/vmstat): faults, khugepaged's
+    collapses, PMD splits (system-wide: every process counts)."""
+    out = {}
+    try:
+        for line in read("/proc/vmstat").splitlines():
+            k, _, v = line.partition(" ")
+            if k in ("thp_fault_alloc", "thp_collapse_alloc", "thp_split_pmd", "thp_deferred_split_page"):
+                out[k] = int(v)
+    except OSError:
+        pass
+    return out
 
 
 # --------------------------------------------------------------------------- cluster
@@ -888,30 +920,40 @@ class SearchLoad(Load):
         self.c = None
 
 
+def write_inventory(path: Path, n: int, seed: int = 7):
+    """An inventory of `n` objects as JSON lines (what `locus fs index import` reads)."""
+    rnd = random.Random(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({
+                "key": f"logs/2025-{1 + i % 12:02d}-{1 + i % 28:02d}/host-{i % 1000:04d}/obj-{i:09d}.gz",
+                "size": rnd.randint(1, 1 << 30), "last_modified": 1735689600000 + rnd.randrange(31_536_000_000),
+                "etag": hashlib.md5(str(i).encode()).hexdigest(), "content_type": rnd.choice(TYPES),
+                "metadata": {"owner": f"user-{rnd.randrange(100000):05d}", "team": f"team-{rnd.randrange(100)}"},
+                "tags": {"project": f"p{rnd.randrange(1000):03d}"}}) + "\n")
+
+
 class ImportLoad(threading.Thread):
     """`locus fs index import` of an inventory of `n` objects (JSON lines) under /inv, once,
     `at` s into the load: what a day of metadata-search probes does to the master (the
     10M-object seed-mdsearch imports)."""
     kind = "import"
 
-    def __init__(self, stats: Stats, stop: threading.Event, n: int, at: float, cluster, tmpdir: str):
+    def __init__(self, stats: Stats, stop: threading.Event, n: int, at: float, cluster, tmpdir: str,
+                 file: str | None = None):
         super().__init__(name="import", daemon=True)
+        self.file = file
         self.stats, self.stop_ev, self.n, self.at, self.cluster, self.tmpdir = stats, stop, n, at, cluster, tmpdir
         self.current = ("", 0.0)
 
     def run(self):
         if self.stop_ev.wait(self.at):
             return
-        src = Path(self.tmpdir) / "inventory.jsonl"
-        rnd = random.Random(7)
-        with open(src, "w") as f:
-            for i in range(self.n):
-                f.write(json.dumps({
-                    "key": f"logs/2025-{1 + i % 12:02d}-{1 + i % 28:02d}/host-{i % 1000:04d}/obj-{i:09d}.gz",
-                    "size": rnd.randint(1, 1 << 30), "last_modified": 1735689600000 + rnd.randrange(31_536_000_000),
-                    "etag": hashlib.md5(str(i).encode()).hexdigest(), "content_type": rnd.choice(TYPES),
-                    "metadata": {"owner": f"user-{rnd.randrange(100000):05d}", "team": f"team-{rnd.randrange(100)}"},
-                    "tags": {"project": f"p{rnd.randrange(1000):03d}"}}) + "\n")
+        src = Path(self.file) if self.file else Path(self.tmpdir) / "inventory.jsonl"
+        if not self.file:
+            write_inventory(src, self.n)
+        # /inv as a directory, so the gateway serves it as a bucket (its ?search= asks for one).
+        self.cluster.cli("fs", "mkdir", "-p", "/inv")
         t = time.monotonic()
         self.current = ("import", t)
         r = self.cluster.cli("fs", "index", "import", src, "--under", "/inv", timeout=3600)
@@ -921,7 +963,8 @@ class ImportLoad(threading.Thread):
         else:
             self.stats.ok("import", "import", time.monotonic() - t)
             print(f"soak: imported {self.n} objects in {time.monotonic() - t:.1f} s", flush=True)
-        src.unlink(missing_ok=True)
+        if not self.file:
+            src.unlink(missing_ok=True)
 
 
 class FuseMount:
@@ -975,7 +1018,7 @@ class Sampler:
     def sample(self, full: bool = False):
         t = round(time.monotonic() - self.t0, 1)
         s = {"t": t, "phase": self.phase, "wall": time.strftime("%H:%M:%S"), "loadavg": os.getloadavg()[0],
-             "procs": {}, **self.stats.snapshot(), "grown": self.grown()}
+             "procs": {}, **self.stats.snapshot(), "grown": self.grown(), "disk_free_mib": disk_free_mib(self.data_dir)}
         for n, pid in self.pids().items():
             p = proc_sample(pid)
             if p is not None:
@@ -993,6 +1036,7 @@ class Sampler:
                 except (FileNotFoundError, ProcessLookupError):
                     pass
             m["metrics"] = self.cluster.metrics()
+            m["vmstat_thp"] = thp_counters()
             rep = self.cluster.report()
             if rep:
                 m["report"] = {"persist_backlog": rep.get("persist_backlog"),
@@ -1077,7 +1121,7 @@ def write_report(out: str, meta: dict, samples: list[dict], minutely: list[dict]
     w(f"# Soak: {meta['duration']} s of mixed load, then {meta['idle']} s idle\n")
     w(f"`{meta['command']}`  \n{meta['date']}; binary `{meta['bin']}` ({meta['bin_size_mib']} MiB); "
       f"{meta['cluster']}; {meta['machine']}; THP {meta['thp']}.  \n"
-      f"Server env: {meta['server_env'] or 'none'}. Rates (ops/s): {meta['rates']}. All samples: `{Path(out).name}.json`."
+      f"Server env: {meta['server_env'] or 'none'}; inherited: {meta.get('env_of_note') or 'nothing of note'}. Rates (ops/s): {meta['rates']}. All samples: `{Path(out).name}.json`."
       + (f" Inventory import: {meta['import_objects']:,} objects under /inv at t = {meta['import_at']:.0f} s."
          if meta.get("import_objects") else "") + "\n")
     w("## Memory, fds and threads\n")
@@ -1122,8 +1166,8 @@ def write_report(out: str, meta: dict, samples: list[dict], minutely: list[dict]
       + ". ops are cumulative; lat is the p50/p99 in ms of the last 10 s.\n")
     others = [p for p in procs if p != main]
     w("| min | phase | RSS | anon | file | shmem | fds | thr | " + " | ".join(f"{p} RSS" for p in others)
-      + (" | " if others else "") + " | ".join(kinds) + " | errors | files grown | s3 lat | load |")
-    w("|" + "---|" * (9 + len(others) + len(kinds) + 4))
+      + (" | " if others else "") + " | ".join(kinds) + " | errors | files grown | s3 lat | load | disk free GiB |")
+    w("|" + "---|" * (9 + len(others) + len(kinds) + 5))
     last_min = -1
     for s in samples:
         m = int(s["t"] // 60)
@@ -1136,18 +1180,23 @@ def write_report(out: str, meta: dict, samples: list[dict], minutely: list[dict]
           f"{fmt_mib(p.get('RssFile'))} | {fmt_mib(p.get('RssShmem'))} | {p.get('fds', '-')} | {p.get('tasks', '-')} | "
           + " | ".join(fmt_mib(s["procs"].get(o, {}).get("VmRSS")) for o in others) + (" | " if others else "")
           + " | ".join(str(s["ops"].get(k, 0)) for k in kinds)
-          + f" | {sum(s['errors'].values())} | {s.get('grown', 0)} | {'/'.join(map(str, lat[:2])) if lat else '-'} | {s['loadavg']:.1f} |")
+          + f" | {sum(s['errors'].values())} | {s.get('grown', 0)} | {'/'.join(map(str, lat[:2])) if lat else '-'} | {s['loadavg']:.1f} | "
+          f"{'-' if s.get('disk_free_mib') is None else round(s['disk_free_mib'] / 1024, 1)} |")
     w("")
     w("## smaps_rollup every few minutes (MiB)\n")
     for n in [p for p in procs if p != "fuse"]:
         pick = [m for i, m in enumerate(minutely) if i % max(1, len(minutely) // 15) == 0 or i == len(minutely) - 1]
         w(f"`{n}`:\n")
-        w("| min | phase | Rss | Anonymous | AnonHugePages | Private_Clean | Shared_Clean | LazyFree |")
-        w("|---|---|---|---|---|---|---|---|")
+        w("| min | phase | Rss | Anonymous | AnonHugePages | Private_Clean | Shared_Clean | LazyFree | "
+          "khugepaged collapses (machine, cumulative) |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        base = (minutely[0].get("vmstat_thp") or {}).get("thp_collapse_alloc", 0) if minutely else 0
         for m in pick:
             r = m["rollup"].get(n, {})
+            coll = (m.get("vmstat_thp") or {}).get("thp_collapse_alloc")
             w(f"| {m['t'] / 60:.0f} | {m['phase']} | " + " | ".join(fmt_mib(r.get(k)) for k in (
-                "Rss", "Anonymous", "AnonHugePages", "Private_Clean", "Shared_Clean", "LazyFree")) + " |")
+                "Rss", "Anonymous", "AnonHugePages", "Private_Clean", "Shared_Clean", "LazyFree"))
+              + f" | {'-' if coll is None else coll - base} |")
         w("")
     w("## Anonymous memory by kind of mapping (smaps, MiB: Rss / Anonymous)\n")
     for n in [p for p in procs if p != "fuse"]:
@@ -1187,6 +1236,91 @@ def write_report(out: str, meta: dict, samples: list[dict], minutely: list[dict]
     return summ
 
 
+# --------------------------------------------------------------------------- backtrace probe
+
+
+def backtrace_probe(bin: str, out: str, repeats: int = 3) -> int:
+    """What one logged UFS error costs the master: a cluster whose S3 mount's endpoint
+    answers 500 to everything, `fs mount` tried `repeats` times (each fails; opendal's
+    retry layer logs each attempt, with the error's backtrace when one was captured), the
+    process's memory measured before and after, under three environments."""
+    import http.server
+    import socketserver
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def _e(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            if n:
+                self.rfile.read(n)
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _e
+
+        def log_message(self, *a):
+            pass
+
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    envs = [{"RUST_BACKTRACE": "1"}, {}, {"RUST_BACKTRACE": "1", "RUST_LIB_BACKTRACE": "0"}]
+    rows, L = [], []
+    saved = {k: os.environ.pop(k, None) for k in ("RUST_BACKTRACE", "RUST_LIB_BACKTRACE")}
+    try:
+        for env in envs:
+            os.environ.update(env)
+            work = Path(tempfile.mkdtemp(prefix="locus-soak-bt-"))
+            c = Cluster(bin, work, False, {}, "256MiB")
+            try:
+                c.start()
+                time.sleep(2)
+
+                def measure(label):
+                    pid = c.procs["local"].pid
+                    st = proc_sample(pid)
+                    cats = categories(parse_smaps(read(f"/proc/{pid}/smaps")), bin, str(c.data))
+                    rows.append({"env": env, "step": label, "VmRSS": st["VmRSS"], "RssAnon": st["RssAnon"],
+                                 "RssFile": st["RssFile"], "binary_rss": cats.get("binary", {}).get("Rss", 0),
+                                 "binary_maps": cats.get("binary", {}).get("n", 0)})
+                measure("fresh")
+                for i in range(repeats):
+                    c.cli("fs", "mount", f"/bad{i}", "s3://bkt", "--option",
+                          f"endpoint=http://127.0.0.1:{srv.server_address[1]}", "--option", "access_key_id=x",
+                          "--option", "secret_access_key=y", "--option", "region=us-east-1", timeout=120)
+                    time.sleep(3)
+                    measure(f"after failed mount {i + 1}")
+                log = (work / "local.log").read_text(errors="replace")
+                rows.append({"env": env, "step": "log", "warns": log.count(" WARN "),
+                             "backtraces": log.count("Backtrace:")})
+            finally:
+                c.cleanup()
+                shutil.rmtree(work, ignore_errors=True)
+            for k in env:
+                os.environ.pop(k, None)
+    finally:
+        srv.shutdown()
+        for k, v in saved.items():
+            if v is not None:
+                os.environ[k] = v
+    L.append("# One logged UFS error and the master's memory\n")
+    L.append(f"`bench/soak.py --backtrace-probe --locus-bin {bin}`, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}. "
+             "`locus local start`; an S3 mount whose endpoint answers 500 to every request, tried "
+             f"{repeats} times (`fs mount` fails; opendal's retry layer logs each attempt at WARN with the "
+             "error's Debug form, which holds its backtrace when one was captured). MiB.\n")
+    L.append("| server env | step | VmRSS | RssAnon | RssFile | RSS of the binary's mappings (n) | WARN lines / with a backtrace |")
+    L.append("|---|---|---|---|---|---|---|")
+    for r in rows:
+        e = " ".join(f"{k}={v}" for k, v in r["env"].items()) or "(neither set)"
+        if r["step"] == "log":
+            L.append(f"| {e} | log | | | | | {r['warns']} / {r['backtraces']} |")
+        else:
+            L.append(f"| {e} | {r['step']} | {fmt_mib(r['VmRSS'])} | {fmt_mib(r['RssAnon'])} | {fmt_mib(r['RssFile'])} | "
+                     f"{fmt_mib(r['binary_rss'])} ({r['binary_maps']}) | |")
+    Path(out + ".md").write_text("\n".join(L) + "\n")
+    Path(out + ".json").write_text(json.dumps(rows, indent=1))
+    print("\n".join(L))
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -1207,11 +1341,19 @@ def main() -> int:
     ap.add_argument("--rates", default="s3=8,cli=1,py=4,fuse=4,search=0.5",
                     help="ops/s per client kind (default s3=8,cli=1,py=4,fuse=4,search=0.5)")
     ap.add_argument("--no-fuse", action="store_true")
+    ap.add_argument("--work-dir", default=None,
+                    help="where the run's temporary directory (data dir, UFS, mount point) goes (default: $TMPDIR); "
+                         "/dev/shm keeps a full disk from failing the run")
     ap.add_argument("--import-objects", type=int, default=0,
                     help="also import an inventory of this many objects (`locus fs index import`, under /inv) "
                          "--import-at s into the load (default 0: none)")
     ap.add_argument("--import-at", type=float, default=120)
+    ap.add_argument("--import-file", help="import this JSON-lines inventory (made by write_inventory) instead of "
+                                          "generating one of --import-objects")
     ap.add_argument("--seed", type=int, default=54)
+    ap.add_argument("--backtrace-probe", action="store_true",
+                    help="instead of the soak: what one logged UFS error costs the master's memory with "
+                         "RUST_BACKTRACE=1, without it, and with RUST_LIB_BACKTRACE=0 (writes OUT.md/.json)")
     args = ap.parse_args()
 
     rates = {k: float(v) for k, v in (x.split("=") for x in args.rates.split(","))}
@@ -1226,8 +1368,10 @@ def main() -> int:
         return 2
     out = os.path.abspath(args.out)
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    if args.backtrace_probe:
+        return backtrace_probe(bin, out)
 
-    work = Path(tempfile.mkdtemp(prefix="locus-soak-"))
+    work = Path(tempfile.mkdtemp(prefix="locus-soak-", dir=args.work_dir))
     cluster = Cluster(bin, work, args.split, server_env, args.mem_quota)
     stats, stop = Stats(), threading.Event()
     mount: FuseMount | None = None
@@ -1255,7 +1399,9 @@ def main() -> int:
                 "/sys/kernel/mm/transparent_hugepage/enabled") else "?",
             "server_env": " ".join(args.server_env), "rates": rates, "duration": args.duration, "idle": args.idle,
             "pids": cluster.pids(), "work": str(work), "fuse": bool(fuse),
-            "import_objects": args.import_objects, "import_at": args.import_at}
+            "import_objects": args.import_objects, "import_at": args.import_at,
+            "env_of_note": {k: v for k, v in os.environ.items() if k.startswith(("RUST_BACKTRACE", "RUST_LIB_BACKTRACE",
+                                                                                  "MALLOC_", "MIMALLOC_"))}}
         snaps = [sampler.snapshot("start (cluster up, before any load)")]
         sampler.sample(full=True)
         if fuse:
@@ -1274,7 +1420,7 @@ def main() -> int:
             ld.grown = lambda: stats.ops.get("grow", 0)
             loads.append(ld)
         if args.import_objects:
-            imp = ImportLoad(stats, stop, args.import_objects, args.import_at, cluster, str(work))
+            imp = ImportLoad(stats, stop, args.import_objects, args.import_at, cluster, str(work), args.import_file)
             loads.append(imp)
         for ld in loads:
             ld.start()

@@ -98,3 +98,15 @@ def test_summarize():
     # 1 MiB a second over the last half of the load: 3600 MiB/h.
     assert out["VmRSS"]["slope_mib_per_h"] == 3600.0 and out["slope_window_s"] == 300
     assert out["fds"]["min"] == out["fds"]["max"] == 10
+
+
+def test_bench_run_soak_help_needs_nothing_built():
+    import os
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "LOCUS_BIN": "/nonexistent/locus",
+           "HOME": os.environ.get("HOME", "/tmp"), "CARGO_TARGET_DIR": "/nonexistent/target"}
+    r = subprocess.run([str(root / "bench" / "run"), "soak", "--help"], env=env, cwd=root, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "--duration" in r.stdout and "--backtrace-probe" in r.stdout
