@@ -245,3 +245,30 @@ def test_sigterm_unmounts_and_kill9_is_freed_by_fusermount(cluster, mount, tmp):
     assert not os.path.ismount(m2.mnt)
     m3 = mount(name="b")
     assert (m3.mnt / "k.txt").read_bytes() == b"k"
+
+
+def test_a_child_closing_an_inherited_descriptor_does_not_end_the_parents_write(cluster, mount, tmp):
+    """A program that starts a subprocess while it writes a file: the child inherits the
+    descriptor and closes it (at exec, or as `close_fds` does), and the kernel sends the
+    mount a `flush` for that close. The file is still open in the writer, which goes on
+    writing: nothing it writes is refused or lost."""
+    m = mount()
+    data = os.urandom(3 * MiB)
+    for how in ("fork", "subprocess"):
+        p = m.mnt / f"forked-{how}.bin"
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, data[:MiB])
+        if how == "fork":
+            pid = os.fork()
+            if pid == 0:
+                os.close(fd)  # the child's copy only
+                os._exit(0)
+            assert os.waitpid(pid, 0)[1] == 0
+        else:  # close_fds=True: the child closes every inherited descriptor before exec
+            os.set_inheritable(fd, True)
+            assert subprocess.run(["true"], close_fds=True, pass_fds=(fd,)).returncode == 0
+            assert subprocess.run(["true"], close_fds=True).returncode == 0
+        os.write(fd, data[MiB:2 * MiB])
+        os.write(fd, data[2 * MiB:])
+        os.close(fd)
+        assert p.read_bytes() == data, how

@@ -472,7 +472,7 @@ impl Filesystem for LocusFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = (|| {
             let path = self.path(ino)?;
             if flags.acc_mode() != OpenAccMode::O_RDONLY {
@@ -484,7 +484,7 @@ impl Filesystem for LocusFs {
                         return Err(Errno::EPERM);
                     }
                 }
-                let w = self.start_write(ino.0, &path, true)?;
+                let w = self.start_write(ino.0, &path, true, req.pid())?;
                 return Ok((self.new_fh(Handle::Write(w)), FopenFlags::FOPEN_DIRECT_IO));
             }
             let fi = self.run(self.client.status(&path, true)).map_err(|e| errno(&e, false))?;
@@ -562,10 +562,10 @@ impl Filesystem for LocusFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // `close`: a file written through this handle is complete now, and close's
         // answer is whether it was stored.
-        self.complete(fh, reply)
+        self.complete(fh, Some(req.pid()), reply)
     }
 
     fn release(
@@ -588,7 +588,7 @@ impl Filesystem for LocusFs {
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // Waits for the write type's durability: the write is completed here.
-        self.complete(fh, reply)
+        self.complete(fh, None, reply)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -719,7 +719,7 @@ impl Filesystem for LocusFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         _mode: u32,
@@ -731,7 +731,7 @@ impl Filesystem for LocusFs {
             self.refuse_change()?;
             let path = self.child(parent, name)?;
             let ino = self.inodes.provisional(&path);
-            let w = self.start_write(ino, &path, flags & libc::O_EXCL == 0)?;
+            let w = self.start_write(ino, &path, flags & libc::O_EXCL == 0, req.pid())?;
             let attr = self.writing_attr(&w.lock());
             Ok((attr, self.new_fh(Handle::Write(w))))
         })();

@@ -22,6 +22,8 @@ pub(crate) struct Writing {
     pending_bytes: usize,
     /// How the write ended (`flush`, `fsync` or a failure): later calls answer it.
     outcome: Option<std::result::Result<(), Errno>>,
+    /// The process (thread group) that opened the file: only its `close` ends the write.
+    opener: u32,
 }
 
 impl LocusFs {
@@ -31,6 +33,7 @@ impl LocusFs {
         ino: u64,
         path: &str,
         overwrite: bool,
+        pid: u32,
     ) -> std::result::Result<Arc<Mutex<Writing>>, Errno> {
         let opts = PutOptions { overwrite, write_type: self.opts.write_type, ..Default::default() };
         let mut file = {
@@ -45,6 +48,7 @@ impl LocusFs {
             pending: BTreeMap::new(),
             pending_bytes: 0,
             outcome: None,
+            opener: process_of(pid),
         }));
         self.writing.lock().insert(ino, w.clone());
         Ok(w)
@@ -120,14 +124,33 @@ impl LocusFs {
     }
 
     /// Answers `flush` and `fsync`: the file written through `fh` (if any) completed.
-    pub(crate) fn complete(&self, fh: FileHandle, reply: ReplyEmpty) {
+    /// A `flush` from another process than the opener is that process closing the copy
+    /// of the descriptor it inherited (a child of the writer, at its `exec` or as
+    /// `close_fds` does): the writer still holds the file and goes on writing, so that
+    /// close ends nothing. `by` is the caller's pid for a `flush`, `None` for `fsync`.
+    pub(crate) fn complete(&self, fh: FileHandle, by: Option<u32>, reply: ReplyEmpty) {
         let w = match self.handles.lock().get(&fh.0) {
             Some(Handle::Write(w)) => w.clone(),
             _ => return reply.ok(),
         };
+        if let Some(pid) = by {
+            let opener = w.lock().opener;
+            if process_of(pid) != opener {
+                return reply.ok();
+            }
+        }
         match self.finish(&w) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
+}
+
+/// The thread group (process) of the thread `pid` the kernel names in a request; the
+/// thread itself when /proc does not say (it has exited, or another pid namespace).
+fn process_of(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse().ok())))
+        .unwrap_or(pid)
 }
