@@ -80,6 +80,10 @@ pub struct MasterConfig {
     pub ufs_timeout: Duration,
     /// Size of redb's page cache. Bounds master memory whatever the file count. Default 64 MiB.
     pub meta_cache_size: ByteSize,
+    /// Memory of the search index's writer, split over its two threads: what a burst of
+    /// changes or an inventory import holds until its next commit (a smaller budget
+    /// flushes more, smaller segments). At least 32 MiB. Default 192 MiB.
+    pub search_index_memory: ByteSize,
     /// Write type of writes that set none and whose mount sets none (the cluster
     /// default). Default `ASYNC_THROUGH`.
     pub write_type: WriteType,
@@ -116,6 +120,7 @@ impl Default for MasterConfig {
             default_sync_interval: Duration::from_secs(60),
             ufs_timeout: Duration::from_secs(20),
             meta_cache_size: ByteSize::mib(64),
+            search_index_memory: ByteSize::mib(192),
             write_type: WriteType::AsyncThrough,
             persist_concurrency: 4,
             replication_min: 1,
@@ -586,6 +591,9 @@ impl Config {
         }
         if self.master.block_size.as_u64() < 4096 {
             return Err(Error::invalid("master.block_size must be at least 4 KiB"));
+        }
+        if self.master.search_index_memory < ByteSize::mib(32) {
+            return Err(Error::invalid("master.search_index_memory must be at least 32 MiB"));
         }
         let g = &self.gateway;
         if g.access_key_id.is_empty() != g.secret_access_key.is_empty() {

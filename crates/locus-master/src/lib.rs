@@ -129,9 +129,10 @@ impl MasterBuilder {
     /// on first start.
     pub async fn build(self) -> Result<Master> {
         let (dir, cache) = (self.cfg.meta_dir.clone(), self.cfg.meta_cache_size.as_u64() as usize);
+        let heap = self.cfg.search_index_memory.as_u64() as usize;
         let (store, catalog) = tokio::task::spawn_blocking(move || -> Result<_> {
             let store = Store::open(&dir, cache)?;
-            let catalog = search::indexer::Catalog::open(&dir.join("search"), &store)?;
+            let catalog = search::indexer::Catalog::open(&dir.join("search"), &store, heap)?;
             Ok((store, catalog))
         })
         .await

@@ -91,7 +91,13 @@ impl Directory for IndexDir {
     }
 
     fn delete(&self, path: &Path) -> Result<(), DeleteError> {
-        self.mmap.delete(path)
+        let r = self.mmap.delete(path);
+        // `MmapDirectory` remembers every file it ever mapped (a weak reference by path)
+        // and forgets the dead ones only when asked for its cache's state: without this a
+        // master that commits every second kept the names of all the segment files it had
+        // ever read.
+        let _ = self.mmap.get_cache_info();
+        r
     }
 
     fn exists(&self, path: &Path) -> Result<bool, OpenReadError> {

@@ -52,9 +52,16 @@ use super::index::{self, Fields, KeyRange, KeyScan, ix_err};
 use crate::Master;
 use crate::store::{COUNTERS, INODES, Store, db_err, decode};
 
-/// The index writer's memory (split over its threads).
-const WRITER_HEAP: usize = 192 << 20;
+/// The index writer's memory (split over its threads) when none is configured
+/// (`master.search_index_memory`).
+pub const WRITER_HEAP: usize = 192 << 20;
 const WRITER_THREADS: usize = 2;
+/// Deletes after which the writer is replaced at its next commit. tantivy's writer keeps
+/// every delete it was given (about 1.3 KiB each: the term query and its scoring cache)
+/// for as long as it lives, commits and merges notwithstanding; in a master that deletes
+/// all day that grew without end (the memory test in `crates/locus/tests/memory.rs`).
+/// Opening a writer costs a few milliseconds.
+const RENEW_AFTER_DELETES: u64 = 512;
 /// The index's on-disk format (tantivy 0.27 with sstable term dictionaries, no field
 /// norms), written to `FORMAT` in its directory; an index without it is rebuilt.
 const FORMAT: &str = "tantivy-0.27-sstable-nonorms";
@@ -187,7 +194,15 @@ impl Overlay {
 }
 
 struct Writer {
-    w: IndexWriter,
+    /// `None` only between dropping a writer and opening its successor ([`Writer::iw`]).
+    w: Option<IndexWriter>,
+    index: Index,
+    /// The writer's memory (`master.search_index_memory`).
+    heap: usize,
+    /// Deletes given to this writer since it was opened, and how many it takes before
+    /// it is renewed ([`RENEW_AFTER_DELETES`]).
+    deletes: u64,
+    renew_after: u64,
     /// Changes since the last commit (shared with searches, copied on write).
     ov: Arc<Overlay>,
     /// The last journal seq given to the writer.
@@ -203,16 +218,36 @@ struct Writer {
     held: Bloom,
 }
 
+impl Writer {
+    /// The writer, opened anew if the last one was dropped.
+    fn iw(&mut self) -> Result<&mut IndexWriter> {
+        let w = match self.w.take() {
+            Some(w) => w,
+            None => {
+                self.deletes = 0;
+                self.index.writer_with_num_threads(WRITER_THREADS, self.heap).map_err(ix_err)?
+            }
+        };
+        Ok(self.w.insert(w))
+    }
+
+    fn delete_term(&mut self, t: tantivy::Term) -> Result<()> {
+        self.deletes += 1;
+        self.iw()?.delete_term(t);
+        Ok(())
+    }
+}
+
 /// The index in `dir` (created when missing) and its writer, as the catalog and the
 /// import floor use them.
-fn open_index(dir: &Path) -> Result<(Index, IndexWriter)> {
+fn open_index(dir: &Path, heap: usize) -> Result<(Index, IndexWriter)> {
     let files = super::directory::IndexDir::open(dir).map_err(ix_err)?;
     // Small doc-store blocks: a page of hits reads entries scattered over the store.
     let settings = tantivy::IndexSettings { docstore_blocksize: 4096, ..Default::default() };
     let index = Index::builder().schema(index::schema()).settings(settings).open_or_create(files).map_err(|e| {
         Error::internal(format!("search index {}: {e} (remove the directory to rebuild it)", dir.display()))
     })?;
-    let w = index.writer_with_num_threads(WRITER_THREADS, WRITER_HEAP).map_err(ix_err)?;
+    let w = index.writer_with_num_threads(WRITER_THREADS, heap).map_err(ix_err)?;
     Ok((index, w))
 }
 
@@ -232,7 +267,7 @@ fn import_order(entries: &[(String, pb::CatalogEntry)]) -> Vec<usize> {
 /// documents written. Blocking.
 pub fn index_floor(dir: &Path, batches: impl Iterator<Item = Vec<(String, pb::CatalogEntry)>>) -> Result<u64> {
     locus_common::security::create_private_dir(dir)?;
-    let (index, mut w) = open_index(dir)?;
+    let (index, mut w) = open_index(dir, WRITER_HEAP)?;
     let f = Fields::of(&index.schema())?;
     let mut n = 0;
     for batch in batches {
@@ -258,8 +293,9 @@ fn below(root: &str) -> (String, Option<String>) {
 }
 
 impl Catalog {
-    /// Open (or create) the index in `dir`, filling a fresh one from `store`.
-    pub fn open(dir: &Path, store: &Store) -> Result<Catalog> {
+    /// Open (or create) the index in `dir`, filling a fresh one from `store`; its
+    /// writer holds at most `heap` bytes of uncommitted changes.
+    pub fn open(dir: &Path, store: &Store, heap: usize) -> Result<Catalog> {
         let marker = dir.join("FORMAT");
         let format = std::fs::read_to_string(&marker).unwrap_or_default();
         if format.trim() != FORMAT && dir.join("meta.json").exists() {
@@ -275,7 +311,7 @@ impl Catalog {
         if format.trim() != FORMAT {
             std::fs::write(&marker, FORMAT).map_err(|e| Error::io(format!("writing {}", marker.display()), e))?;
         }
-        let (index, w) = open_index(dir)?;
+        let (index, w) = open_index(dir, heap)?;
         let f = Fields::of(&index.schema())?;
         let metas = index.load_metas().map_err(ix_err)?;
         let fresh = metas.payload.is_none() && metas.segments.is_empty();
@@ -285,7 +321,11 @@ impl Catalog {
             reader,
             f,
             w: Mutex::new(Writer {
-                w,
+                w: Some(w),
+                index: index.clone(),
+                heap,
+                deletes: 0,
+                renew_after: RENEW_AFTER_DELETES,
                 ov: Arc::default(),
                 applied,
                 last_commit: Instant::now(),
@@ -332,7 +372,7 @@ impl Catalog {
                 for e in t.iter().map_err(db_err)? {
                     let (k, v) = e.map_err(db_err)?;
                     let entry: pb::CatalogEntry = decode(v.value())?;
-                    st.w.add_document(self.f.doc(k.value(), &entry)).map_err(ix_err)?;
+                    st.iw()?.add_document(self.f.doc(k.value(), &entry)).map_err(ix_err)?;
                     n += 1;
                 }
                 true
@@ -346,7 +386,7 @@ impl Catalog {
                         continue;
                     }
                     if let Some(p) = path_of(&inodes, &rec)? {
-                        st.w.add_document(self.f.doc(&p, &entry_of(&rec))).map_err(ix_err)?;
+                        st.iw()?.add_document(self.f.doc(&p, &entry_of(&rec))).map_err(ix_err)?;
                         n += 1;
                     }
                 }
@@ -372,11 +412,22 @@ impl Catalog {
         })
     }
 
+    /// Renews the writer after `n` deletes instead (tests: renewals among other changes).
+    #[cfg(test)]
+    pub(crate) fn renew_after_deletes(&self, n: u64) {
+        self.w.lock().unwrap_or_else(|e| e.into_inner()).renew_after = n;
+    }
+
     /// Commit the writer (with the last applied seq as payload) and load the commit.
     fn commit(&self, st: &mut Writer) -> Result<()> {
-        let mut pc = st.w.prepare_commit().map_err(ix_err)?;
-        pc.set_payload(&st.applied.to_string());
+        let payload = st.applied.to_string();
+        let mut pc = st.iw()?.prepare_commit().map_err(ix_err)?;
+        pc.set_payload(&payload);
         pc.commit().map_err(ix_err)?;
+        if st.deletes >= st.renew_after {
+            st.w = None; // the old writer goes first: it holds the directory's lock
+            st.iw()?;
+        }
         self.reader.reload().map_err(ix_err)?;
         st.ov = Arc::default();
         st.last_commit = Instant::now();
@@ -496,9 +547,9 @@ impl Catalog {
 
     fn put(&self, st: &mut Writer, path: String, e: pb::CatalogEntry, may_exist: bool) -> Result<()> {
         if may_exist {
-            st.w.delete_term(self.f.key_term(&path));
+            st.delete_term(self.f.key_term(&path))?;
         }
-        st.w.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
+        st.iw()?.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
         st.keys.insert(path.as_bytes());
         if e.inode != 0 {
             st.held.insert(path.as_bytes());
@@ -508,10 +559,11 @@ impl Catalog {
     }
 
     fn delete_tree(&self, st: &mut Writer, root: &str) -> Result<()> {
-        st.w.delete_term(self.f.key_term(root));
+        st.delete_term(self.f.key_term(root))?;
         let (lo, hi) = below(root);
         let q: Box<dyn Query> = if root == "/" { Box::new(AllQuery) } else { key_range(&self.f, &lo, hi.as_deref()) };
-        st.w.delete_query(q).map_err(ix_err)?;
+        st.deletes += 1;
+        st.iw()?.delete_query(q).map_err(ix_err)?;
         let ov = Arc::make_mut(&mut st.ov);
         let doomed: Vec<String> = ov
             .pending
@@ -581,9 +633,9 @@ impl Catalog {
             // (A committed document under a subtree deleted since goes with that delete,
             // which comes before this put.)
             if st.ov.pending.contains_key(&path) || st.keys.maybe_hash(h) {
-                st.w.delete_term(self.f.key_term(&path));
+                st.delete_term(self.f.key_term(&path))?;
             }
-            st.w.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
+            st.iw()?.add_document(self.f.doc(&path, &e)).map_err(ix_err)?;
             st.keys.insert_hash(h);
             written += 1;
         }

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::catalog;
-use super::indexer::Catalog;
+use super::indexer::{Catalog, WRITER_HEAP};
 use super::query::Expr;
 use super::*;
 use crate::store::Store;
@@ -224,7 +224,7 @@ fn search_all(
 fn store_with(entries: &[(String, pb::CatalogEntry)]) -> (tempfile::TempDir, Store, Catalog) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), 8 << 20).unwrap();
-    let cat = Catalog::open(&dir.path().join("search"), &store).unwrap();
+    let cat = Catalog::open(&dir.path().join("search"), &store, WRITER_HEAP).unwrap();
     for chunk in entries.chunks(700) {
         cat.import(chunk.to_vec(), false).unwrap();
     }
@@ -309,6 +309,7 @@ async fn journaled_changes_keep_the_index_exact() {
     let mut rng = StdRng::seed_from_u64(23);
     let base = gen_entries(&mut rng, 400);
     let (d, store, cat) = store_with(&base);
+    cat.renew_after_deletes(5); // the writer is replaced now and then, between changes
     let mut model: BTreeMap<String, pb::CatalogEntry> = base.iter().cloned().collect();
     let fresh = gen_entries(&mut rng, 400);
     let mut overlaid = 0;
@@ -405,7 +406,7 @@ async fn journaled_changes_keep_the_index_exact() {
     // documents carry the `ns` term): the same import skips them again.
     let dir = d.path().join("search");
     drop(cat);
-    let cat = Catalog::open(&dir, &store).unwrap();
+    let cat = Catalog::open(&dir, &store, WRITER_HEAP).unwrap();
     assert_eq!(cat.import(imported, true).unwrap(), (1, held.len() as u64));
     assert_eq!(listing(&store, &cat), model);
     let all: Vec<(String, pb::CatalogEntry)> = model.into_iter().collect();
@@ -442,13 +443,13 @@ fn an_index_of_an_older_format_is_rebuilt_from_the_namespace() {
     assert_eq!(listing(&store, &cat).len(), all.len());
     drop(cat);
     // Same format: reopened as it is.
-    let cat = Catalog::open(&d.path().join("search"), &store).unwrap();
+    let cat = Catalog::open(&d.path().join("search"), &store, WRITER_HEAP).unwrap();
     assert_eq!(listing(&store, &cat).len(), all.len());
     drop(cat);
     // No format marker (an older build's index): rebuilt from the namespace, which holds
     // none of the imported entries.
     std::fs::remove_file(d.path().join("search/FORMAT")).unwrap();
-    let cat = Catalog::open(&d.path().join("search"), &store).unwrap();
+    let cat = Catalog::open(&d.path().join("search"), &store, WRITER_HEAP).unwrap();
     assert!(listing(&store, &cat).is_empty());
     assert!(d.path().join("search/FORMAT").exists());
 }
