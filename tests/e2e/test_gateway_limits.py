@@ -97,6 +97,51 @@ def test_refusals_before_any_operation_are_s3_xml(cluster_factory):
         assert b"<RequestId>" in answer, answer[:500]
 
 
+def test_a_later_request_of_a_keep_alive_connection_gets_s3_xml_too(cluster_factory):
+    """A malformed Content-Length on the second or a later request of a connection,
+    sent after the first was answered or pipelined behind it, is answered in S3's XML,
+    as on a first request (hyper alone answers those with a bare 400)."""
+    c = _gateway(cluster_factory)
+    get = b"GET /bucket/k HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    for cl in (b"-5", b"abc", b"10, 20"):
+        bad = b"PUT /b/k HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + cl + b"\r\n\r\nbody"
+        # One request answered first, then the bad one on the same connection.
+        s = _connect(c.gateway)
+        s.sendall(get)
+        first = b""
+        while b"</Error>" not in first:
+            b = s.recv(65536)
+            assert b, first
+            first += b
+        assert first.startswith(b"HTTP/1.1 403") and b"connection: close" not in first.lower(), first[:600]
+        s.sendall(bad)
+        rest = _read_all(s)
+        assert rest.startswith(b"HTTP/1.1 400"), (cl, rest[:300])
+        assert b"<Code>BadRequest</Code><Message>" in rest and b"<RequestId>" in rest, rest[:500]
+        # Pipelined: two requests, then the bad one, in one send.
+        s = _connect(c.gateway)
+        s.sendall(get + get + bad)
+        answers = _read_all(s)
+        assert answers.count(b"HTTP/1.1 403") == 2, answers[:600]
+        last = answers[answers.rindex(b"HTTP/1.1 "):]
+        assert last.startswith(b"HTTP/1.1 400") and b"<Code>BadRequest</Code>" in last, (cl, last[:400])
+
+
+def _read_all(s: socket.socket) -> bytes:
+    s.settimeout(20)
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except (ConnectionResetError, TimeoutError):
+        pass
+    s.close()
+    return out
+
+
 def test_a_stalled_head_and_an_idle_connection_are_closed(cluster_factory):
     c = _gateway(cluster_factory, header_read_timeout="2s")
     s = _connect(c.gateway)

@@ -5,15 +5,12 @@
 //! Each answer is S3's XML error; [`crate::answer::finish`] adds the request id.
 //!
 //! What hyper itself refuses without a body (a malformed `Content-Length`, a request
-//! line past the http crate's URI limit) is caught on a connection's first request:
-//! [`first_head`] reads its head before hyper takes the connection, [`check_head`]
-//! judges it, and [`Prefixed`] hands hyper the bytes already read.
-
-use std::pin::Pin;
-use std::task::{Context, Poll};
+//! line past the http crate's URI limit) is judged by [`check_head`] before hyper parses
+//! it: a connection's first head here ([`first_head`], read before hyper takes the
+//! connection), every later one in [`crate::framing`].
 
 use http::StatusCode;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Largest request head (request line and headers) the gateway takes; larger ones get
 /// 431 in S3's XML. hyper parses heads up to [`PARSE_LIMIT`] so that this check, not
@@ -161,59 +158,6 @@ pub(crate) fn check_head(head: &[u8]) -> Option<Refusal> {
     None
 }
 
-/// A connection whose first bytes were already read ([`first_head`]): they are read
-/// again first, then the stream.
-pub(crate) struct Prefixed<S> {
-    prefix: Vec<u8>,
-    at: usize,
-    inner: S,
-}
-
-impl<S> Prefixed<S> {
-    pub(crate) fn new(prefix: Vec<u8>, inner: S) -> Self {
-        Prefixed { prefix, at: 0, inner }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        if self.at < self.prefix.len() {
-            let n = buf.remaining().min(self.prefix.len() - self.at);
-            let at = self.at;
-            buf.put_slice(&self.prefix[at..at + n]);
-            self.at += n;
-            if self.at == self.prefix.len() {
-                self.prefix = Vec::new();
-                self.at = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, b)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 /// The whole HTTP answer of `r` written straight to a connection hyper never took
 /// (the request id as [`crate::answer::finish`] makes them).
 pub(crate) fn raw_answer(r: &Refusal) -> Vec<u8> {
@@ -322,19 +266,5 @@ mod tests {
         assert!(a.starts_with("HTTP/1.1 400 Bad Request\r\n") && a.contains("<Code>BadRequest</Code><Message>"), "{a}");
         let len: usize = a.split("Content-Length: ").nth(1).unwrap().split("\r\n").next().unwrap().parse().unwrap();
         assert_eq!(len, a.split("\r\n\r\n").nth(1).unwrap().len());
-    }
-
-    #[tokio::test]
-    async fn prefixed_streams_replay_what_was_read() {
-        let (mut a, b) = tokio::io::duplex(1 << 16);
-        tokio::io::AsyncWriteExt::write_all(&mut a, b"GET / HTTP/1.1\r\n\r\nrest").await.unwrap();
-        drop(a);
-        let mut b = b;
-        let head = first_head(&mut b).await.unwrap();
-        assert!(head.starts_with(b"GET / HTTP/1.1\r\n\r\n"));
-        let mut p = Prefixed::new(head, b);
-        let mut all = Vec::new();
-        p.read_to_end(&mut all).await.unwrap();
-        assert_eq!(all, b"GET / HTTP/1.1\r\n\r\nrest");
     }
 }

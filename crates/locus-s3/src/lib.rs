@@ -12,6 +12,7 @@
 
 mod answer;
 mod early;
+mod framing;
 mod limits;
 mod s3;
 
@@ -122,8 +123,11 @@ impl Gateway {
                 continue;
             };
             let service = self.service.clone();
+            let refused = framing::Refused::new();
+            let stand_in = refused.clone();
             let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let service = service.clone();
+                let stand_in = stand_in.clone();
                 async move {
                     // A request answered before its body was read (an error), or with an
                     // empty body, never got its `100 Continue`: the client may not send the
@@ -134,7 +138,7 @@ impl Gateway {
                     let done = Arc::new(AtomicBool::new(false));
                     let (mut parts, body) = req.into_parts();
                     let (method, path) = (parts.method.clone(), parts.uri.path().to_string());
-                    if let Some(r) = early::check(&parts) {
+                    if let Some(r) = stand_in.take(&path).or_else(|| early::check(&parts)) {
                         let mut res = http::Response::new(s3s::Body::from(bytes::Bytes::from(early::body(&r))));
                         *res.status_mut() = r.status;
                         res.headers_mut()
@@ -178,7 +182,7 @@ impl Gateway {
                     .max_headers(early::PARSE_LIMIT.1)
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(head_timeout)
-                    .serve_connection(TokioIo::new(early::Prefixed::new(head, stream)), svc);
+                    .serve_connection(TokioIo::new(framing::Framed::new(head, stream, refused)), svc);
                 if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, error = %e, "gateway connection ended with an error");
                 }
