@@ -152,14 +152,14 @@ impl<S> Framed<S> {
 
     /// A request head: judged whole, then passed on, or replaced by the token's request.
     fn head(&mut self) -> bool {
-        let Some(end) = self.raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        let Some(len) = head_len(&self.raw) else {
             if self.raw.len() >= PARSE_LIMIT.0 {
                 self.state = State::Passthrough;
                 return true;
             }
             return false;
         };
-        let head = &self.raw[..end + 4];
+        let head = &self.raw[..len];
         if let Some(r) = check_head(head) {
             *self.refused.slot.lock() = Some(r);
             let stand_in = format!("GET {} HTTP/1.1\r\nhost: refused\r\nconnection: close\r\n\r\n", self.refused.token);
@@ -169,9 +169,17 @@ impl<S> Framed<S> {
             return true;
         }
         self.state = body_of(head);
-        self.pass(end + 4);
+        self.pass(len);
         true
     }
+}
+
+/// The length of the request head `b` starts with, once its blank line has come: lines
+/// end with CRLF, or with a bare LF, which hyper takes too.
+pub(crate) fn head_len(b: &[u8]) -> Option<usize> {
+    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let lf = b.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    crlf.into_iter().chain(lf).min()
 }
 
 /// How the body after a judged head is framed.
@@ -331,7 +339,7 @@ mod tests {
     async fn a_later_head_with_a_bad_content_length_is_replaced() {
         for bad in ["Content-Length: -5", "Content-Length: abc", "Content-Length: 10, 20"] {
             // Body bytes that look like a head are a body's, not a head.
-            let first = b"PUT /b/k HTTP/1.1\r\nContent-Length: 30\r\n\r\nGET / HTTP/1.1\r\nContent-Length: x\r\n\r\n";
+            let first = b"PUT /b/k HTTP/1.1\r\nContent-Length: 37\r\n\r\nGET / HTTP/1.1\r\nContent-Length: x\r\n\r\n";
             let mut input = first.to_vec();
             input.extend_from_slice(format!("PUT /b/k HTTP/1.1\r\n{bad}\r\n\r\nrest of it").as_bytes());
             for piece in [1, 5, 4096] {
@@ -363,8 +371,9 @@ mod tests {
     async fn any_input_passes_unchanged_or_ends_in_the_stand_in() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(54);
-        let parts: [&[u8]; 12] = [
+        let parts: [&[u8]; 13] = [
             b"GET /b/k HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET /b/k HTTP/1.1\nHost: x\n\n",
             b"PUT /b/k HTTP/1.1\r\nContent-Length: 4\r\n\r\nbody",
             b"PUT /b/k HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
             b"PUT /b/k HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
