@@ -5,17 +5,13 @@
 //! gets an answer or a closed connection, never a panic or a hang. The head is signed with
 //! reqsign (OpenDAL's signer) and the gateway's default key pair.
 #![no_main]
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::time::Duration;
-
 use libfuzzer_sys::fuzz_target;
 use reqsign_aws_v4::{Credential, RequestSigner};
 use reqsign_core::{Context, SignRequest};
 
 #[path = "common/gateway.rs"]
 mod common;
-use common::gateway;
+use common::{exchange, gateway};
 
 /// The signed head of a DeleteObjects request whose body is `len` bytes of aws-chunked.
 fn head(addr: &str, signed_chunks: bool, decoded: usize, len: usize) -> Vec<u8> {
@@ -55,19 +51,9 @@ fn head(addr: &str, signed_chunks: bool, decoded: usize, len: usize) -> Vec<u8> 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, body)) = data.split_first() else { return };
     let decoded = (mode >> 1) as usize;
-    let mut s = TcpStream::connect(gateway()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
     let mut req = head(gateway(), mode & 1 == 0, decoded, body.len());
     req.extend_from_slice(body);
-    let _ = s.write_all(&req);
-    let _ = s.shutdown(Shutdown::Write);
-    let mut out = Vec::new();
-    if let Err(e) = s.read_to_end(&mut out) {
-        assert!(
-            e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut,
-            "the gateway hung"
-        );
-    }
+    let out = exchange(&req);
     if std::env::var_os("LOCUS_FUZZ_SHOW").is_some() {
         eprintln!("{}", String::from_utf8_lossy(&out));
     }

@@ -54,18 +54,7 @@ def test_oversized_head_gets_431(cluster_factory):
 def _raw_answer(addr: str, request: bytes) -> bytes:
     s = _connect(addr)
     s.sendall(request)
-    s.settimeout(10)
-    answer = b""
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            answer += b
-    except (ConnectionResetError, TimeoutError):
-        pass
-    s.close()
-    return answer
+    return _read_all(s, 10)
 
 
 def test_refusals_before_any_operation_are_s3_xml(cluster_factory):
@@ -130,8 +119,9 @@ def test_a_later_request_of_a_keep_alive_connection_gets_s3_xml_too(cluster_fact
         assert last.startswith(b"HTTP/1.1 400") and b"<Code>BadRequest</Code>" in last, (cl, last[:400])
 
 
-def _read_all(s: socket.socket) -> bytes:
-    s.settimeout(20)
+def _read_all(s: socket.socket, timeout: float = 20) -> bytes:
+    """What the server sends until it closes `s` (or `timeout` s of silence); closes it."""
+    s.settimeout(timeout)
     out = b""
     try:
         while True:

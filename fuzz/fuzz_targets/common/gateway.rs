@@ -1,6 +1,8 @@
 //! The fuzz targets' S3 gateway: the real one, in this process, on a runtime of its own,
 //! with a master that is not there (what would reach it fails as unavailable), and the
 //! default key pair.
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -26,4 +28,22 @@ pub fn gateway() -> &'static str {
         });
         rx.recv().unwrap()
     })
+}
+
+/// Sends `request` on a new connection and reads until the gateway closes it: an answer
+/// or a closed connection, never a hang (8 s).
+pub fn exchange(request: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(gateway()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    // The gateway may answer and close before it has read everything.
+    let _ = s.write_all(request);
+    let _ = s.shutdown(Shutdown::Write);
+    let mut out = Vec::new();
+    if let Err(e) = s.read_to_end(&mut out) {
+        assert!(
+            e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut,
+            "the gateway hung"
+        );
+    }
+    out
 }
