@@ -119,6 +119,21 @@ def test_a_later_request_of_a_keep_alive_connection_gets_s3_xml_too(cluster_fact
         assert last.startswith(b"HTTP/1.1 400") and b"<Code>BadRequest</Code>" in last, (cl, last[:400])
 
 
+def test_a_client_cannot_aim_at_the_stand_in_of_a_refused_head(cluster_factory):
+    """A refused head is replaced by a request to a random per-connection path. A client
+    that sends a request to such a path itself, before or after a refusal, gets the answer
+    any request there gets, never the refusal's (nor the connection closed early)."""
+    c = _gateway(cluster_factory)
+    guess = b"GET /.locus-refused-" + b"0" * 32 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    bad = b"PUT /bucket/k HTTP/1.1\r\nHost: localhost\r\nContent-Length: -1\r\n\r\n"
+    answers = _raw_answer(c.gateway, guess + guess + bad)
+    heads = [a for a in answers.split(b"HTTP/1.1 ")[1:]]
+    assert len(heads) == 3, answers[:800]
+    for a in heads[:2]:
+        assert b"<Code>BadRequest</Code>" not in a, a[:400]
+    assert heads[2].startswith(b"400") and b"<Code>BadRequest</Code>" in heads[2], heads[2][:400]
+
+
 def _read_all(s: socket.socket, timeout: float = 20) -> bytes:
     """What the server sends until it closes `s` (or `timeout` s of silence); closes it."""
     s.settimeout(timeout)

@@ -88,6 +88,17 @@ impl<S> Framed<S> {
         self.out.extend(self.raw.drain(..n));
     }
 
+    /// `n` bytes of the body (or chunk) under way went to hyper.
+    fn body_read(&mut self, n: u64) {
+        self.state = match self.state {
+            State::Body(r) if r == n => State::Head,
+            State::Body(r) => State::Body(r - n),
+            State::ChunkData(r) if r == n => State::ChunkEnd,
+            State::ChunkData(r) => State::ChunkData(r - n),
+            _ => unreachable!("a body is under way"),
+        };
+    }
+
     /// Judges what `raw` holds as far as it can; whether anything changed.
     fn advance(&mut self) -> bool {
         match self.state {
@@ -103,15 +114,8 @@ impl<S> Framed<S> {
             State::Body(rest) | State::ChunkData(rest) => {
                 let n = rest.min(self.raw.len() as u64);
                 self.pass(n as usize);
-                let rest = rest - n;
-                let chunked = matches!(self.state, State::ChunkData(_));
-                self.state = match (rest, chunked) {
-                    (0, false) => State::Head,
-                    (0, true) => State::ChunkEnd,
-                    (r, false) => State::Body(r),
-                    (r, true) => State::ChunkData(r),
-                };
-                n > 0 || rest == 0
+                self.body_read(n);
+                n > 0 || n == rest
             }
             State::ChunkEnd => {
                 if self.raw.len() < 2 {
@@ -232,13 +236,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Framed<S> {
                         unsafe { buf.assume_init(n) };
                         buf.advance(n);
                         if n > 0 {
-                            let rest = rest - n as u64;
-                            me.state = match (rest, matches!(me.state, State::ChunkData(_))) {
-                                (0, false) => State::Head,
-                                (0, true) => State::ChunkEnd,
-                                (r, false) => State::Body(r),
-                                (r, true) => State::ChunkData(r),
-                            };
+                            me.body_read(n as u64);
                         }
                         return Poll::Ready(Ok(()));
                     }

@@ -122,12 +122,18 @@ async fn live_after(c: &Client) -> isize {
     low
 }
 
+/// A cluster of `workers` with a MEM tier of `mem` bytes each, and a client of it.
+async fn cluster(workers: usize, mem: u64) -> (tempfile::TempDir, locus_cluster::LocalCluster, Client) {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), workers, mem, false).await;
+    let client = c.client(ClientConfig::default()).unwrap();
+    (dir, c, client)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_heap_levels_off_under_a_steady_load() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let c = start(dir.path(), 2, 256 << 20, false).await;
-    let client = c.client(ClientConfig::default()).unwrap();
+    let (_dir, _c, client) = cluster(2, 256 << 20).await;
     client.mkdir("/mem", true).await.unwrap();
 
     // Warm-up: connection pools, caches, the search index and redb's pages fill.
@@ -166,9 +172,7 @@ const TREES: usize = 400;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_trees_all_day_keeps_nothing() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let c = start(dir.path(), 1, 64 << 20, false).await;
-    let client = c.client(ClientConfig::default()).unwrap();
+    let (_dir, _c, client) = cluster(1, 64 << 20).await;
     async fn churn(client: &Client, r: usize) {
         for i in 0..TREES {
             let t = format!("/job/_temporary/{}", (r * TREES + i) % 50);

@@ -236,6 +236,12 @@ impl Writer {
         self.iw()?.delete_term(t);
         Ok(())
     }
+
+    fn delete_query(&mut self, q: Box<dyn Query>) -> Result<()> {
+        self.deletes += 1;
+        self.iw()?.delete_query(q).map_err(ix_err)?;
+        Ok(())
+    }
 }
 
 /// The index in `dir` (created when missing) and its writer, as the catalog and the
@@ -562,8 +568,7 @@ impl Catalog {
         st.delete_term(self.f.key_term(root))?;
         let (lo, hi) = below(root);
         let q: Box<dyn Query> = if root == "/" { Box::new(AllQuery) } else { key_range(&self.f, &lo, hi.as_deref()) };
-        st.deletes += 1;
-        st.iw()?.delete_query(q).map_err(ix_err)?;
+        st.delete_query(q)?;
         let ov = Arc::make_mut(&mut st.ov);
         let doomed: Vec<String> = ov
             .pending
