@@ -85,6 +85,20 @@ fn never_sent(s: &tonic::Status) -> bool {
     ["tcp connect error", "error trying to connect", "connection refused"].iter().any(|w| t.contains(w))
 }
 
+/// The peer answered bytes that are no HTTP/2 (an HTTP/1 server such as the gateway):
+/// h2 itself found the frames malformed, which a master never sends.
+fn speaks_no_http2(s: &tonic::Status) -> bool {
+    let mut src = std::error::Error::source(s);
+    while let Some(e) = src {
+        if let Some(h) = e.downcast_ref::<h2::Error>() {
+            return h.is_library()
+                && matches!(h.reason(), Some(h2::Reason::FRAME_SIZE_ERROR | h2::Reason::PROTOCOL_ERROR));
+        }
+        src = e.source();
+    }
+    false
+}
+
 /// A TLS handshake with the master that failed for good (its certificate refused, or a
 /// master that serves no TLS): the connector's error, found under the status.
 fn tls_failure(s: &tonic::Status) -> Option<Error> {
@@ -262,7 +276,8 @@ impl Client {
             // grpc-status, or a body that is no gRPC message under an HTTP error status.
             let foreign = s.message().contains("grpc-status header missing")
                 || s.message().contains("while receiving response with status")
-                || s.code() == tonic::Code::Unimplemented;
+                || s.code() == tonic::Code::Unimplemented
+                || speaks_no_http2(&s);
             if !ours && foreign {
                 return Err(self.not_a_master(&s));
             }
