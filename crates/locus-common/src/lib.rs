@@ -10,6 +10,7 @@ pub mod job;
 pub mod metrics;
 pub mod path;
 pub mod security;
+pub mod wait;
 
 pub use error::{Error, ErrorKind, Result};
 

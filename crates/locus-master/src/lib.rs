@@ -74,12 +74,17 @@ pub(crate) struct Inner {
     catalog: search::indexer::Catalog,
     mounts: RwLock<Vec<MountEntry>>,
     workers: Mutex<HashMap<u64, WorkerState>>,
+    /// Signalled at every heartbeat and registration (`Master::await_workers`).
+    workers_changed: tokio::sync::Notify,
     /// Client reads by host, source and reason, from the workers' heartbeats.
     reads: Mutex<reads::ReadLog>,
     metrics: Metrics,
     /// The persist queue's pending operations (mirrored from redb) and their run state.
     persist: Mutex<persist::Tracker>,
     persist_wake: tokio::sync::Notify,
+    /// Signalled when a queued UFS change finishes, fails or is dropped
+    /// (`Master::wait_ufs_quiet`).
+    persist_settled: tokio::sync::Notify,
     /// The background jobs (persist, replication), for reports.
     jobs: Mutex<Vec<locus_common::job::JobWatch>>,
     /// Checks callers' credentials; holds the cluster secret the master presents to workers.
@@ -150,6 +155,8 @@ impl MasterBuilder {
             metrics: Metrics::new(),
             persist: Mutex::new(persist::Tracker::default()),
             persist_wake: tokio::sync::Notify::new(),
+            workers_changed: tokio::sync::Notify::new(),
+            persist_settled: tokio::sync::Notify::new(),
             jobs: Mutex::new(Vec::new()),
             verifier: Verifier::new(&self.secret),
             tls: self.tls,

@@ -154,39 +154,35 @@ impl Master {
     pub(crate) async fn wait_ufs_quiet(&self, mount_id: u64, path: &str) -> Result<()> {
         let paths = [path.to_string()];
         let deadline = Instant::now() + self.inner.cfg.ufs_timeout * 3;
-        loop {
-            let busy = {
-                let mut t = self.inner.persist.lock();
-                let mut busy = false;
-                for p in t.pending.values_mut() {
-                    if p.mount_id == mount_id && any_overlap(&p.paths, &paths) {
-                        if p.failed_ms.is_some() {
-                            // It will not drain by itself: say so now.
-                            return Err(Error::new(
-                                ErrorKind::FailedPrecondition,
-                                format!(
-                                    "a queued UFS change to {} was given up ({}); locus fs persist --retry or --drop it first",
-                                    p.path,
-                                    p.last_error.as_ref().map(|e| e.1.as_str()).unwrap_or("failed")
-                                ),
-                            ));
-                        }
-                        busy = true;
-                        p.not_before = None;
-                    }
+        let quiet = locus_common::wait::until(&self.inner.persist_settled, deadline, || {
+            let mut t = self.inner.persist.lock();
+            let mut busy = false;
+            for p in t.pending.values_mut() {
+                if p.mount_id != mount_id || !any_overlap(&p.paths, &paths) {
+                    continue;
                 }
-                busy
-            };
-            if !busy {
-                return Ok(());
+                if p.failed_ms.is_some() {
+                    // It will not drain by itself: say so now.
+                    let e = format!(
+                        "a queued UFS change to {} was given up ({}); locus fs persist --retry or --drop it first",
+                        p.path,
+                        p.last_error.as_ref().map(|e| e.1.as_str()).unwrap_or("failed")
+                    );
+                    return (Some(Err(Error::new(ErrorKind::FailedPrecondition, e))), None);
+                }
+                busy = true;
+                if p.not_before.take().is_some() {
+                    self.inner.persist_wake.notify_one();
+                }
             }
-            if Instant::now() > deadline {
-                return Err(Error::unavailable(format!(
-                    "queued UFS changes to {path} did not drain in time (is the UFS reachable?); retry, or write ASYNC_THROUGH"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            ((!busy).then_some(Ok(())), None)
+        })
+        .await;
+        quiet.unwrap_or_else(|| {
+            Err(Error::unavailable(format!(
+                "queued UFS changes to {path} did not drain in time (is the UFS reachable?); retry, or write ASYNC_THROUGH"
+            )))
+        })
     }
 
     /// A queue record for `path` (`rel` under mount `m`); the caller sets the kind.
@@ -306,6 +302,11 @@ impl Master {
     }
 
     fn finish(&self, seq: u64, r: &Result<()>) {
+        self.finish_op(seq, r);
+        self.inner.persist_settled.notify_waiters();
+    }
+
+    fn finish_op(&self, seq: u64, r: &Result<()>) {
         let mut t = self.inner.persist.lock();
         t.running.remove(&seq);
         match r {

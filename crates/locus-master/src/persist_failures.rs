@@ -176,6 +176,7 @@ impl Master {
         }
         drop(t);
         self.inner.persist_wake.notify_one();
+        self.inner.persist_settled.notify_waiters();
         tracing::info!(path, ops = seqs.len(), retry, "given-up persist queue operations resolved");
         Ok(seqs.len() as u64)
     }

@@ -117,6 +117,8 @@ impl Claim {
             t.running.remove(&seq);
             t.retry.remove(&seq);
         }
+        drop(t);
+        self.master.inner.persist_settled.notify_waiters();
     }
 }
 

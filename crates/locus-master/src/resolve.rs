@@ -94,114 +94,126 @@ impl Master {
     /// Locus only (a committer's staging directory), where nothing else writes.
     pub(crate) async fn resolve_with(&self, path: &str, trust_listing: bool) -> Result<Option<pb::InodeRecord>> {
         if let Some(rec) = self.read_inode_by_path(path)? {
-            if rec.is_dir || path == "/" || !is_persisted(&rec) {
-                return Ok(Some(rec));
-            }
-            let (m, rel) = self.mount_for(path)?;
-            let mark = self.ufs_mark();
-            if !Self::sync_due(&rec, &m) || held_by(&self.held_ufs_paths(m.info.id, mark), &rel) {
-                // Within the interval, or the UFS is behind queued changes of this path.
-                return Ok(Some(rec));
-            }
-            let st = m.ufs.stat(&rel).await?;
-            locus_common::delay_point("master.resolve.after_ufs").await;
-            if st.is_none() {
-                tracing::info!(path, "file vanished from the UFS; dropping it");
-            }
-            let (parent_path, name) = lpath::split_parent(path).unwrap();
-            let (parent_path, name, now) = (parent_path.to_string(), name.to_string(), now_ms());
-            let mount_id = m.info.id;
-            return self
-                .commit(move |me, w, fx| {
-                    let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
-                    if held_by(&me.held_ufs_paths(mount_id, mark), &rel) {
-                        // A change of the path was made or queued while the UFS was asked.
-                        let Some(parent) = parent else { return Ok(None) };
-                        let id = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, &name)?;
-                        return id.map(|id| load_inode(w, id)).transpose().map(Option::flatten);
-                    }
-                    match (&st, parent) {
-                        (Some(st), Some(parent)) => {
-                            let id = me.upsert_from_ufs(w, parent, &name, st, now, fx)?;
-                            load_inode(w, id)
-                        }
-                        (None, Some(parent)) => {
-                            me.remove_subtree(w, parent, &name, fx)?;
-                            Ok(None)
-                        }
-                        _ => Ok(None),
-                    }
-                })
-                .await;
+            return self.recheck(path, rec).await;
         }
         // Walk down, loading missing components from the UFS.
         let mut parent = ROOT_ID;
         let mut cur = String::from("/");
         for comp in lpath::components(path) {
             cur = lpath::join(&cur, comp);
-            let existing = {
-                let r = self.inner.store.read()?;
-                let id = get_child(&r.open_table(CHILDREN).map_err(db_err)?, parent, comp)?;
-                match id {
-                    Some(id) => Some(id),
-                    None => {
-                        let prec = get_inode(&r.open_table(INODES).map_err(db_err)?, parent)?
-                            .ok_or_else(|| Error::internal("missing parent"))?;
-                        if !prec.is_dir {
-                            return Ok(None);
-                        }
-                        if !is_persisted(&prec) && lpath::in_staging(&cur) {
-                            // Under a staging directory made in Locus only (one renamed
-                            // out of staging keeps its state, but not this trust).
-                            return Ok(None);
-                        }
-                        if trust_listing && prec.children_loaded {
-                            let (m, _) = self.mount_for(&cur)?;
-                            if !Self::sync_due(&prec, &m) {
-                                return Ok(None);
-                            }
-                        }
-                        None
-                    }
-                }
+            parent = match self.lookup_step(parent, comp, &cur, trust_listing)? {
+                Step::Found(id) => id,
+                Step::Missing => return Ok(None),
+                Step::AskUfs => match self.load_from_ufs(parent, comp, &cur).await? {
+                    Some(id) => id,
+                    None => return Ok(None),
+                },
             };
-            if let Some(id) = existing {
-                parent = id;
-                continue;
-            }
-            let (m, rel) = self.mount_for(&cur)?;
-            let mark = self.ufs_mark();
-            if held_by(&self.held_ufs_paths(m.info.id, mark), &rel) {
-                // Not in the namespace, and the UFS is behind queued changes of the path
-                // (a delete of it, say): what the UFS holds there is not to be imported.
-                return Ok(None);
-            }
-            let interval = m.info.sync_interval_ms;
-            if self.inner.absent.is_absent(m.info.id, &rel, interval, now_ms()) {
-                return Ok(None);
-            }
-            let asked = now_ms();
-            let Some(st) = m.ufs.stat(&rel).await? else {
-                self.inner.absent.note(m.info.id, &rel, asked, interval);
-                return Ok(None);
-            };
-            locus_common::delay_point("master.resolve.after_ufs").await;
-            let (dir, name, now, mount_id) = (parent, comp.to_string(), now_ms(), m.info.id);
-            let id = self
-                .commit(move |me, w, fx| {
-                    if held_by(&me.held_ufs_paths(mount_id, mark), &rel) {
-                        // A change of the path was made or queued since the stat (a delete
-                        // that the stat came before, say): the namespace has it right.
-                        return get_child(&w.open_table(CHILDREN).map_err(db_err)?, dir, &name);
-                    }
-                    me.upsert_from_ufs(w, dir, &name, &st, now, fx).map(Some)
-                })
-                .await?;
-            let Some(id) = id else { return Ok(None) };
-            parent = id;
         }
         let r = self.inner.store.read()?;
         get_inode(&r.open_table(INODES).map_err(db_err)?, parent)
+    }
+
+    /// A file the namespace holds, checked against the UFS once its mount's sync interval
+    /// has passed: updated if the object changed, dropped if it vanished.
+    async fn recheck(&self, path: &str, rec: pb::InodeRecord) -> Result<Option<pb::InodeRecord>> {
+        if rec.is_dir || path == "/" || !is_persisted(&rec) {
+            return Ok(Some(rec));
+        }
+        let (m, rel) = self.mount_for(path)?;
+        let mark = self.ufs_mark();
+        if !Self::sync_due(&rec, &m) || held_by(&self.held_ufs_paths(m.info.id, mark), &rel) {
+            // Within the interval, or the UFS is behind queued changes of this path.
+            return Ok(Some(rec));
+        }
+        let st = m.ufs.stat(&rel).await?;
+        locus_common::delay_point("master.resolve.after_ufs").await;
+        if st.is_none() {
+            tracing::info!(path, "file vanished from the UFS; dropping it");
+        }
+        let (parent_path, name) =
+            lpath::split_parent(path).ok_or_else(|| Error::internal(format!("{path} has no parent")))?;
+        let (parent_path, name, now) = (parent_path.to_string(), name.to_string(), now_ms());
+        let mount_id = m.info.id;
+        self.commit(move |me, w, fx| {
+            let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
+            if held_by(&me.held_ufs_paths(mount_id, mark), &rel) {
+                // A change of the path was made or queued while the UFS was asked.
+                let Some(parent) = parent else { return Ok(None) };
+                let id = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, &name)?;
+                return id.map(|id| load_inode(w, id)).transpose().map(Option::flatten);
+            }
+            match (&st, parent) {
+                (Some(st), Some(parent)) => {
+                    let id = me.upsert_from_ufs(w, parent, &name, st, now, fx)?;
+                    load_inode(w, id)
+                }
+                (None, Some(parent)) => {
+                    me.remove_subtree(w, parent, &name, fx)?;
+                    Ok(None)
+                }
+                _ => Ok(None),
+            }
+        })
+        .await
+    }
+
+    /// One step of the walk down to a path: `comp` under directory `parent` (`cur` is the
+    /// path so far), as the namespace knows it.
+    fn lookup_step(&self, parent: u64, comp: &str, cur: &str, trust_listing: bool) -> Result<Step> {
+        let r = self.inner.store.read()?;
+        if let Some(id) = get_child(&r.open_table(CHILDREN).map_err(db_err)?, parent, comp)? {
+            return Ok(Step::Found(id));
+        }
+        let prec = get_inode(&r.open_table(INODES).map_err(db_err)?, parent)?
+            .ok_or_else(|| Error::internal("missing parent"))?;
+        if !prec.is_dir {
+            return Ok(Step::Missing);
+        }
+        if !is_persisted(&prec) && lpath::in_staging(cur) {
+            // Under a staging directory made in Locus only (one renamed out of staging
+            // keeps its state, but not this trust).
+            return Ok(Step::Missing);
+        }
+        if trust_listing && prec.children_loaded {
+            let (m, _) = self.mount_for(cur)?;
+            if !Self::sync_due(&prec, &m) {
+                return Ok(Step::Missing);
+            }
+        }
+        Ok(Step::AskUfs)
+    }
+
+    /// `comp` under directory `parent`, missing from the namespace, looked up in the UFS
+    /// and imported if it is there: its inode id.
+    async fn load_from_ufs(&self, parent: u64, comp: &str, cur: &str) -> Result<Option<u64>> {
+        let (m, rel) = self.mount_for(cur)?;
+        let mark = self.ufs_mark();
+        if held_by(&self.held_ufs_paths(m.info.id, mark), &rel) {
+            // Not in the namespace, and the UFS is behind queued changes of the path (a
+            // delete of it, say): what the UFS holds there is not to be imported.
+            return Ok(None);
+        }
+        let interval = m.info.sync_interval_ms;
+        if self.inner.absent.is_absent(m.info.id, &rel, interval, now_ms()) {
+            return Ok(None);
+        }
+        let asked = now_ms();
+        let Some(st) = m.ufs.stat(&rel).await? else {
+            self.inner.absent.note(m.info.id, &rel, asked, interval);
+            return Ok(None);
+        };
+        locus_common::delay_point("master.resolve.after_ufs").await;
+        let (name, now, mount_id) = (comp.to_string(), now_ms(), m.info.id);
+        self.commit(move |me, w, fx| {
+            if held_by(&me.held_ufs_paths(mount_id, mark), &rel) {
+                // A change of the path was made or queued since the stat (a delete that
+                // the stat came before, say): the namespace has it right.
+                return get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, &name);
+            }
+            me.upsert_from_ufs(w, parent, &name, &st, now, fx).map(Some)
+        })
+        .await
     }
 
     pub(crate) async fn must_resolve(&self, path: &str) -> Result<pb::InodeRecord> {
@@ -396,4 +408,14 @@ impl Master {
         }
         Ok((out, truncated))
     }
+}
+
+/// Where one step of a walk down a path stands in the namespace.
+enum Step {
+    /// The component is there: its inode id.
+    Found(u64),
+    /// It is not, and the UFS need not be asked.
+    Missing,
+    /// It is not, and the UFS may hold it.
+    AskUfs,
 }

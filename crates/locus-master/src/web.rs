@@ -13,6 +13,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine;
 use locus_common::Result;
+use locus_common::metrics::ReadSource;
+use locus_proto::report::ClusterReport;
 use prometheus::Encoder;
 use tokio::net::TcpListener;
 
@@ -84,12 +86,8 @@ async fn metrics(State(m): State<Master>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render_metrics(&m))
 }
 
-fn report_json(m: &Master) -> serde_json::Value {
-    locus_proto::report_json(&m.report(), &m.mount_table(false))
-}
-
 async fn report(State(m): State<Master>) -> impl IntoResponse {
-    axum::Json(report_json(&m))
+    axum::Json(ClusterReport::new(&m.report(), &m.mount_table(false)))
 }
 
 fn esc(s: &str) -> String {
@@ -117,19 +115,19 @@ async fn index(State(m): State<Master>) -> Html<String> {
         ));
     }
     let mut jobs = String::new();
-    for j in report_json(&m)["jobs"].as_array().into_iter().flatten() {
-        let s = |k: &str| esc(j[k].as_str().unwrap_or(""));
-        let last = j["last_run_s_ago"].as_f64().map(|s| format!("{s:.1}s ago")).unwrap_or_else(|| "never".into());
+    let mounts = m.mount_table(false);
+    let rep = ClusterReport::new(&r, &mounts);
+    for j in &rep.jobs {
+        let last = j.last_run_s_ago.map_or_else(|| "never".into(), |s| format!("{s:.1}s ago"));
         jobs.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            s("on"),
-            s("name"),
-            s("state"),
-            j["runs"],
-            j["failures"],
-            last,
-            j["backlog"],
-            s("last_error")
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{last}</td><td>{}</td><td>{}</td></tr>",
+            esc(&j.on),
+            esc(&j.name),
+            esc(j.state),
+            j.runs,
+            j.failures,
+            j.backlog,
+            esc(&j.last_error)
         ));
     }
     let mut failed = String::new();
@@ -152,28 +150,23 @@ async fn index(State(m): State<Master>) -> Html<String> {
         )
     };
     let mut hosts = String::new();
-    for h in locus_proto::by_host_json(&r.by_host).as_array().into_iter().flatten() {
-        let b = |k: &str| bytesize(h["bytes_by_source"][k].as_u64().unwrap_or(0));
-        let why: Vec<String> = h["not_short_circuit"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| format!("{k} {}", bytesize(v["bytes"].as_u64().unwrap_or(0))))
-            .collect();
+    for h in &rep.by_host {
+        let b = |s: ReadSource| bytesize(h.from_source(s));
+        let why: Vec<String> = h.not_short_circuit.iter().map(|(k, v)| format!("{k} {}", bytesize(v.bytes))).collect();
         hosts.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td></tr>",
-            esc(h["host"].as_str().unwrap_or("")),
-            b("short_circuit"),
-            b("local_worker"),
-            b("remote_worker"),
-            b("ufs"),
-            h["short_circuit_share"].as_f64().unwrap_or(0.0) * 100.0,
+            esc(&h.host),
+            b(ReadSource::ShortCircuit),
+            b(ReadSource::LocalWorker),
+            b(ReadSource::RemoteWorker),
+            b(ReadSource::Ufs),
+            h.short_circuit_share * 100.0,
             esc(&why.join(", "))
         ));
     }
-    let mut mounts = String::new();
-    for mi in m.mount_table(false) {
-        mounts.push_str(&format!(
+    let mut mounts_rows = String::new();
+    for mi in &mounts {
+        mounts_rows.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&mi.path),
             esc(&mi.uri),
@@ -187,7 +180,7 @@ async fn index(State(m): State<Master>) -> Html<String> {
 <h2>Bytes read by source</h2><table><tr><th>short_circuit</th><th>local_worker</th><th>remote_worker</th><th>ufs</th><th>hit ratio</th></tr>\
 <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td></tr></table>\
 <h2>Client reads by host</h2><p>Why not short-circuit: <code>locus doctor --reads</code>.</p><table><tr><th>host</th><th>short-circuit</th><th>local worker</th><th>remote worker</th><th>UFS</th><th>short-circuit share</th><th>not short-circuit, by reason</th></tr>{hosts}</table>\
-<h2>Mounts</h2><table><tr><th>path</th><th>uri</th><th>read-only</th></tr>{mounts}</table>\
+<h2>Mounts</h2><table><tr><th>path</th><th>uri</th><th>read-only</th></tr>{mounts_rows}</table>\
 <h2>Background jobs</h2><table><tr><th>on</th><th>job</th><th>state</th><th>runs</th><th>failures</th><th>last run</th><th>backlog</th><th>last error</th></tr>{jobs}</table>{failed}\
 <p><a href=/metrics>/metrics</a> · <a href=/api/report>/api/report</a></p></body></html>",
         bytesize(t.short_circuit),

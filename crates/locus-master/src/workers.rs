@@ -1,7 +1,7 @@
 //! The worker registry: registration with a full block report, heartbeats, block commits.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind, Result};
@@ -48,20 +48,20 @@ impl Master {
             .collect()
     }
 
-    /// Wait (up to the worker timeout) until `done` holds for every live worker.
+    /// Wait (up to the worker timeout) until `done` holds for every live worker: checked
+    /// at each heartbeat or registration, and when a worker that has not done it would
+    /// time out (it no longer counts then).
     pub(crate) async fn await_workers(&self, done: impl Fn(u64, &WorkerState) -> bool) {
-        let deadline = Instant::now() + self.inner.cfg.worker_timeout;
-        while Instant::now() < deadline {
-            let all = {
-                let timeout = self.inner.cfg.worker_timeout;
-                let ws = self.inner.workers.lock();
-                ws.iter().filter(|(_, s)| s.last_heartbeat.elapsed() < timeout).all(|(id, s)| done(*id, s))
-            };
-            if all {
-                return;
+        let timeout = self.inner.cfg.worker_timeout;
+        locus_common::wait::until(&self.inner.workers_changed, Instant::now() + timeout, || {
+            let ws = self.inner.workers.lock();
+            let waiting = ws.iter().filter(|(id, s)| s.last_heartbeat.elapsed() < timeout && !done(**id, s));
+            match waiting.map(|(_, s)| s.last_heartbeat + timeout).min() {
+                None => (Some(()), None),
+                Some(expires) => (None, Some(expires)),
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await;
     }
 
     /// This cluster's id (random, made with the namespace).
@@ -133,6 +133,8 @@ impl Master {
                 open_files_limit: 0,
             },
         );
+        drop(ws);
+        self.inner.workers_changed.notify_waiters();
         tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = nblocks, "worker registered");
         Ok(id)
     }
@@ -180,6 +182,7 @@ impl Master {
             resp.remove_blocks = std::mem::take(&mut s.pending_remove);
             resp.retire_blocks = std::mem::take(&mut s.pending_retire);
         }
+        self.inner.workers_changed.notify_waiters();
         let r = self.inner.store.read()?;
         let epoch = get_counter(&r.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
         if epoch != req.pin_epoch {

@@ -180,6 +180,62 @@ pub async fn end_chunks<W: AsyncWrite + Unpin>(w: &mut W) -> std::io::Result<()>
     w.flush().await
 }
 
+/// The largest chunk of a write a reader takes.
+pub const MAX_CHUNK: usize = 64 << 20;
+
+/// Read the next chunk of a write ([`write_chunk`]); `None` at the zero-length frame that
+/// ends them. `due(r, left)` is told before each read how many bytes of the chunk are
+/// still to come, and 0 once it is in (the data path sets its socket's low-water mark
+/// with it, [`expect_bytes`]). The chunk is read into unzeroed memory, and never past its
+/// end: the writer may be waiting for an answer after it.
+pub async fn read_chunk<R: AsyncRead + Unpin>(r: &mut R, mut due: impl FnMut(&R, u64)) -> Result<Option<bytes::Bytes>> {
+    let eof = || Error::io("read write chunk", std::io::ErrorKind::UnexpectedEof.into());
+    let mut lenb = [0u8; 4];
+    r.read_exact(&mut lenb).await.map_err(|e| Error::io("read write chunk", e))?;
+    let len = u32::from_be_bytes(lenb) as usize;
+    if len == 0 {
+        return Ok(None);
+    }
+    if len > MAX_CHUNK {
+        return Err(Error::invalid(format!("write chunk of {len} bytes: at most {MAX_CHUNK}")));
+    }
+    let mut buf = bytes::BytesMut::with_capacity(len);
+    while buf.len() < len {
+        let left = (len - buf.len()) as u64;
+        due(r, left);
+        let n = (&mut *r).take(left).read_buf(&mut buf).await.map_err(|e| Error::io("read write chunk", e))?;
+        if n == 0 {
+            return Err(eof());
+        }
+    }
+    due(r, 0);
+    Ok(Some(buf.freeze()))
+}
+
+/// Read and drop a write's remaining chunks, up to the frame that ends them or the
+/// writer's hang-up (a worker that answered a write early with its error keeps the
+/// connection in step this way). Whether the end frame was reached.
+pub async fn discard_chunks<R: AsyncRead + Unpin>(r: &mut R) -> bool {
+    let mut scratch = vec![0u8; 256 << 10];
+    loop {
+        let mut lenb = [0u8; 4];
+        if r.read_exact(&mut lenb).await.is_err() {
+            return false;
+        }
+        let mut left = u32::from_be_bytes(lenb) as usize;
+        if left == 0 {
+            return true;
+        }
+        while left > 0 {
+            let k = left.min(scratch.len());
+            match r.read(&mut scratch[..k]).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => left -= n,
+            }
+        }
+    }
+}
+
 /// While a block's bytes (or a write's chunk) stream in over the data path, the socket
 /// wakes its reader only once this much has arrived (SO_RCVLOWAT, [`expect_bytes`];
 /// lowered to what is left near the end, and back to 1 for the next answer). Woken for
@@ -242,6 +298,67 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         drop(a);
         assert!(read_frame::<_, pb::DataRequest>(&mut b).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn chunks_round_trip_and_stop_at_their_end() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let big = vec![7u8; 200_000];
+        let writer = tokio::spawn(async move {
+            write_chunk(&mut a, b"abc").await.unwrap();
+            write_chunk(&mut a, &big).await.unwrap();
+            end_chunks(&mut a).await.unwrap();
+            write_frame(&mut a, &pb::DataResponse { length: 9, ..Default::default() }).await.unwrap();
+            a
+        });
+        let mut dues = Vec::new();
+        let c1 = read_chunk(&mut b, |_, left| dues.push(left)).await.unwrap().unwrap();
+        assert_eq!(&c1[..], b"abc");
+        assert_eq!(dues.first(), Some(&3));
+        assert_eq!(dues.last(), Some(&0));
+        let c2 = read_chunk(&mut b, |_, _| {}).await.unwrap().unwrap();
+        assert_eq!(c2.len(), 200_000);
+        assert!(c2.iter().all(|&x| x == 7));
+        assert!(read_chunk(&mut b, |_, _| {}).await.unwrap().is_none());
+        // Nothing past the end frame was taken: the next frame is intact.
+        let next: pb::DataResponse = read_frame(&mut b).await.unwrap().unwrap();
+        assert_eq!(next.length, 9);
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_chunk_too_large_or_cut_short_is_an_error() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&((MAX_CHUNK + 1) as u32).to_be_bytes()).await.unwrap();
+        let e = read_chunk(&mut b, |_, _| {}).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&10u32.to_be_bytes()).await.unwrap();
+        a.write_all(b"12345").await.unwrap();
+        drop(a);
+        let e = read_chunk(&mut b, |_, _| {}).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "a writer gone mid-chunk: {e}");
+    }
+
+    #[tokio::test]
+    async fn discarded_chunks_leave_the_stream_in_step() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let writer = tokio::spawn(async move {
+            write_chunk(&mut a, &vec![1u8; 600_000]).await.unwrap();
+            write_chunk(&mut a, b"x").await.unwrap();
+            end_chunks(&mut a).await.unwrap();
+            write_frame(&mut a, &pb::DataResponse { length: 5, ..Default::default() }).await.unwrap();
+            a
+        });
+        assert!(discard_chunks(&mut b).await);
+        let next: pb::DataResponse = read_frame(&mut b).await.unwrap().unwrap();
+        assert_eq!(next.length, 5);
+        drop(writer.await.unwrap());
+        // A writer that hangs up mid-chunk: not in step.
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&100u32.to_be_bytes()).await.unwrap();
+        drop(a);
+        assert!(!discard_chunks(&mut b).await);
     }
 
     /// A worker's side of one exchange: read the request, answer with `resp`.

@@ -13,12 +13,14 @@ pub mod pb {
 pub mod auth;
 mod data;
 mod enums;
+pub mod fragment;
+pub mod report;
 pub mod roles;
 pub mod tls;
 
 pub use data::{
-    MAX_FRAME, RECV_LOWAT, accept_auth, authenticate, end_chunks, exchange, expect_bytes, frame, read_frame,
-    read_response, send_request, write_chunk, write_frame,
+    MAX_CHUNK, MAX_FRAME, RECV_LOWAT, accept_auth, authenticate, discard_chunks, end_chunks, exchange, expect_bytes,
+    frame, read_chunk, read_frame, read_response, send_request, write_chunk, write_frame,
 };
 use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind};
@@ -161,150 +163,9 @@ impl pb::ReadCounters {
     }
 }
 
-/// Every background job of the cluster, the master's first, then each live worker's:
-/// where it runs, its state, runs, failures, last error, seconds since its last run,
-/// and backlog.
-fn jobs_json(r: &pb::Report) -> Vec<serde_json::Value> {
-    use serde_json::json;
-    let now =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-    let job = |at: String, j: &pb::JobInfo| {
-        json!({
-            "on": at, "name": j.name, "state": j.state().name(), "runs": j.runs, "failures": j.failures,
-            "last_error": j.last_error,
-            "last_run_s_ago": (j.last_run_ms > 0).then(|| (now - j.last_run_ms).max(0) as f64 / 1000.0),
-            "backlog": j.backlog,
-        })
-    };
-    let mut out: Vec<_> = r.jobs.iter().map(|j| job("master".into(), j)).collect();
-    for w in r.workers.iter().filter(|w| w.live) {
-        let id = w.address.as_ref().map(|a| a.worker_id).unwrap_or(0);
-        out.extend(w.jobs.iter().map(|j| job(format!("worker {id}"), j)));
-    }
-    out
-}
-
-/// The cluster report as JSON: the stable shape of `locus report --json` and
-/// `/api/report`.
-/// Client reads by host (`Report.by_host`, `ReadsResponse.rows`) as JSON: one object per
-/// host, in host order, with its bytes by source, its share read short-circuit, and its
-/// reads and bytes by reason for those that were not.
-pub fn by_host_json(rows: &[pb::HostReads]) -> serde_json::Value {
-    use locus_common::metrics::ReadReason;
-    use serde_json::json;
-    let mut hosts: std::collections::BTreeMap<&str, serde_json::Value> = Default::default();
-    for r in rows {
-        let Some(source) = r.source().typed() else { continue };
-        let h = hosts.entry(r.host.as_str()).or_insert_with(|| {
-            json!({
-                "host": r.host, "reads": 0u64, "bytes": 0u64,
-                "bytes_by_source": ReadSource::ALL.iter().map(|s| (s.as_str().to_string(), json!(0u64))).collect::<serde_json::Map<_, _>>(),
-                "not_short_circuit": {},
-            })
-        });
-        let add = |v: &mut serde_json::Value, n: u64| *v = json!(v.as_u64().unwrap_or(0) + n);
-        add(&mut h["reads"], r.reads);
-        add(&mut h["bytes"], r.bytes);
-        add(&mut h["bytes_by_source"][source.as_str()], r.bytes);
-        let reason = ReadReason::from(r.reason());
-        if reason != ReadReason::ShortCircuit {
-            let e = h["not_short_circuit"]
-                .as_object_mut()
-                .expect("an object")
-                .entry(reason.as_str())
-                .or_insert_with(|| json!({"reads": 0u64, "bytes": 0u64}));
-            add(&mut e["reads"], r.reads);
-            add(&mut e["bytes"], r.bytes);
-        }
-    }
-    let v: Vec<serde_json::Value> = hosts
-        .into_values()
-        .map(|mut h| {
-            let total = h["bytes"].as_u64().unwrap_or(0);
-            let sc = h["bytes_by_source"]["short_circuit"].as_u64().unwrap_or(0);
-            h["short_circuit_share"] = json!(if total == 0 { 0.0 } else { sc as f64 / total as f64 });
-            h
-        })
-        .collect();
-    json!(v)
-}
-
-pub fn report_json(r: &pb::Report, mounts: &[pb::MountInfo]) -> serde_json::Value {
-    use serde_json::json;
-    let t = r.totals.unwrap_or_default();
-    let mut cap = std::collections::BTreeMap::<String, (u64, u64)>::new();
-    let workers: Vec<_> = r
-        .workers
-        .iter()
-        .map(|w| {
-            let a = w.address.clone().unwrap_or_default();
-            if w.live {
-                for t in &w.tiers {
-                    let e = cap.entry(t.alias().name().to_string()).or_default();
-                    e.0 += t.capacity;
-                    e.1 += t.used;
-                }
-            }
-            json!({
-                "id": a.worker_id, "host": a.host, "data_address": a.data_address, "live": w.live,
-                "last_heartbeat_ms_ago": w.last_heartbeat_ms_ago,
-                "clock_skew_ms": w.clock_skew_ms, "open_files_limit": w.open_files_limit,
-                "tiers": w.tiers.iter().map(|t| json!({"alias": t.alias().name(), "capacity": t.capacity, "used": t.used, "blocks": t.blocks, "pooled": t.pooled})).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    json!({
-        "workers": workers,
-        "live_workers": r.workers.iter().filter(|w| w.live).count(),
-        "capacity": cap.iter().map(|(k, (c, u))| (k.clone(), json!({"capacity": c, "used": u}))).collect::<serde_json::Map<_, _>>(),
-        "bytes_read": ReadSource::ALL.iter().map(|s| (s.as_str().to_string(), json!(t.bytes(*s)))).collect::<serde_json::Map<_, _>>(),
-        "cache": {"hits": t.cache_hits, "misses": t.cache_misses, "evictions": t.evictions, "hit_ratio": t.hit_ratio(), "corrupt_blocks": t.corrupt_blocks},
-    "compute": {"bytes_scanned": t.compute_scanned, "bytes_returned": t.compute_returned},
-        "bytes_written": {"short_circuit": t.written_short_circuit, "data_path": t.written_data_path},
-        "mounts": mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri, "readonly": m.readonly, "sync_interval_ms": m.sync_interval_ms, "write_type": m.write_type().typed().map(|w| w.as_str())})).collect::<Vec<_>>(),
-        "persist_backlog": {"files": r.persist_backlog_files, "bytes": r.persist_backlog_bytes, "oldest_age_ms": r.persist_oldest_age_ms, "queued_ops": r.persist_queue_ops},
-        "jobs": jobs_json(r),
-        "by_host": by_host_json(&r.by_host),
-        "now_ms": r.now_ms,
-        "persist_failed": {
-            "ops": r.persist_failed_ops,
-            "operations": r.persist_failed.iter().map(|f| json!({
-                "seq": f.seq, "kind": f.kind().name(), "path": f.path, "ufs_path": f.ufs_path,
-                "failures": f.failures, "error": f.last_error,
-                "error_kind": ErrorKind::from(f.last_error_kind()).as_str(), "failed_ms": f.failed_ms,
-            })).collect::<Vec<_>>(),
-        },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_by_host_add_up_per_host() {
-        let row = |host: &str, source: pb::ReadSource, reason: pb::ReadReason, bytes| pb::HostReads {
-            host: host.into(),
-            source: source.into(),
-            reason: reason.into(),
-            reads: 1,
-            bytes,
-        };
-        let rows = [
-            row("a", pb::ReadSource::ShortCircuit, pb::ReadReason::ShortCircuit, 300),
-            row("a", pb::ReadSource::RemoteWorker, pb::ReadReason::CachedElsewhere, 100),
-            row("b", pb::ReadSource::Ufs, pb::ReadReason::NoLocalWorker, 50),
-            row("b", pb::ReadSource::Ufs, pb::ReadReason::NoLocalWorker, 50),
-        ];
-        let j = by_host_json(&rows);
-        assert_eq!(j[0]["host"], "a");
-        assert_eq!(j[0]["bytes"], 400);
-        assert_eq!(j[0]["short_circuit_share"], 0.75);
-        assert_eq!(j[0]["not_short_circuit"]["cached_elsewhere"]["bytes"], 100);
-        assert_eq!(j[1]["bytes_by_source"]["ufs"], 100);
-        assert_eq!(j[1]["not_short_circuit"]["no_local_worker"]["reads"], 2);
-        assert_eq!(j[1]["short_circuit_share"], 0.0);
-    }
 
     #[test]
     fn every_kind_survives_grpc() {

@@ -688,8 +688,8 @@ fn arrow_err(e: datafusion::arrow::error::ArrowError) -> Error {
     df_err(DataFusionError::ArrowError(Box::new(e), None))
 }
 
-impl locus_worker::FragmentRunner for Fragments {
-    fn run(&self, plan: &[u8], partition: u32) -> Result<(locus_worker::FragmentStream, Arc<AtomicU64>)> {
+impl locus_proto::fragment::FragmentRunner for Fragments {
+    fn run(&self, plan: &[u8], partition: u32) -> Result<(locus_proto::fragment::FragmentStream, Arc<AtomicU64>)> {
         Fragments::run(self, plan, partition)
     }
 }
@@ -697,10 +697,10 @@ impl locus_worker::FragmentRunner for Fragments {
 /// How a worker makes its [`Fragments`]: with a client (`cfg`) of its own that presents
 /// the client token of the cluster secret (a fragment reads what a client may read, and
 /// no more).
-pub fn factory(cfg: locus_common::config::ClientConfig) -> locus_worker::FragmentFactory {
+pub fn factory(cfg: locus_common::config::ClientConfig) -> locus_proto::fragment::FragmentFactory {
     Arc::new(move |master: &str, secret: &locus_common::security::Secret, tls: &locus_client::Tls| {
         let c = Client::with_tls(master, cfg.clone(), secret.client_token(), tls.clone())?;
-        Ok(Arc::new(Fragments::new(Arc::new(c))?) as Arc<dyn locus_worker::FragmentRunner>)
+        Ok(Arc::new(Fragments::new(Arc::new(c))?) as Arc<dyn locus_proto::fragment::FragmentRunner>)
     })
 }
 

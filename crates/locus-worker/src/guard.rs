@@ -186,6 +186,21 @@ impl Inner {
     }
 }
 
+#[cfg(test)]
+impl Inner {
+    /// Serve mount `id` from `ufs`, writable, without asking the master.
+    pub(crate) fn serve_mount(&self, id: u64, ufs: Ufs) {
+        self.ufs.lock().insert(id, MountUfs { ufs, readonly: false, fetched: Instant::now() });
+    }
+
+    /// Know member `id` at `addr` (and no other), without asking the master.
+    pub(crate) fn know_member(&self, id: u64, addr: &str) {
+        let mut m = self.members.lock();
+        m.addrs = HashMap::from([(id, addr.to_string())]);
+        m.fetched = Some(Instant::now());
+    }
+}
+
 fn not_a_member(id: u64) -> Error {
     Error::unavailable(format!("worker {id} is not a live member of this cluster"))
 }

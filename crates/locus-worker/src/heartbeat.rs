@@ -99,10 +99,17 @@ impl Inner {
         Err(Error::unavailable("the master refused this worker's block report twice"))
     }
 
+    /// The pin epoch this worker holds (`u64::MAX`: it must register again); a waiter for
+    /// its registration checks again.
+    fn set_pin_epoch(&self, epoch: u64) {
+        self.pin_epoch.store(epoch, Relaxed);
+        self.registered.notify_waiters();
+    }
+
     pub(crate) async fn heartbeat(&self) -> Result<()> {
         if self.id.load(Relaxed) == 0 || self.pin_epoch.load(Relaxed) == u64::MAX {
             self.register().await?;
-            self.pin_epoch.store(0, Relaxed);
+            self.set_pin_epoch(0);
         }
         self.commit_changes().await?;
         self.store_blocking(|s| {
@@ -142,7 +149,7 @@ impl Inner {
         }
         if resp.pins_changed {
             self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect(), resp.pin_epoch);
-            self.pin_epoch.store(resp.pin_epoch, Relaxed);
+            self.set_pin_epoch(resp.pin_epoch);
         }
         let (removed, retired, grace) = (resp.remove_blocks, resp.retire_blocks, self.cfg.stale_block_grace);
         self.store_blocking(move |s| {
@@ -174,14 +181,14 @@ impl Inner {
         }
         if let Err(s) = self.master().commit_blocks(req).await {
             // The master lost track of us: the next heartbeat re-registers with a full report.
-            self.pin_epoch.store(u64::MAX, Relaxed);
+            self.set_pin_epoch(u64::MAX);
             let e = from_status(s);
             if e.kind() == ErrorKind::FailedPrecondition {
                 // A master that restarted and has not heard from this worker yet: register
                 // now (a write waiting on this commit goes on); the full block report
                 // carries the blocks this commit named.
                 self.register_committing().await?;
-                self.pin_epoch.store(0, Relaxed);
+                self.set_pin_epoch(0);
                 return Ok(());
             }
             return Err(e);

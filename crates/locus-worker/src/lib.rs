@@ -112,6 +112,8 @@ struct Inner {
     uds_path: Option<PathBuf>,
     counters: Counters,
     pin_epoch: AtomicU64,
+    /// Signalled when `pin_epoch` is set (`Worker::wait_registered`).
+    registered: tokio::sync::Notify,
     /// The mounts' UFSes, as the master described them (`guard.rs`).
     ufs: Mutex<HashMap<u64, guard::MountUfs>>,
     /// The members the master registered, for dialing peers by id (`guard.rs`).
@@ -136,21 +138,7 @@ struct Inner {
     boot_id: u64,
 }
 
-/// Runs SQL plan fragments sent to this worker (`pb::SqlFragmentRequest`): `locus-sql`
-/// implements it, so the worker stays free of the SQL engine.
-pub trait FragmentRunner: Send + Sync + 'static {
-    /// Start partition `partition` of the encoded plan `plan`: its result as pieces of an
-    /// Arrow IPC stream, and the count of bytes its scans read (final once the stream
-    /// ends). Dropping the stream stops the work.
-    fn run(&self, plan: &[u8], partition: u32) -> Result<(FragmentStream, Arc<AtomicU64>)>;
-}
-
-/// A fragment's result: pieces of an Arrow IPC stream.
-pub type FragmentStream = futures::stream::BoxStream<'static, Result<Vec<u8>>>;
-
-/// Makes a worker's [`FragmentRunner`] from the master's address, the cluster secret
-/// (its reads of Locus files present it) and TLS.
-pub type FragmentFactory = Arc<dyn Fn(&str, &Secret, &Tls) -> Result<Arc<dyn FragmentRunner>> + Send + Sync>;
+pub use locus_proto::fragment::{FragmentFactory, FragmentRunner, FragmentStream};
 
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
@@ -259,6 +247,7 @@ impl WorkerBuilder {
             uds_path,
             counters: Counters::default(),
             pin_epoch: AtomicU64::new(u64::MAX),
+            registered: tokio::sync::Notify::new(),
             ufs: Mutex::new(HashMap::new()),
             members: Mutex::new(guard::Members::default()),
             protected,
@@ -318,17 +307,14 @@ impl Worker {
     }
     /// Wait until the master has registered this worker.
     pub async fn wait_registered(&self, timeout: Duration) -> Result<u64> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let id = self.id();
-            if id != 0 && self.inner.pin_epoch.load(Relaxed) != u64::MAX {
-                return Ok(id);
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::unavailable("worker did not register with the master in time"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let i = &self.inner;
+        let registered = || {
+            let id = i.id.load(Relaxed);
+            ((id != 0 && i.pin_epoch.load(Relaxed) != u64::MAX).then_some(id), None)
+        };
+        locus_common::wait::until(&i.registered, std::time::Instant::now() + timeout, registered)
+            .await
+            .ok_or_else(|| Error::unavailable("worker did not register with the master in time"))
     }
 
     /// Stop serving and heartbeating. Blocks on disk tiers stay for the next start.

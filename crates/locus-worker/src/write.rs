@@ -1,14 +1,19 @@
 //! The write path: a file's bytes into this worker's cache (as blocks of the new version)
 //! and/or the UFS, forwarded down the replication pipeline as they arrive.
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use bytes::Bytes;
 use locus_blockstore::BlockStore;
 use locus_common::config::WriteType;
 use locus_common::security::{Identity, Role};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::tls::{DataStream, Tls};
-use locus_proto::{end_chunks, exchange, pb, read_frame, read_response, write_chunk, write_frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use locus_proto::{
+    discard_chunks, end_chunks, exchange, expect_bytes, pb, read_chunk, read_frame, read_response, write_chunk,
+    write_frame,
+};
+use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 
 use crate::block::BlockSource;
@@ -22,213 +27,59 @@ impl Inner {
     /// the next worker while it is stored here. The answer comes once every worker of the
     /// pipeline holds the blocks and has reported them to the master.
     pub(crate) async fn handle_write(&self, sock: &mut DataStream, w: pb::WriteFileRequest) -> Result<()> {
-        let wt = w.write_type().typed().unwrap_or(WriteType::Through);
-        // A write that declared a size the cache cannot hold at all fails (MUST_CACHE) or
-        // goes through to the UFS (the others) before anything is evicted for it.
-        let mut spilled = false;
-        let mut caches = wt.caches();
-        if caches && w.expected_length > 0 {
-            let (store, need) = (self.store.clone(), w.expected_length);
-            if let Err(e) = crate::blocking(move || store.check_room(need)).await? {
-                if wt == WriteType::MustCache {
-                    return Err(e.context(format!("MUST_CACHE write of {} ({need} bytes)", w.ufs_path)));
-                }
-                tracing::info!(path = %w.ufs_path, bytes = need, "cache too small: the write goes through to the UFS");
-                caches = false;
-                spilled = true;
-            }
-        }
-        let mut blocks = if caches {
-            if w.version == 0 || w.block_size == 0 {
-                return Err(Error::invalid("a cached write needs a file version and a block size"));
-            }
-            if wt.needs_durable_copies() {
-                self.store.pin_written(w.version, w.pin_epoch);
-            }
-            Some(BlockWriter {
-                store: self.store.clone(),
-                version: w.version,
-                block_size: w.block_size,
-                index: 0,
-                cur: None,
-                crc: 0,
-            })
-        } else {
-            None
+        let mut sink = Sink::open(self, &w).await?;
+        let ready = async {
+            write_frame(sock, &pb::DataResponse::default()).await?;
+            sock.flush().await.map_err(|e| Error::io("send", e))
         };
-        let mut ufs_writer = match wt.writes_ufs() || spilled {
-            true => Some(
-                self.ufs_at(w.mount_id, &w.ufs_path, Access::Write)
-                    .await?
-                    .writer(&w.ufs_path, &w.content_type, &w.user_metadata)
-                    .await?,
-            ),
-            false => None,
-        };
-        // The rest of the pipeline, fed by a task so that forwarding overlaps local writes.
-        let mut down = None;
-        if caches && !w.pipeline.is_empty() {
-            let next = w.pipeline[0].clone();
-            let req = pb::WriteFileRequest {
-                pipeline: w.pipeline[1..].to_vec(),
-                write_type: if wt.writes_ufs() { pb::WriteType::MustCache.into() } else { w.write_type },
-                ..w.clone()
-            };
-            let forwarded = async {
-                let addr = self.member_address(next.worker_id).await.map_err(|e| replica_err(next.worker_id, e))?;
-                let r =
-                    forward_write(next.worker_id, &addr, req, &self.verifier.identity(Role::Worker), &self.tls).await;
-                if r.is_err() {
-                    self.forget_member(next.worker_id);
-                }
-                r
-            };
-            match forwarded.await {
-                Ok(d) => down = Some(d),
-                Err(e) => {
-                    if let Some(u) = ufs_writer.take() {
-                        u.abort().await;
-                    }
-                    return Err(e);
-                }
-            }
+        if let Err(e) = ready.await {
+            sink.abort().await;
+            return Err(e);
         }
-        write_frame(sock, &pb::DataResponse::default()).await?; // ready
-        sock.flush().await.map_err(|e| Error::io("send", e))?;
-        let res: Result<u64> = async {
-            let mut total = 0u64;
-            loop {
-                let mut lenb = [0u8; 4];
-                sock.read_exact(&mut lenb).await.map_err(|e| Error::io("read write chunk", e))?;
-                let len = u32::from_be_bytes(lenb) as usize;
-                if len == 0 {
-                    break;
-                }
-                if len > 64 << 20 {
-                    return Err(Error::invalid("write chunk larger than 64 MiB"));
-                }
-                // Read into unzeroed memory, woken per RECV_LOWAT rather than per segment.
-                // (Never more than the chunk's unread rest: the writer may be waiting.)
-                let mut buf = bytes::BytesMut::with_capacity(len);
-                let mut lowat = 1;
-                while buf.len() < len {
-                    let want = (len - buf.len()) as u64;
-                    locus_proto::expect_bytes(sock, &mut lowat, want);
-                    let n = (&mut *sock)
-                        .take(want)
-                        .read_buf(&mut buf)
-                        .await
-                        .map_err(|e| Error::io("read write chunk", e))?;
-                    if n == 0 {
-                        return Err(Error::io("read write chunk", std::io::ErrorKind::UnexpectedEof.into()));
-                    }
-                }
-                locus_proto::expect_bytes(sock, &mut lowat, 0);
-                let mut buf = buf.freeze();
-                let before = total;
-                total += len as u64;
-                self.counters.written_data_path.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
-                if let Some((tx, _)) = &down {
-                    // A broken pipeline shows in its task's result below.
-                    let _ = tx.send(buf.clone()).await;
-                }
-                if let Some(mut b) = blocks.take() {
-                    // Blocks are created, written and committed on a blocking thread.
-                    let chunk = buf.clone();
-                    let (b, res) = crate::blocking(move || {
-                        let r = b.write(&chunk);
-                        (b, r)
-                    })
-                    .await?;
-                    match res {
-                        Ok(()) => blocks = Some(b),
-                        // A write that outgrows the cache goes on through to the UFS
-                        // (MUST_CACHE has no UFS to go to: it fails).
-                        Err(e) if e.kind() == ErrorKind::ResourceExhausted && wt != WriteType::MustCache => {
-                            let stored = b.stored();
-                            if ufs_writer.is_none() {
-                                tracing::info!(path = %w.ufs_path, at = stored, "cache full: the write goes on through to the UFS");
-                                let mut u = self.ufs_at(w.mount_id, &w.ufs_path, Access::Write).await?.writer(&w.ufs_path, &w.content_type, &w.user_metadata).await?;
-                                let r = self.replay(&b, &mut u).await;
-                                if let Err(e) = r {
-                                    u.abort().await;
-                                    return Err(e);
-                                }
-                                ufs_writer = Some(u);
-                                spilled = true;
-                                if let Some((_, task)) = down.take() {
-                                    task.abort(); // the replicas drop their partial copies
-                                }
-                                // The replay sent this chunk's first bytes already.
-                                buf = buf.slice((stored - before) as usize..);
-                            }
-                            // (CACHE_THROUGH streams every byte to the UFS anyway: it
-                            // just stops caching.)
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                if let Some(u) = &mut ufs_writer {
-                    u.write(buf).await?;
-                }
+        let mut lowat = 1;
+        let res = async {
+            while let Some(chunk) = read_chunk(sock, |s, left| expect_bytes(s, &mut lowat, left)).await? {
+                sink.write(chunk).await?;
             }
-            if let Some(b) = blocks.take() {
-                crate::blocking(move || b.finish()).await??;
-            }
-            Ok(total)
+            sink.finish_blocks().await
         }
         .await;
-        let total = match res {
-            Ok(t) => t,
-            Err(e) => {
-                if let Some(u) = ufs_writer.take() {
-                    u.abort().await;
-                }
-                if let Some((_, task)) = down.take() {
-                    task.abort(); // the replicas drop their partial copies
-                }
-                return self.give_up_write(sock, &w, caches, e).await;
-            }
-        };
-        let mut replicas = u32::from(caches);
-        if let Some((tx, task)) = down.take() {
-            drop(tx);
-            let r = task.await.map_err(|e| Error::internal(format!("pipeline task: {e}")));
-            match r.and_then(|r| r) {
-                Ok(r) => replicas += r.replicas,
-                Err(e) => {
-                    if let Some(u) = ufs_writer.take() {
-                        u.abort().await;
-                    }
-                    self.abandon_blocks(&w, caches).await;
-                    return Err(e);
-                }
-            }
+        if let Err(e) = res {
+            sink.abort().await;
+            return self.give_up_write(sock, &w, e).await;
         }
-        let mut resp = pb::DataResponse { length: total, replicas, ..Default::default() };
-        if spilled {
-            resp.set_write_type(pb::WriteType::CacheThrough);
-        }
-        if let Some(u) = ufs_writer {
-            let st = match u.close().await {
-                Ok(st) => st,
-                Err(e) => {
-                    self.abandon_blocks(&w, caches).await;
-                    return Err(e);
-                }
-            };
-            if st.length != total {
-                return Err(Error::new(ErrorKind::Ufs, format!("UFS holds {} bytes after writing {total}", st.length)));
-            }
-            resp.etag = st.etag;
-            resp.mtime_ms = st.mtime_ms;
-        }
+        let resp = sink.close().await?;
         locus_common::fail::fail_point!("worker.write.before_ack", |_| Err(Error::internal("failpoint")));
         // The master learns of the blocks before the writer is told they are stored.
-        if wt.caches() {
+        if w.write_type().typed().unwrap_or(WriteType::Through).caches() {
             self.commit_changes().await?;
         }
         write_frame(sock, &resp).await
+    }
+
+    /// A writer of `w`'s object in its mount's UFS.
+    async fn ufs_writer(&self, w: &pb::WriteFileRequest) -> Result<locus_ufs::UfsWriter> {
+        self.ufs_at(w.mount_id, &w.ufs_path, Access::Write)
+            .await?
+            .writer(&w.ufs_path, &w.content_type, &w.user_metadata)
+            .await
+    }
+
+    /// Open the write `w` to the next worker of its pipeline, which passes it on to the
+    /// rest. A replica of a write that goes to the UFS only caches (the UFS takes it once).
+    async fn forward(&self, w: &pb::WriteFileRequest, wt: WriteType) -> Result<Forward> {
+        let next = w.pipeline[0].clone();
+        let req = pb::WriteFileRequest {
+            pipeline: w.pipeline[1..].to_vec(),
+            write_type: if wt.writes_ufs() { pb::WriteType::MustCache.into() } else { w.write_type },
+            ..w.clone()
+        };
+        let addr = self.member_address(next.worker_id).await.map_err(|e| replica_err(next.worker_id, e))?;
+        let r = forward_write(next.worker_id, &addr, req, &self.verifier.identity(Role::Worker), &self.tls).await;
+        if r.is_err() {
+            self.forget_member(next.worker_id);
+        }
+        r
     }
 
     /// Take a write from a co-located client over the Unix socket (short-circuit): no
@@ -269,7 +120,7 @@ impl Inner {
         match res {
             Ok(resp) => write_frame(sock, &resp).await,
             Err(e) => {
-                self.abandon_blocks(&w, true).await;
+                self.abandon_blocks(&w).await;
                 tracing::info!(path = %w.ufs_path, error = %e, "short-circuit write failed");
                 Err(e)
             }
@@ -336,7 +187,7 @@ impl Inner {
             .await??;
             total += n;
             index += 1;
-            self.counters.written_short_circuit.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            self.counters.written_short_circuit.fetch_add(n, Relaxed);
             if done.last {
                 break;
             }
@@ -355,38 +206,16 @@ impl Inner {
         blocks: u64,
         stored: u64,
     ) -> Result<pb::DataResponse> {
-        let mut u = self
-            .ufs_at(w.mount_id, &w.ufs_path, Access::Write)
-            .await?
-            .writer(&w.ufs_path, &w.content_type, &w.user_metadata)
-            .await?;
-        let done = BlockWriter {
-            store: self.store.clone(),
-            version: w.version,
-            block_size: w.block_size,
-            index: blocks,
-            cur: None,
-            crc: 0,
-        };
+        let mut u = self.ufs_writer(w).await?;
+        let done = BlockWriter::new(self.store.clone(), w, blocks);
         let res = async {
             self.replay(&done, &mut u).await?;
             write_frame(sock, &pb::DataResponse { spill: true, ..Default::default() }).await?;
             let mut total = stored;
-            loop {
-                let mut lenb = [0u8; 4];
-                sock.read_exact(&mut lenb).await.map_err(|e| Error::io("read write chunk", e))?;
-                let len = u32::from_be_bytes(lenb) as usize;
-                if len == 0 {
-                    break;
-                }
-                if len > 64 << 20 {
-                    return Err(Error::invalid("write chunk larger than 64 MiB"));
-                }
-                let mut buf = bytes::BytesMut::zeroed(len);
-                sock.read_exact(&mut buf).await.map_err(|e| Error::io("read write chunk", e))?;
-                total += len as u64;
-                self.counters.written_data_path.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
-                u.write(buf.freeze()).await?;
+            while let Some(chunk) = read_chunk(sock, |_, _| {}).await? {
+                total += chunk.len() as u64;
+                self.counters.written_data_path.fetch_add(chunk.len() as u64, Relaxed);
+                u.write(chunk).await?;
             }
             Ok(total)
         }
@@ -409,49 +238,23 @@ impl Inner {
         Ok(resp)
     }
 
-    /// A write failed while its chunks stream in: drop what it stored here at once, answer
-    /// with the error now, and read (and discard) the rest of its chunks, so the writer
+    /// A write failed while its chunks stream in (and its sink let go of what it stored):
+    /// answer with the error now, and read (and discard) the rest of its chunks, so the writer
     /// gets the answer rather than a reset connection, and the connection stays usable.
     /// (The writer stops sending when it sees the early answer.)
-    async fn give_up_write(
-        &self,
-        sock: &mut DataStream,
-        w: &pb::WriteFileRequest,
-        caches: bool,
-        e: Error,
-    ) -> Result<()> {
-        self.abandon_blocks(w, caches).await;
+    async fn give_up_write(&self, sock: &mut DataStream, w: &pb::WriteFileRequest, e: Error) -> Result<()> {
         tracing::info!(path = %w.ufs_path, error = %e, "write failed");
         if e.kind() == ErrorKind::Io || e.kind() == ErrorKind::InvalidArgument {
             return Err(e); // the connection itself broke, or is out of step: close it
         }
         write_frame(sock, &pb::DataResponse::error(&e)).await?;
         sock.flush().await.map_err(|e| Error::io("send", e))?;
-        let mut scratch = vec![0u8; 256 << 10];
-        loop {
-            let mut lenb = [0u8; 4];
-            if sock.read_exact(&mut lenb).await.is_err() {
-                return Ok(()); // the writer went: nothing more to read
-            }
-            let mut left = u32::from_be_bytes(lenb) as usize;
-            if left == 0 {
-                return Ok(());
-            }
-            while left > 0 {
-                let k = left.min(scratch.len());
-                match sock.read(&mut scratch[..k]).await {
-                    Ok(0) | Err(_) => return Ok(()),
-                    Ok(n) => left -= n,
-                }
-            }
-        }
+        discard_chunks(sock).await;
+        Ok(())
     }
 
     /// Drop the blocks a failed cached write stored here (and its write pin).
-    async fn abandon_blocks(&self, w: &pb::WriteFileRequest, caches: bool) {
-        if !caches {
-            return;
-        }
+    async fn abandon_blocks(&self, w: &pb::WriteFileRequest) {
         let (store, version) = (self.store.clone(), w.version);
         let freed = crate::blocking(move || store.abandon_write(version)).await.unwrap_or(0);
         if freed > 0 {
@@ -481,6 +284,182 @@ impl Inner {
     }
 }
 
+/// Where the bytes of one data-path write go: blocks of the new version here, the UFS,
+/// the next worker of the pipeline (each as the write type asks). A write that fails at
+/// any step ends in [`Sink::abort`], which lets go of all three.
+struct Sink<'a> {
+    worker: &'a Inner,
+    w: &'a pb::WriteFileRequest,
+    wt: WriteType,
+    /// Blocks are stored here (false for a write that spilled before its first byte).
+    caches: bool,
+    blocks: Option<BlockWriter>,
+    ufs: Option<locus_ufs::UfsWriter>,
+    down: Option<Forward>,
+    /// The cache could not hold the write, so it went (or goes on) through to the UFS.
+    spilled: bool,
+    total: u64,
+}
+
+impl<'a> Sink<'a> {
+    /// The sinks `w` asks for, opened. A write that declares a size the cache cannot hold
+    /// at all fails (MUST_CACHE) or goes through to the UFS (the others) before anything
+    /// is evicted for it.
+    async fn open(worker: &'a Inner, w: &'a pb::WriteFileRequest) -> Result<Sink<'a>> {
+        let wt = w.write_type().typed().unwrap_or(WriteType::Through);
+        let mut s =
+            Sink { worker, w, wt, caches: wt.caches(), blocks: None, ufs: None, down: None, spilled: false, total: 0 };
+        if s.caches && w.expected_length > 0 {
+            let (store, need) = (worker.store.clone(), w.expected_length);
+            if let Err(e) = crate::blocking(move || store.check_room(need)).await? {
+                if wt == WriteType::MustCache {
+                    return Err(e.context(format!("MUST_CACHE write of {} ({need} bytes)", w.ufs_path)));
+                }
+                tracing::info!(path = %w.ufs_path, bytes = need, "cache too small: the write goes through to the UFS");
+                (s.caches, s.spilled) = (false, true);
+            }
+        }
+        if s.caches {
+            if w.version == 0 || w.block_size == 0 {
+                return Err(Error::invalid("a cached write needs a file version and a block size"));
+            }
+            if wt.needs_durable_copies() {
+                worker.store.pin_written(w.version, w.pin_epoch);
+            }
+            s.blocks = Some(BlockWriter::new(worker.store.clone(), w, 0));
+        }
+        if let Err(e) = s.connect().await {
+            s.abort().await;
+            return Err(e);
+        }
+        Ok(s)
+    }
+
+    /// The UFS writer and the pipeline's next hop, where the write goes there.
+    async fn connect(&mut self) -> Result<()> {
+        if self.wt.writes_ufs() || self.spilled {
+            self.ufs = Some(self.worker.ufs_writer(self.w).await?);
+        }
+        if self.caches && !self.w.pipeline.is_empty() {
+            self.down = Some(self.worker.forward(self.w, self.wt).await?);
+        }
+        Ok(())
+    }
+
+    /// One chunk of the write, to every sink. A write that outgrows the cache goes on
+    /// through to the UFS ([`Sink::spill`]); MUST_CACHE has no UFS to go to: it fails.
+    async fn write(&mut self, mut chunk: Bytes) -> Result<()> {
+        let before = self.total;
+        self.total += chunk.len() as u64;
+        self.worker.counters.written_data_path.fetch_add(chunk.len() as u64, Relaxed);
+        if let Some((tx, _)) = &self.down {
+            // A broken pipeline shows in its task's result at close.
+            let _ = tx.send(chunk.clone()).await;
+        }
+        if let Some(mut b) = self.blocks.take() {
+            // Blocks are created, written and committed on a blocking thread.
+            let c = chunk.clone();
+            let (b, res) = crate::blocking(move || {
+                let r = b.write(&c);
+                (b, r)
+            })
+            .await?;
+            match res {
+                Ok(()) => self.blocks = Some(b),
+                Err(e) if e.kind() == ErrorKind::ResourceExhausted && self.wt != WriteType::MustCache => {
+                    // CACHE_THROUGH streams every byte to the UFS anyway: it just stops caching.
+                    if self.ufs.is_none() {
+                        let stored = b.stored();
+                        self.spill(&b).await?;
+                        // The replay sent this chunk's first bytes already.
+                        chunk = chunk.slice((stored - before) as usize..);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(u) = &mut self.ufs {
+            u.write(chunk).await?;
+        }
+        Ok(())
+    }
+
+    /// The cache is full mid-write: a UFS writer takes over, first with what the blocks
+    /// hold so far; the replicas drop their partial copies.
+    async fn spill(&mut self, b: &BlockWriter) -> Result<()> {
+        tracing::info!(path = %self.w.ufs_path, at = b.stored(), "cache full: the write goes on through to the UFS");
+        let mut u = self.worker.ufs_writer(self.w).await?;
+        if let Err(e) = self.worker.replay(b, &mut u).await {
+            u.abort().await;
+            return Err(e);
+        }
+        self.ufs = Some(u);
+        self.spilled = true;
+        if let Some((_, task)) = self.down.take() {
+            task.abort();
+        }
+        Ok(())
+    }
+
+    /// The last chunk is in: commit the last block.
+    async fn finish_blocks(&mut self) -> Result<()> {
+        if let Some(b) = self.blocks.take() {
+            crate::blocking(move || b.finish()).await??;
+        }
+        Ok(())
+    }
+
+    /// The pipeline's answer and the UFS object's close: the write's answer.
+    async fn close(mut self) -> Result<pb::DataResponse> {
+        match self.try_close().await {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn try_close(&mut self) -> Result<pb::DataResponse> {
+        let mut replicas = u32::from(self.caches);
+        if let Some((tx, task)) = self.down.take() {
+            drop(tx);
+            let r = task.await.map_err(|e| Error::internal(format!("pipeline task: {e}")))??;
+            replicas += r.replicas;
+        }
+        let mut resp = pb::DataResponse { length: self.total, replicas, ..Default::default() };
+        if self.spilled {
+            resp.set_write_type(pb::WriteType::CacheThrough);
+        }
+        if let Some(u) = self.ufs.take() {
+            let st = u.close().await?;
+            if st.length != self.total {
+                return Err(Error::new(
+                    ErrorKind::Ufs,
+                    format!("UFS holds {} bytes after writing {}", st.length, self.total),
+                ));
+            }
+            (resp.etag, resp.mtime_ms) = (st.etag, st.mtime_ms);
+        }
+        Ok(resp)
+    }
+
+    /// Let go of everything the write made: the UFS object is never made, the replicas
+    /// drop their partial copies, and the blocks stored here (with the write pin) go.
+    async fn abort(mut self) {
+        if let Some(u) = self.ufs.take() {
+            u.abort().await;
+        }
+        if let Some((_, task)) = self.down.take() {
+            task.abort();
+        }
+        drop(self.blocks.take());
+        if self.caches {
+            self.worker.abandon_blocks(self.w).await;
+        }
+    }
+}
+
 /// Splits a write into blocks of the new version in the store. Blocking: its methods
 /// create, write and commit block files (the write path runs them on a blocking thread).
 struct BlockWriter {
@@ -493,6 +472,11 @@ struct BlockWriter {
 }
 
 impl BlockWriter {
+    /// The blocks of `w`'s version from block `index` on.
+    fn new(store: BlockStore, w: &pb::WriteFileRequest, index: u64) -> Self {
+        BlockWriter { store, version: w.version, block_size: w.block_size, index, cur: None, crc: 0 }
+    }
+
     fn write(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             if self.cur.is_none() {
@@ -573,3 +557,7 @@ async fn forward_write(id: u64, addr: &str, req: pb::WriteFileRequest, who: &Ide
     });
     Ok((tx, task))
 }
+
+#[cfg(test)]
+#[path = "write_tests.rs"]
+mod tests;

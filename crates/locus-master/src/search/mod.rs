@@ -32,6 +32,7 @@ pub use locus_search::query;
 mod ranges;
 #[cfg(test)]
 mod tests;
+mod translate;
 
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -43,20 +44,18 @@ use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use redb::ReadTransaction;
-use tantivy::query::{
-    AllQuery, BooleanQuery, EmptyQuery, InvertedIndexRangeQuery, Occur, Query, RangeQuery, TermQuery,
-};
-use tantivy::schema::{Field, IndexRecordOption};
-use tantivy::{DocAddress, Searcher, Term};
+use tantivy::DocAddress;
+use tantivy::query::{AllQuery, Query};
 
 use crate::store::{INODES, LOCATIONS, db_err, get_inode};
 use crate::*;
 use catalog::successor;
-use columns::{ColumnRange, Columns, NumRange, inclusive};
+use columns::Columns;
 use index::{Fields, KeyCount, KeyOrder, KeyRange, KeyScan, entry_at, ix_err, listing_at};
 use indexer::Overlay;
-use query::{Attr, Expr, LocusAttrs, Object, Op, Value};
-use ranges::{Span, TERM_OPEN_COST, TERM_RANGE_MAX, estimated_matches, meet, numeric_range, size_span, time_span};
+use query::{Attr, Expr, LocusAttrs, Object};
+use ranges::meet;
+use translate::Translator;
 
 /// Most candidates one batch of a query's matches holds.
 const BATCH_MAX: usize = 1 << 20;
@@ -151,9 +150,6 @@ pub(crate) struct Search {
     mounts: Vec<String>,
 }
 
-/// A query, and whether it matches exactly what the clause does (else a superset).
-type Translated = (Option<Box<dyn Query>>, bool);
-
 /// Where candidates come from, in key order.
 enum Candidates<'s> {
     /// Every key in scope (or in the ranges of its literal prefixes), range by range.
@@ -229,177 +225,6 @@ impl Search {
             b => b.clone(),
         };
         (lo, self.hi.clone().map_or(Bound::Unbounded, Bound::Excluded))
-    }
-
-    /// A query for `e` (see [`Translated`]): `None` matches every object.
-    fn translate(&self, s: &Searcher, f: &Fields, cols: &Arc<Columns>, e: &Expr) -> Translated {
-        let term = |field, s: &str| -> Box<dyn Query> {
-            Box::new(TermQuery::new(Term::from_field_text(field, s), IndexRecordOption::Basic))
-        };
-        let texts = |field, lo: Bound<String>, hi: Bound<String>| -> Box<dyn Query> {
-            let t = |s: String| Term::from_field_text(field, &s);
-            Box::new(RangeQuery::new(lo.map(t), hi.map(t)))
-        };
-        // The terms of a text attribute: its field, and the prefix naming it (user
-        // metadata and tags) and the end of its terms.
-        let text_attr = |a: &Attr| -> Option<(Field, String, Bound<String>)> {
-            Some(match a {
-                Attr::ContentType => (f.ctype, String::new(), Bound::Unbounded),
-                Attr::Etag => (f.etag, String::new(), Bound::Unbounded),
-                Attr::Meta(n) => (f.meta, format!("{n}\0"), Bound::Excluded(format!("{n}\u{1}"))),
-                Attr::Tag(n) => (f.tag, format!("{n}\0"), Bound::Excluded(format!("{n}\u{1}"))),
-                _ => return None,
-            })
-        };
-        // Every object that has the attribute (or every object).
-        let has = |a: &Attr| -> Translated {
-            match text_attr(a) {
-                Some((field, p, end)) if !p.is_empty() => (Some(texts(field, Bound::Included(p), end)), false),
-                _ => (None, false),
-            }
-        };
-        // A range of sizes or times (`None`: no size at all), read through its terms when
-        // it holds at most `terms` distinct values (see [`numeric_range`]).
-        let column = |r: Option<NumRange>| -> Box<dyn Query> {
-            match r {
-                Some(range) => Box::new(ColumnRange { range, cols: cols.clone() }),
-                None => Box::new(EmptyQuery),
-            }
-        };
-        let size_query = |sp: Option<Span<u64>>, terms: u64| -> Box<dyn Query> {
-            let t = |v: u64| Term::from_field_u64(f.size, v);
-            sp.map_or(Box::new(EmptyQuery), |(lo, hi)| {
-                numeric_range(s, f.size, lo.map(t), hi.map(t), terms, || column(inclusive(lo, hi).map(NumRange::Size)))
-            })
-        };
-        let time_query = |(lo, hi): Span<i64>, terms: u64| -> Box<dyn Query> {
-            let t = |v: i64| Term::from_field_i64(f.mtime, v);
-            numeric_range(s, f.mtime, lo.map(t), hi.map(t), terms, || column(inclusive(lo, hi).map(NumRange::Mtime)))
-        };
-        match e {
-            Expr::And(v) => {
-                // Comparisons of one number (size, mtime) meet in one range, read once.
-                let (mut size, mut mtime) = (None::<Option<Span<u64>>>, None::<Span<i64>>);
-                let mut rest = Vec::new();
-                for c in v {
-                    match c {
-                        Expr::Cmp { attr: Attr::Size, op, value: Value::Number(n) } if op.is_range() => {
-                            let b = size_span(*op, *n);
-                            size = Some(match size {
-                                None => b,
-                                Some(a) => a.zip(b).map(|(a, b)| meet(a, b)),
-                            });
-                        }
-                        Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(t) } if op.is_range() => {
-                            let b = time_span(*op, *t);
-                            mtime = Some(mtime.map_or(b, |a| meet(a, b)));
-                        }
-                        _ => rest.push(c),
-                    }
-                }
-                let mut parts: Vec<Translated> = rest.into_iter().map(|c| self.translate(s, f, cols, c)).collect();
-                // Beside other clauses, a range is checked on their matches (one column read
-                // each) unless its terms are far fewer than those matches: each term is a
-                // posting list to open (thousands for `content-length > 1000000`).
-                let lead = if size.is_some() || mtime.is_some() {
-                    parts.iter().filter_map(|p| p.0.as_deref()).map(|q| estimated_matches(s, q)).min()
-                } else {
-                    None
-                };
-                let terms = lead.map_or(TERM_RANGE_MAX, |n| (n / TERM_OPEN_COST).min(TERM_RANGE_MAX));
-                parts.extend(size.map(|sp| (Some(size_query(sp, terms)), true)));
-                parts.extend(mtime.map(|sp| (Some(time_query(sp, terms)), true)));
-                let exact = parts.iter().all(|p| p.1);
-                let qs: Vec<(Occur, Box<dyn Query>)> =
-                    parts.into_iter().filter_map(|p| p.0).map(|q| (Occur::Must, q)).collect();
-                if qs.is_empty() { (None, exact) } else { (Some(Box::new(BooleanQuery::new(qs))), exact) }
-            }
-            Expr::Or(v) => {
-                let mut qs = Vec::new();
-                let mut exact = true;
-                for c in v {
-                    let (q, x) = self.translate(s, f, cols, c);
-                    let Some(q) = q else { return (None, false) };
-                    qs.push((Occur::Should, q));
-                    exact &= x;
-                }
-                if qs.is_empty() {
-                    return (Some(Box::new(EmptyQuery)), exact);
-                }
-                (Some(Box::new(BooleanQuery::new(qs))), exact)
-            }
-            Expr::Like { attr: Attr::Key, prefix: Some(p), .. } => {
-                // The prefix's terms (a range of the key column would read every document).
-                let lo = format!("{}{p}", self.base);
-                let hi = successor(&lo).map_or(Bound::Unbounded, Bound::Excluded);
-                let t = |s: String| Term::from_field_text(f.key, &s);
-                (Some(Box::new(InvertedIndexRangeQuery::new(Bound::Included(t(lo)), hi.map(t)))), false)
-            }
-            Expr::Like { attr, prefix: Some(p), .. } => match text_attr(attr) {
-                Some((field, name, end)) => {
-                    let hi = successor(p).map_or(end, |s| Bound::Excluded(format!("{name}{s}")));
-                    (Some(texts(field, Bound::Included(format!("{name}{p}")), hi)), false)
-                }
-                None => (None, false),
-            },
-            Expr::Like { attr, .. } => has(attr),
-            Expr::Cmp { op: Op::Ne, .. } => (None, false),
-            // `=` compares text exactly, numbers or not.
-            Expr::Cmp { attr: Attr::Key, op: Op::Eq, value: Value::Text(s, _) } => {
-                (Some(term(f.key, &format!("{}{s}", self.base))), true)
-            }
-            Expr::Cmp { attr, op: Op::Eq, value: Value::Text(s, _) } if text_attr(attr).is_some() => {
-                let (field, name, _) = text_attr(attr).expect("a text attribute");
-                (Some(term(field, &format!("{name}{s}"))), true)
-            }
-            Expr::Cmp { attr: Attr::Key, op, value: Value::Text(s, None) } => {
-                let p = format!("{}{s}", self.base);
-                let q: Box<dyn Query> = match op {
-                    Op::Eq => term(f.key, &p),
-                    Op::Gt => texts(f.key, Bound::Excluded(p), Bound::Unbounded),
-                    Op::Ge => texts(f.key, Bound::Included(p), Bound::Unbounded),
-                    Op::Lt => texts(f.key, Bound::Included(self.base.clone()), Bound::Excluded(p)),
-                    Op::Le => texts(f.key, Bound::Included(self.base.clone()), Bound::Included(p)),
-                    Op::Ne => return (None, false),
-                };
-                (Some(q), true)
-            }
-            Expr::Cmp { attr: Attr::Size, op, value: Value::Number(n) } => {
-                // Sizes are whole numbers: compare against the integers around `n`.
-                let q = match op {
-                    Op::Eq if n.fract() == 0.0 && *n >= 0.0 => {
-                        Box::new(TermQuery::new(Term::from_field_u64(f.size, *n as u64), IndexRecordOption::Basic))
-                    }
-                    Op::Eq => Box::new(EmptyQuery) as Box<dyn Query>,
-                    Op::Ne => return (None, false),
-                    _ => size_query(size_span(*op, *n), TERM_RANGE_MAX),
-                };
-                (Some(q), true)
-            }
-            Expr::Cmp { attr: Attr::Modified, op, value: Value::Time(ms) } => {
-                if *op == Op::Ne {
-                    return (None, false);
-                }
-                (Some(time_query(time_span(*op, *ms), TERM_RANGE_MAX)), true)
-            }
-            Expr::Cmp { attr, op, value: Value::Text(s, None) } => match text_attr(attr) {
-                Some((field, name, end)) => {
-                    let v = format!("{name}{s}");
-                    let start = Bound::Included(name.clone());
-                    let q = match op {
-                        Op::Eq => term(field, &v),
-                        Op::Gt => texts(field, Bound::Excluded(v), end),
-                        Op::Ge => texts(field, Bound::Included(v), end),
-                        Op::Lt => texts(field, start, Bound::Excluded(v)),
-                        Op::Le => texts(field, start, Bound::Included(v)),
-                        Op::Ne => return (None, false),
-                    };
-                    (Some(q), true)
-                }
-                None => (None, false),
-            },
-            Expr::Cmp { attr, .. } => has(attr),
-        }
     }
 
     /// The key ranges, in order, a LIKE with literal prefixes confines a clause to (alone,
@@ -490,7 +315,8 @@ impl Search {
 
     /// Run the search against `snap`.
     pub(crate) fn run(&self, snap: &Snapshot) -> Result<Page> {
-        let (q, exact) = self.translate(&snap.searcher, &snap.f, &snap.cols, &self.expr);
+        let (q, exact) =
+            Translator { base: &self.base, s: &snap.searcher, f: &snap.f, cols: &snap.cols }.query(&self.expr);
         let mut page = Page {
             hits: Vec::new(),
             prefixes: Vec::new(),

@@ -10,6 +10,7 @@ use locus_common::Error;
 use locus_common::config::WriteType;
 use locus_common::metrics::ReadSource;
 use locus_proto::pb;
+use locus_proto::report::{ClusterReport, HostReads};
 use serde_json::json;
 
 use super::{Global, human, runtime};
@@ -139,149 +140,100 @@ pub fn report(g: &Global, as_json: bool, by_host: bool) -> Result<()> {
         let c = super::client(&cfg)?;
         let r = c.report().await?;
         let mounts = c.mount_table().await?;
-        let j = locus_proto::report_json(&r, &mounts);
+        let rep = ClusterReport::new(&r, &mounts);
         match (as_json, by_host) {
-            (true, false) => println!("{}", serde_json::to_string_pretty(&j)?),
-            (true, true) => println!("{}", serde_json::to_string_pretty(&j["by_host"])?),
-            (false, true) => print_by_host(&j["by_host"]),
-            (false, false) => print_report(&j),
+            (true, false) => println!("{}", serde_json::to_string_pretty(&rep)?),
+            (true, true) => println!("{}", serde_json::to_string_pretty(&rep.by_host)?),
+            (false, true) => print_by_host(&rep.by_host),
+            (false, false) => print_report(&rep),
         }
         Ok(())
     })
 }
 
 /// The client reads by host: bytes by source and the share read short-circuit.
-fn print_by_host(hosts: &serde_json::Value) {
+fn print_by_host(hosts: &[HostReads]) {
     println!("Client reads by host, since the master started (as of the workers' last heartbeats):");
     print!("  {:<24} {:>8}", "host", "reads");
     for s in ReadSource::ALL {
         print!(" {:>14}", s.label());
     }
     println!(" {:>14}", "short-circuit %");
-    for h in hosts.as_array().into_iter().flatten() {
-        print!("  {:<24} {:>8}", h["host"].as_str().unwrap_or(""), h["reads"]);
+    for h in hosts {
+        print!("  {:<24} {:>8}", h.host, h.reads);
         for s in ReadSource::ALL {
-            print!(" {:>14}", human(h["bytes_by_source"][s.as_str()].as_u64().unwrap_or(0)));
+            print!(" {:>14}", human(h.from_source(s)));
         }
-        println!(" {:>14.1}", h["short_circuit_share"].as_f64().unwrap_or(0.0) * 100.0);
+        println!(" {:>14.1}", h.short_circuit_share * 100.0);
     }
     println!("Why reads were not short-circuit: locus doctor --reads");
 }
 
-fn print_report(j: &serde_json::Value) {
-    println!("Workers: {} live", j["live_workers"]);
-    for w in j["workers"].as_array().into_iter().flatten() {
-        let tiers: Vec<String> = w["tiers"]
-            .as_array()
-            .into_iter()
-            .flatten()
+fn print_report(r: &ClusterReport) {
+    println!("Workers: {} live", r.live_workers);
+    for w in &r.workers {
+        let tiers: Vec<String> = w
+            .tiers
+            .iter()
             .map(|t| {
-                let pooled = t["pooled"].as_u64().unwrap_or(0);
-                format!(
-                    "{} {}/{}{}",
-                    t["alias"].as_str().unwrap_or(""),
-                    human(t["used"].as_u64().unwrap_or(0)),
-                    human(t["capacity"].as_u64().unwrap_or(0)),
-                    if pooled > 0 { format!(" (+{} pooled)", human(pooled)) } else { String::new() }
-                )
+                let pooled = if t.pooled > 0 { format!(" (+{} pooled)", human(t.pooled)) } else { String::new() };
+                format!("{} {}/{}{pooled}", t.alias, human(t.used), human(t.capacity))
             })
             .collect();
-        println!(
-            "  #{} {} {} {}  {}",
-            w["id"],
-            w["host"].as_str().unwrap_or(""),
-            w["data_address"].as_str().unwrap_or(""),
-            if w["live"].as_bool() == Some(true) { "live" } else { "LOST" },
-            tiers.join("  ")
-        );
+        let state = if w.live { "live" } else { "LOST" };
+        println!("  #{} {} {} {state}  {}", w.id, w.host, w.data_address, tiers.join("  "));
     }
     println!("Capacity:");
-    for (k, v) in j["capacity"].as_object().into_iter().flatten() {
-        println!(
-            "  {k}: {} used of {}",
-            human(v["used"].as_u64().unwrap_or(0)),
-            human(v["capacity"].as_u64().unwrap_or(0))
-        );
+    for (k, v) in &r.capacity {
+        println!("  {k}: {} used of {}", human(v.used), human(v.capacity));
     }
-    let b = &j["persist_backlog"];
+    let b = &r.persist_backlog;
     println!(
         "Persist backlog: {} file(s), {}, oldest {:.1}s ({} queued UFS operation(s))",
-        b["files"],
-        human(b["bytes"].as_u64().unwrap_or(0)),
-        b["oldest_age_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
-        b["queued_ops"]
+        b.files,
+        human(b.bytes),
+        b.oldest_age_ms as f64 / 1000.0,
+        b.queued_ops
     );
-    let f = &j["persist_failed"];
-    if f["ops"].as_u64().unwrap_or(0) > 0 {
-        println!(
-            "Persist failures: {} operation(s) given up (locus fs persist --retry PATH, or --drop PATH)",
-            f["ops"]
-        );
-        for o in f["operations"].as_array().into_iter().flatten() {
-            println!(
-                "  {:<8} {}  ({} attempt(s)) {}",
-                o["kind"].as_str().unwrap_or(""),
-                o["path"].as_str().unwrap_or(""),
-                o["failures"],
-                o["error"].as_str().unwrap_or("")
-            );
+    let f = &r.persist_failed;
+    if f.ops > 0 {
+        println!("Persist failures: {} operation(s) given up (locus fs persist --retry PATH, or --drop PATH)", f.ops);
+        for o in &f.operations {
+            println!("  {:<8} {}  ({} attempt(s)) {}", o.kind, o.path, o.failures, o.error);
         }
     }
     // Workers send their counters with each heartbeat: a read finished just now shows
     // once its worker has beaten since.
-    let oldest = j["workers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|w| w["live"].as_bool().unwrap_or(false))
-        .filter_map(|w| w["last_heartbeat_ms_ago"].as_u64())
-        .max()
-        .unwrap_or(0);
+    let oldest = r.workers.iter().filter(|w| w.live).map(|w| w.last_heartbeat_ms_ago).max().unwrap_or(0);
     println!("Bytes read by source (as of the workers' last heartbeats, at most {:.1} s ago):", oldest as f64 / 1000.0);
     for s in ReadSource::ALL {
-        let k = s.as_str();
-        println!("  {k:<14} {}", human(j["bytes_read"][k].as_u64().unwrap_or(0)));
+        println!("  {:<14} {}", s.as_str(), human(r.read_from(s)));
     }
-    let c = &j["cache"];
+    let c = &r.cache;
     println!(
         "Cache (counted in block reads, not bytes): {} hits, {} misses, {} evictions, hit ratio {:.3}",
-        c["hits"],
-        c["misses"],
-        c["evictions"],
-        c["hit_ratio"].as_f64().unwrap_or(0.0)
+        c.hits, c.misses, c.evictions, c.hit_ratio
     );
-    let nd = &j["compute"];
     println!(
         "Near-data compute: {} scanned on workers, {} returned to callers",
-        human(nd["bytes_scanned"].as_u64().unwrap_or(0)),
-        human(nd["bytes_returned"].as_u64().unwrap_or(0))
+        human(r.compute.bytes_scanned),
+        human(r.compute.bytes_returned)
     );
-    let bw = &j["bytes_written"];
     println!(
         "Bytes written: {} short-circuit (into block files by co-located clients), {} over the data path",
-        human(bw["short_circuit"].as_u64().unwrap_or(0)),
-        human(bw["data_path"].as_u64().unwrap_or(0))
+        human(r.bytes_written.short_circuit),
+        human(r.bytes_written.data_path)
     );
     println!("Background jobs:");
     println!(
         "  {:<10} {:<20} {:<8} {:>8} {:>8} {:>10} {:>8}  last error",
         "on", "job", "state", "runs", "failures", "last run", "backlog"
     );
-    for job in j["jobs"].as_array().into_iter().flatten() {
-        let last = match job["last_run_s_ago"].as_f64() {
-            Some(s) => format!("{s:.1}s ago"),
-            None => "never".into(),
-        };
+    for job in &r.jobs {
+        let last = job.last_run_s_ago.map_or_else(|| "never".into(), |s| format!("{s:.1}s ago"));
         println!(
             "  {:<10} {:<20} {:<8} {:>8} {:>8} {:>10} {:>8}  {}",
-            job["on"].as_str().unwrap_or(""),
-            job["name"].as_str().unwrap_or(""),
-            job["state"].as_str().unwrap_or(""),
-            job["runs"],
-            job["failures"],
-            last,
-            job["backlog"],
-            job["last_error"].as_str().unwrap_or("")
+            job.on, job.name, job.state, job.runs, job.failures, last, job.backlog, job.last_error
         );
     }
 }

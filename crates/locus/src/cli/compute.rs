@@ -101,13 +101,7 @@ pub async fn run(c: &Arc<Client>, a: &ComputeArgs) -> Result<()> {
     };
     let files = c.expand_paths(&a.paths).await?;
     let written = files.clone();
-    let bar = indicatif::ProgressBar::new(files.iter().map(|f| f.length).sum());
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec}",
-        )
-        .unwrap(),
-    );
+    let bar = super::byte_bar(files.iter().map(|f| f.length).sum());
     let out = c.compute_files(files, &job, |n| bar.inc(n)).await?;
     bar.finish_and_clear();
     if let (Some(dest), Some(method)) = (&a.out, method) {

@@ -432,35 +432,33 @@ fn reads(cfg: &Config, a: &DoctorArgs) -> Result<()> {
     runtime()?.block_on(async {
         let c = Client::from_config(cfg)?;
         let r = c.reads(since, a.host.as_deref().unwrap_or("")).await?;
-        let by_host = locus_proto::by_host_json(&r.rows);
+        let hosts = locus_proto::report::by_host(&r.rows);
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&json!({"window_ms": r.window_ms, "hosts": by_host}))?);
+            println!("{}", serde_json::to_string_pretty(&json!({"window_ms": r.window_ms, "hosts": hosts}))?);
             return Ok(());
         }
         let span = humantime::format_duration(Duration::from_secs(r.window_ms / 1000));
-        let hosts = by_host.as_array().cloned().unwrap_or_default();
         if hosts.is_empty() {
             println!("No client reads in the last {span}.");
             return Ok(());
         }
         println!("Client reads in the last {span}, by host (as of the workers' last heartbeats):");
         for h in &hosts {
-            let total = h["bytes"].as_u64().unwrap_or(0);
+            let total = h.bytes;
             println!(
                 "{}: {} in {} block reads, {:.1}% short-circuit",
-                h["host"].as_str().unwrap_or(""),
+                h.host,
                 human(total),
-                h["reads"],
-                h["short_circuit_share"].as_f64().unwrap_or(0.0) * 100.0
+                h.reads,
+                h.short_circuit_share * 100.0
             );
             for reason in ReadReason::ALL {
-                let e = &h["not_short_circuit"][reason.as_str()];
-                let Some(bytes) = e["bytes"].as_u64() else { continue };
+                let Some(e) = h.for_reason(reason) else { continue };
                 println!(
                     "  {:>6.1}%  {:>10}  {:>6} reads  {}: {}",
-                    if total == 0 { 0.0 } else { bytes as f64 * 100.0 / total as f64 },
-                    human(bytes),
-                    e["reads"],
+                    if total == 0 { 0.0 } else { e.bytes as f64 * 100.0 / total as f64 },
+                    human(e.bytes),
+                    e.reads,
                     reason.as_str(),
                     reason.explain()
                 );

@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 use super::admin::{MountArgs, mount, unmount};
 use super::compute::ComputeArgs;
 use super::search::{IndexArgs, SearchArgs};
-use super::{Global, human, runtime};
+use super::{Global, byte_bar, human, runtime};
 
 #[derive(Args)]
 pub struct FsArgs {
@@ -260,75 +260,8 @@ fn stat_json(fi: &pb::FileInfo, workers: &HashMap<u64, String>) -> serde_json::V
 async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
     let opts = ReadOptions::default();
     match cmd {
-        FsCmd::Ls { recursive, json: as_json, path } => {
-            let mut out = std::io::stdout().lock();
-            use std::io::Write;
-            let mut werr = None;
-            c.list_each(path, *recursive, |e| {
-                let r = if *as_json {
-                    writeln!(out, "{}", entry_json(e))
-                } else {
-                    writeln!(
-                        out,
-                        "{:>12}  {}  {}",
-                        if e.is_dir { "-".into() } else { e.length.to_string() },
-                        if e.is_dir { "d" } else { "-" },
-                        e.path
-                    )
-                };
-                if let Err(e) = r {
-                    werr.get_or_insert(e);
-                }
-            })
-            .await?;
-            if let Some(e) = werr
-                && e.kind() != std::io::ErrorKind::BrokenPipe
-            {
-                return Err(e.into());
-            }
-        }
-        FsCmd::Stat { json: as_json, path } => {
-            let fi = c.status(path, true).await?;
-            let r = c.report().await?;
-            let hosts: HashMap<u64, String> =
-                r.workers.iter().filter_map(|w| w.address.as_ref()).map(|a| (a.worker_id, a.host.clone())).collect();
-            let j = stat_json(&fi, &hosts);
-            if *as_json {
-                println!("{}", serde_json::to_string_pretty(&j)?);
-            } else {
-                println!("path         {}", fi.path);
-                println!("type         {}", if fi.is_dir { "directory" } else { "file" });
-                println!("size         {} ({})", fi.length, human(fi.length));
-                println!("fingerprint  {}", fi.fingerprint);
-                println!("mount        {} (ufs path {:?})", fi.mount_point, fi.ufs_path);
-                println!("pinned       {}", fi.pinned);
-                if !fi.is_dir {
-                    println!("persisted    {}", fi.persist_state().name());
-                    println!("cached       {:.1}%", j["cached_fraction"].as_f64().unwrap_or(0.0) * 100.0);
-                    for b in &fi.blocks {
-                        let locs: Vec<String> = b
-                            .locations
-                            .iter()
-                            .map(|l| {
-                                format!(
-                                    "worker {} ({}) {}",
-                                    l.worker_id,
-                                    hosts.get(&l.worker_id).cloned().unwrap_or_default(),
-                                    l.tier().name()
-                                )
-                            })
-                            .collect();
-                        println!(
-                            "  block {} @{} len {}: {}",
-                            b.block_id,
-                            b.offset,
-                            b.length,
-                            if locs.is_empty() { "not cached".into() } else { locs.join(", ") }
-                        );
-                    }
-                }
-            }
-        }
+        FsCmd::Ls { recursive, json, path } => ls(c, path, *recursive, *json).await?,
+        FsCmd::Stat { json, path } => stat(c, path, *json).await?,
         FsCmd::Compute(a) => super::compute::run(c, a).await?,
         FsCmd::Search(a) => super::search::search(c, a).await?,
         FsCmd::Index(a) => super::search::index(c, a).await?,
@@ -336,52 +269,12 @@ async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
             let fi = c.status(path, true).await?;
             c.read_into(&fi, 0, fi.length, opts, &mut StdoutSink::new()?).await.or_else(quiet_pipe)?;
         }
-        FsCmd::Wc { repeat, json: as_json, path } => {
-            let mut seconds = Vec::new();
-            let mut counted = LineCounter::default();
-            for _ in 0..(*repeat).max(1) {
-                let start = std::time::Instant::now();
-                let fi = c.status(path, true).await?;
-                counted = LineCounter::default();
-                c.read_to(&fi, 0, fi.length, opts, &mut counted).await?;
-                seconds.push(start.elapsed().as_secs_f64());
-            }
-            if *as_json {
-                println!(
-                    "{}",
-                    json!({"path": path, "lines": counted.lines, "bytes": counted.bytes, "seconds": seconds})
-                );
-            } else {
-                println!("{} {} {path}", counted.lines, counted.bytes);
-            }
-        }
+        FsCmd::Wc { repeat, json, path } => wc(c, path, *repeat, *json).await?,
         FsCmd::Head { bytes, path } => {
             let fi = c.status(path, true).await?;
             c.read_into(&fi, 0, *bytes, opts, &mut StdoutSink::new()?).await.or_else(quiet_pipe)?;
         }
-        FsCmd::Get { path, local, overwrite } => {
-            let fi = c.status(path, true).await?;
-            let mut o = tokio::fs::OpenOptions::new();
-            o.write(true);
-            if *overwrite {
-                o.create(true).truncate(true);
-            } else {
-                o.create_new(true);
-            }
-            let f = match o.open(local).await {
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    return Err(Error::new(
-                        ErrorKind::AlreadyExists,
-                        format!("{} exists (use --overwrite to replace it)", local.display()),
-                    )
-                    .into());
-                }
-                r => r.with_context(|| format!("create {}", local.display()))?,
-            };
-            let mut w = tokio::io::BufWriter::with_capacity(4 << 20, f);
-            c.read_to(&fi, 0, fi.length, opts, &mut w).await?;
-            w.shutdown().await?;
-        }
+        FsCmd::Get { path, local, overwrite } => get(c, path, local, *overwrite).await?,
         FsCmd::Put { local, path, overwrite, write_type, durable } => {
             let popts = PutOptions {
                 overwrite: *overwrite,
@@ -389,38 +282,9 @@ async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
                 durable_replicas: *durable,
                 ..Default::default()
             };
-            let exists = |e: locus_common::Error| {
-                if e.kind() == ErrorKind::AlreadyExists && !*overwrite {
-                    e.context("use --overwrite to replace it")
-                } else {
-                    e
-                }
-            };
-            let fi = if local == "-" {
-                c.put_with(path, &mut tokio::io::stdin(), &popts, |_| Ok(pb::ObjectMeta::default()))
-                    .await
-                    .map_err(exists)?
-            } else {
-                let mut f = tokio::fs::File::open(local).await.map_err(|e| Error::io(format!("open {local}"), e))?;
-                // A regular file declares its size (a write that cannot fit fails first).
-                let popts = match f.metadata().await {
-                    Ok(m) if m.is_file() => PutOptions { expected_length: Some(m.len()), ..popts },
-                    _ => popts,
-                };
-                c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await.map_err(exists)?
-            };
-            println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state().name());
-            if fi.copies_made < fi.copies_wanted {
-                eprintln!(
-                    "locus: warning: {} is held by {} worker(s), not the {} asked for (a worker was lost, or \
-                     client.replication.allow_fewer): it is less durable until persisted",
-                    fi.path, fi.copies_made, fi.copies_wanted
-                );
-            }
+            put(c, local, path, popts).await?
         }
         FsCmd::Persist { path, retry, drop, no_wait, timeout } => {
-            let limit: Duration = humantime::parse_duration(timeout)
-                .map_err(|e| Error::invalid(format!("bad --timeout {timeout:?}: {e}")))?;
             if *retry || *drop {
                 let action = if *retry { pb::PersistFailureAction::Retry } else { pb::PersistFailureAction::Drop };
                 let n = c.resolve_persist_failures(path, action).await?;
@@ -430,38 +294,11 @@ async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
                 );
                 return Ok(());
             }
+            let limit: Duration = humantime::parse_duration(timeout)
+                .map_err(|e| Error::invalid(format!("bad --timeout {timeout:?}: {e}")))?;
             let mut fi = c.persist(path).await?;
-            let start = std::time::Instant::now();
-            let mut checked = start;
-            while !*no_wait && !fi.persist_state().is_persisted() {
-                if fi.persist_state() == pb::PersistState::Lost {
-                    return Err(
-                        Error::new(ErrorKind::Corrupt, format!("{path} was lost before it was persisted")).into()
-                    );
-                }
-                if checked.elapsed() > Duration::from_secs(1) {
-                    checked = std::time::Instant::now();
-                    let r = c.report().await?;
-                    if let Some(f) = r.persist_failed.iter().find(|f| f.path == fi.path) {
-                        return Err(Error::new(
-                            ErrorKind::from(f.last_error_kind()),
-                            format!(
-                                "the persist of {path} was given up after {} attempt(s): {} (locus fs persist --retry or --drop)",
-                                f.failures, f.last_error
-                            ),
-                        )
-                        .into());
-                    }
-                }
-                if start.elapsed() > limit {
-                    return Err(Error::unavailable(format!(
-                        "{path} is still {} after {timeout}",
-                        fi.persist_state().name()
-                    ))
-                    .into());
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                fi = c.status(path, false).await?;
+            if !*no_wait {
+                fi = wait_persisted(c, path, fi, limit, timeout).await?;
             }
             println!("{path}: {}", fi.persist_state().name());
         }
@@ -482,28 +319,7 @@ async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
         FsCmd::Mkdir { parents, path } => c.mkdir(path, *parents).await?,
         FsCmd::Rm { recursive, path } => c.delete(path, *recursive).await?,
         FsCmd::Mv { src, dst } => c.rename(src, dst).await?,
-        FsCmd::Load { recursive, path } => {
-            if !*recursive && c.status(path, false).await?.is_dir {
-                return Err(Error::invalid(format!("{path} is a directory (use -R)")).into());
-            }
-            let infos = c.expand_paths(std::slice::from_ref(path)).await?;
-            let total: u64 = infos.iter().map(|f| f.length).sum();
-            let pb = indicatif::ProgressBar::new(total);
-            pb.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-                )
-                .unwrap(),
-            );
-            let start = std::time::Instant::now();
-            for fi in &infos {
-                pb.set_message(fi.name.clone());
-                c.load(fi, |n| pb.inc(n)).await?;
-            }
-            pb.finish_and_clear();
-            // The bar is drawn on a terminal only; the summary line always.
-            println!("loaded {} file(s), {} in {:.1} s", infos.len(), human(total), start.elapsed().as_secs_f64());
-        }
+        FsCmd::Load { recursive, path } => load(c, path, *recursive).await?,
         FsCmd::Free { recursive, path } => {
             let (n, skipped) = c.free_counted(path, *recursive).await?;
             if skipped > 0 {
@@ -523,6 +339,188 @@ async fn run_fs(c: &std::sync::Arc<Client>, cmd: &FsCmd) -> Result<()> {
         FsCmd::Mount(a) => mount(c, a).await?,
         FsCmd::Unmount { path } => unmount(c, path).await?,
     }
+    Ok(())
+}
+
+/// `fs ls`: one line (or JSON object) per entry, as the listing streams in.
+async fn ls(c: &Client, path: &str, recursive: bool, as_json: bool) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let mut werr = None;
+    c.list_each(path, recursive, |e| {
+        let r = if as_json {
+            writeln!(out, "{}", entry_json(e))
+        } else {
+            let size = if e.is_dir { "-".into() } else { e.length.to_string() };
+            writeln!(out, "{size:>12}  {}  {}", if e.is_dir { "d" } else { "-" }, e.path)
+        };
+        if let Err(e) = r {
+            werr.get_or_insert(e);
+        }
+    })
+    .await?;
+    match werr {
+        Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// `fs stat`: the file, and where each of its blocks is cached.
+async fn stat(c: &Client, path: &str, as_json: bool) -> Result<()> {
+    let fi = c.status(path, true).await?;
+    let r = c.report().await?;
+    let hosts: HashMap<u64, String> =
+        r.workers.iter().filter_map(|w| w.address.as_ref()).map(|a| (a.worker_id, a.host.clone())).collect();
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&stat_json(&fi, &hosts))?);
+        return Ok(());
+    }
+    println!("path         {}", fi.path);
+    println!("type         {}", if fi.is_dir { "directory" } else { "file" });
+    println!("size         {} ({})", fi.length, human(fi.length));
+    println!("fingerprint  {}", fi.fingerprint);
+    println!("mount        {} (ufs path {:?})", fi.mount_point, fi.ufs_path);
+    println!("pinned       {}", fi.pinned);
+    if fi.is_dir {
+        return Ok(());
+    }
+    println!("persisted    {}", fi.persist_state().name());
+    println!("cached       {:.1}%", fi.cached_fraction() * 100.0);
+    for b in &fi.blocks {
+        let host = |id: u64| hosts.get(&id).cloned().unwrap_or_default();
+        let locs: Vec<String> = b
+            .locations
+            .iter()
+            .map(|l| format!("worker {} ({}) {}", l.worker_id, host(l.worker_id), l.tier().name()))
+            .collect();
+        let at = if locs.is_empty() { "not cached".into() } else { locs.join(", ") };
+        println!("  block {} @{} len {}: {at}", b.block_id, b.offset, b.length);
+    }
+    Ok(())
+}
+
+/// `fs wc`: lines and bytes, read `repeat` times (each timed).
+async fn wc(c: &Client, path: &str, repeat: usize, as_json: bool) -> Result<()> {
+    let mut seconds = Vec::new();
+    let mut counted = LineCounter::default();
+    for _ in 0..repeat.max(1) {
+        let start = std::time::Instant::now();
+        let fi = c.status(path, true).await?;
+        counted = LineCounter::default();
+        c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut counted).await?;
+        seconds.push(start.elapsed().as_secs_f64());
+    }
+    if as_json {
+        println!("{}", json!({"path": path, "lines": counted.lines, "bytes": counted.bytes, "seconds": seconds}));
+    } else {
+        println!("{} {} {path}", counted.lines, counted.bytes);
+    }
+    Ok(())
+}
+
+/// `fs get`: a file to a local one, never over an existing one unless `overwrite`.
+async fn get(c: &Client, path: &str, local: &std::path::Path, overwrite: bool) -> Result<()> {
+    let fi = c.status(path, true).await?;
+    let mut o = tokio::fs::OpenOptions::new();
+    o.write(true);
+    if overwrite {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    let f = match o.open(local).await {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let e = format!("{} exists (use --overwrite to replace it)", local.display());
+            return Err(Error::new(ErrorKind::AlreadyExists, e).into());
+        }
+        r => r.with_context(|| format!("create {}", local.display()))?,
+    };
+    let mut w = tokio::io::BufWriter::with_capacity(4 << 20, f);
+    c.read_to(&fi, 0, fi.length, ReadOptions::default(), &mut w).await?;
+    w.shutdown().await?;
+    Ok(())
+}
+
+/// `fs put`: a local file (or standard input, `-`) to `path`.
+async fn put(c: &Client, local: &str, path: &str, popts: PutOptions) -> Result<()> {
+    let overwrite = popts.overwrite;
+    let exists = |e: locus_common::Error| {
+        if e.kind() == ErrorKind::AlreadyExists && !overwrite { e.context("use --overwrite to replace it") } else { e }
+    };
+    let fi = if local == "-" {
+        c.put_with(path, &mut tokio::io::stdin(), &popts, |_| Ok(pb::ObjectMeta::default())).await.map_err(exists)?
+    } else {
+        let mut f = tokio::fs::File::open(local).await.map_err(|e| Error::io(format!("open {local}"), e))?;
+        // A regular file declares its size (a write that cannot fit fails first).
+        let popts = match f.metadata().await {
+            Ok(m) if m.is_file() => PutOptions { expected_length: Some(m.len()), ..popts },
+            _ => popts,
+        };
+        c.put_with(path, &mut f, &popts, |_| Ok(pb::ObjectMeta::default())).await.map_err(exists)?
+    };
+    println!("wrote {} ({} bytes, {})", fi.path, fi.length, fi.persist_state().name());
+    if fi.copies_made < fi.copies_wanted {
+        eprintln!(
+            "locus: warning: {} is held by {} worker(s), not the {} asked for (a worker was lost, or \
+             client.replication.allow_fewer): it is less durable until persisted",
+            fi.path, fi.copies_made, fi.copies_wanted
+        );
+    }
+    Ok(())
+}
+
+/// `fs persist` without `--no-wait`: the file's state until it is persisted, fails (the
+/// persist given up, or the file lost first), or `limit` passes.
+async fn wait_persisted(
+    c: &Client,
+    path: &str,
+    mut fi: pb::FileInfo,
+    limit: Duration,
+    timeout: &str,
+) -> Result<pb::FileInfo> {
+    let start = std::time::Instant::now();
+    let mut checked = start;
+    while !fi.persist_state().is_persisted() {
+        if fi.persist_state() == pb::PersistState::Lost {
+            return Err(Error::new(ErrorKind::Corrupt, format!("{path} was lost before it was persisted")).into());
+        }
+        if checked.elapsed() > Duration::from_secs(1) {
+            checked = std::time::Instant::now();
+            let r = c.report().await?;
+            if let Some(f) = r.persist_failed.iter().find(|f| f.path == fi.path) {
+                let e = format!(
+                    "the persist of {path} was given up after {} attempt(s): {} (locus fs persist --retry or --drop)",
+                    f.failures, f.last_error
+                );
+                return Err(Error::new(ErrorKind::from(f.last_error_kind()), e).into());
+            }
+        }
+        if start.elapsed() > limit {
+            let e = format!("{path} is still {} after {timeout}", fi.persist_state().name());
+            return Err(Error::unavailable(e).into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fi = c.status(path, false).await?;
+    }
+    Ok(fi)
+}
+
+/// `fs load`: every file at or under `path` into the cache, with a progress bar.
+async fn load(c: &Client, path: &str, recursive: bool) -> Result<()> {
+    if !recursive && c.status(path, false).await?.is_dir {
+        return Err(Error::invalid(format!("{path} is a directory (use -R)")).into());
+    }
+    let infos = c.expand_paths(std::slice::from_ref(&path.to_string())).await?;
+    let total: u64 = infos.iter().map(|f| f.length).sum();
+    let bar = byte_bar(total);
+    let start = std::time::Instant::now();
+    for fi in &infos {
+        bar.set_message(fi.name.clone());
+        c.load(fi, |n| bar.inc(n)).await?;
+    }
+    bar.finish_and_clear();
+    // The bar is drawn on a terminal only; the summary line always.
+    println!("loaded {} file(s), {} in {:.1} s", infos.len(), human(total), start.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -344,13 +344,7 @@ impl Manifests {
 pub async fn import(c: &Arc<Client>, m: &Manifests) -> Result<(u64, u64)> {
     let srcs = m.sources()?;
     let total: u64 = srcs.iter().map(|s| std::fs::metadata(s.path()).map(|m| m.len()).unwrap_or(0)).sum();
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-        )
-        .unwrap(),
-    );
+    let bar = super::byte_bar(total);
     let read = Arc::new(AtomicU64::new(0));
     let (tx, rx) = tokio::sync::mpsc::channel::<Objects>(4);
     let (m2, counter) = (m.clone(), read.clone());

@@ -177,6 +177,16 @@ pub async fn wait_for_signal() {
 }
 
 /// Bytes in IEC units (`1.5 GiB`).
+/// A progress bar of bytes (drawn on a terminal only), with a message after it.
+pub fn byte_bar(total: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    let t = "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {msg}";
+    if let Ok(style) = indicatif::ProgressStyle::with_template(t) {
+        bar.set_style(style);
+    }
+    bar
+}
+
 pub fn human(b: u64) -> String {
     bytesize::ByteSize::b(b).display().iec().to_string()
 }

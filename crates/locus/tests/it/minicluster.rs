@@ -22,7 +22,7 @@ use locus_proto::pb;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWrite;
 
-mod common;
+use crate::common;
 use common::{BLOCK, config, put_as, random, read_all, start, ufs_dir, wait_persisted, wait_queue_empty};
 
 fn sha(b: &[u8]) -> Vec<u8> {
@@ -1132,12 +1132,11 @@ async fn the_report_lists_every_background_job() {
         let hb = w.jobs.iter().find(|j| j.name == "worker.heartbeat").expect("a heartbeat job");
         assert!(hb.runs > 1 && hb.failures == 0 && hb.last_run_ms > 0, "{hb:?}");
     }
-    let j = locus_proto::report_json(&rep, &[]);
-    let jobs = j["jobs"].as_array().unwrap();
+    let jobs = locus_proto::report::ClusterReport::new(&rep, &[]).jobs;
     assert_eq!(jobs.len(), 5, "{jobs:?}");
-    assert_eq!(jobs[0]["on"], "master");
-    assert_eq!(jobs[2]["on"], "master");
-    assert!(jobs[3]["on"].as_str().unwrap().starts_with("worker "));
+    assert_eq!(jobs[0].on, "master");
+    assert_eq!(jobs[2].on, "master");
+    assert!(jobs[3].on.starts_with("worker "));
     c.shutdown().await;
 }
 
@@ -1401,11 +1400,11 @@ async fn every_reason_a_read_is_not_short_circuit_is_told_and_counted_by_host() 
     let rep = here.report().await.unwrap();
     let hosts: std::collections::BTreeSet<&str> = rep.by_host.iter().map(|r| r.host.as_str()).collect();
     assert_eq!(hosts, ["here", "host-b", "lonely", "off"].into());
-    let j = locus_proto::by_host_json(&rep.by_host);
-    let here_j = j.as_array().unwrap().iter().find(|h| h["host"] == "here").unwrap();
-    assert_eq!(here_j["bytes"], 3 * n);
-    assert_eq!(here_j["bytes_by_source"]["short_circuit"], n);
-    assert_eq!(here_j["not_short_circuit"]["cached_elsewhere"]["bytes"], n);
+    let by_host = locus_proto::report::by_host(&rep.by_host);
+    let here_h = by_host.iter().find(|h| h.host == "here").unwrap();
+    assert_eq!(here_h.bytes, 3 * n);
+    assert_eq!(here_h.from_source(locus_common::metrics::ReadSource::ShortCircuit), n);
+    assert_eq!(here_h.for_reason(locus_common::metrics::ReadReason::CachedElsewhere).map(|c| c.bytes), Some(n));
     // Scheduling: block_hosts names the caching host, and for an uncached block the
     // worker a read would fill it on.
     let hosts = here.block_hosts(&fi, 0, fi.length).await.unwrap();

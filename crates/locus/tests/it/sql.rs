@@ -20,7 +20,7 @@ use locus_cluster::LocalCluster;
 use locus_common::config::{ClientConfig, WriteType};
 use locus_proto::pb;
 
-mod common;
+use crate::common;
 use common::{config, put_as, wait_persisted};
 
 async fn start(dir: &std::path::Path, workers: usize, sql: bool) -> LocalCluster {

@@ -16,7 +16,7 @@ use locus_proto::pb::data_request::Req;
 use locus_proto::{authenticate, end_chunks, exchange, pb, read_response, write_chunk};
 use tokio::io::AsyncWriteExt;
 
-mod common;
+use crate::common;
 
 /// Every warning logged in this test binary (the clusters run in-process), to check that
 /// refusals are logged.

@@ -9,7 +9,7 @@ use locus_common::ErrorKind;
 use locus_common::config::{ClientConfig, WriteType};
 use locus_proto::pb::{self, ComputeOp};
 
-mod common;
+use crate::common;
 use common::{BLOCK, put_as, start, wait_persisted};
 
 /// A sensor log: `rows` rows of ts, sensor, c0..c3, and the numbers in it.

@@ -12,7 +12,7 @@ use locus_common::ErrorKind;
 use locus_common::config::{ClientConfig, Config, WriteType};
 use locus_proto::pb;
 
-mod common;
+use crate::common;
 use common::read_all;
 
 fn config(dir: &Path) -> Config {

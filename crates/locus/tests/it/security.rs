@@ -17,7 +17,7 @@ use locus_common::security::{Identity, Role, Secret, Verifier};
 use locus_proto::pb;
 use locus_proto::pb::master_client::MasterClient;
 
-mod common;
+use crate::common;
 
 async fn start(dir: &Path) -> LocalCluster {
     common::start(dir, 1, 64 << 20, false).await

@@ -11,7 +11,7 @@ use locus_common::ErrorKind;
 use locus_common::config::{ClientConfig, WriteType};
 use locus_proto::pb;
 
-mod common;
+use crate::common;
 use common::{BLOCK, put_as, random, ufs_dir, wait_persisted};
 
 async fn start(dir: &Path, workers: usize, mem_quota: u64) -> LocalCluster {
@@ -137,9 +137,9 @@ async fn a_failing_persist_is_given_up_reported_and_retried_or_dropped() {
         assert_eq!(f.last_error_kind(), pb::ErrorKind::IsADirectory, "{f:?}");
         assert!(!f.last_error.is_empty() && f.failed_ms > 0, "{f:?}");
     }
-    let j = locus_proto::report_json(&r, &[]);
-    assert_eq!(j["persist_failed"]["ops"], 2);
-    assert_eq!(j["persist_failed"]["operations"][0]["error_kind"], "is_a_directory");
+    let failed = locus_proto::report::ClusterReport::new(&r, &[]).persist_failed;
+    assert_eq!(failed.ops, 2);
+    assert_eq!(failed.operations[0].error_kind, "is_a_directory");
     let metrics = locus_master::render_metrics(c.master());
     assert!(metrics.contains("locus_persist_failed_paths 2"), "{metrics}");
     assert_eq!(cl.status("/blk/f1", false).await.unwrap().persist_state(), pb::PersistState::ToBePersisted);

@@ -10,15 +10,7 @@ use std::process::Command;
 use serde::Deserialize;
 
 /// Edges that break a rule today, each with the issue that removes it. Nothing else may.
-const KNOWN: &[(&str, &str, &str)] = &[
-    // locus-sql implements the worker's FragmentRunner, so it links the worker (issue 55).
-    ("locus-sql", "locus-worker", "issue 55"),
-    ("locus-sql", "locus-blockstore", "issue 55"),
-    ("locus-sql", "locus-ufs", "issue 55"),
-    ("locus-s3", "locus-worker", "issue 55 (through locus-sql)"),
-    ("locus-s3", "locus-blockstore", "issue 55 (through locus-sql)"),
-    ("locus-s3", "locus-ufs", "issue 55 (through locus-sql)"),
-];
+const KNOWN: &[(&str, &str, &str)] = &[];
 
 #[derive(Deserialize)]
 struct Metadata {
