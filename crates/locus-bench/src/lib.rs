@@ -98,7 +98,7 @@ pub fn remove_scratch(work: &Path) {
 /// The median of `v` (not empty).
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    s.sort_by(f64::total_cmp);
     let n = s.len();
     if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 }
 }
@@ -106,7 +106,7 @@ pub fn median(v: &[f64]) -> f64 {
 /// The `p` quantile (0..=1) of `v` (not empty), nearest rank.
 pub fn percentile(v: &[f64], p: f64) -> f64 {
     let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    s.sort_by(f64::total_cmp);
     s[((s.len() as f64 - 1.0) * p).round() as usize]
 }
 

@@ -133,15 +133,18 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
 /// (`-n`, the file's size, so it compares with a read of the file); with `file`, the
 /// sender reads its data from that file (`-F`) instead of one cached buffer.
 fn iperf3_single_stream(file: Option<&std::path::Path>, bytes: u64) -> Result<f64> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::io("pick a port for iperf3", e))?
+        .port();
     let mut server = Command::new("iperf3")
-        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port])
+        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
         .stdout(std::process::Stdio::null())
         .spawn()
         .map_err(|e| Error::io("run iperf3 (apt-get install -y iperf3)", e))?;
     // The client starts once the server listens (at most 5 s). Not probed by connecting:
     // the one-shot server would take the probe for its test.
-    let listen = format!(":{:04X} 00000000:0000 0A", port.parse::<u16>().unwrap());
+    let listen = format!(":{port:04X} 00000000:0000 0A");
     for _ in 0..100 {
         if std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| t.contains(&listen)) {
             break;
@@ -149,7 +152,7 @@ fn iperf3_single_stream(file: Option<&std::path::Path>, bytes: u64) -> Result<f6
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut cmd = Command::new("iperf3");
-    cmd.args(["-c", "127.0.0.1", "-p", &port, "-P", "1", "-J", "-n", &bytes.to_string()]);
+    cmd.args(["-c", "127.0.0.1", "-p", &port.to_string(), "-P", "1", "-J", "-n", &bytes.to_string()]);
     if let Some(f) = file {
         cmd.arg("-F").arg(f);
     }
@@ -174,7 +177,7 @@ async fn drain(ufs: &Ufs, key: &str, size: u64) -> Result<u64> {
     let mut sink = CopySink::new();
     while let Some(b) = s.next().await {
         let b = b?;
-        tokio::io::AsyncWriteExt::write_all(&mut sink, &b).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut sink, &b).await.map_err(|e| Error::io("count", e))?;
     }
     Ok(sink.total)
 }
@@ -329,13 +332,15 @@ impl ReadBench {
         ratios.insert("first read machine CPU / direct machine CPU".into(), cpu(&rows[1]) / cpu(&rows[0]));
         ratios.insert("cores busy during the direct read".into(), cpu(&rows[0]) / rows[0].median_s);
         if let Some(v) = iperf {
-            rows.push(row("iperf3 -P 1 loopback, same bytes", size, v));
-            let r = rows.last().unwrap().median_mib_s;
+            let it = row("iperf3 -P 1 loopback, same bytes", size, v);
+            let r = it.median_mib_s;
+            rows.push(it);
             ratios.insert("forced remote / iperf3 (goal >= 0.80)".into(), rows[3].median_mib_s / r);
         }
         if let Some(v) = iperf_file {
-            rows.push(row("iperf3 -P 1 -F <tmpfs copy> loopback (file-sourced stream)", size, v));
-            let r = rows.last().unwrap().median_mib_s;
+            let it = row("iperf3 -P 1 -F <tmpfs copy> loopback (file-sourced stream)", size, v);
+            let r = it.median_mib_s;
+            rows.push(it);
             ratios.insert("forced remote / iperf3 -F (file-sourced stream)".into(), rows[3].median_mib_s / r);
         }
         Ok((rows, ratios))

@@ -377,16 +377,19 @@ impl Client {
         let mut buf = vec![0u8; SHORT_CIRCUIT_BUF];
         while pos < end {
             let r = read_response(&mut s).await?;
-            if file.is_none() {
-                cached = r.cached;
-                // The fill's file, or the block's once committed (the worker holds it).
-                let (path, block_path) = (r.path.clone(), r.block_path.clone());
-                let f = open_blocking(move || std::fs::File::open(path).or_else(|_| std::fs::File::open(block_path)))
-                    .await?
-                    .map_err(|e| Error::unavailable(format!("open block file {}: {e}", r.block_path)))?;
-                file = Some((f, r.block_path));
-            }
-            let (f, path) = file.as_ref().unwrap();
+            let (f, path) = match &file {
+                Some(open) => open,
+                None => {
+                    cached = r.cached;
+                    // The fill's file, or the block's once committed (the worker holds it).
+                    let (path, block_path) = (r.path.clone(), r.block_path.clone());
+                    let f =
+                        open_blocking(move || std::fs::File::open(path).or_else(|_| std::fs::File::open(block_path)))
+                            .await?
+                            .map_err(|e| Error::unavailable(format!("open block file {}: {e}", r.block_path)))?;
+                    file.insert((f, r.block_path))
+                }
+            };
             let upto = r.filled.min(end);
             if upto > pos {
                 copy_file(f, path, pos, upto - pos, out, done, &mut buf).await?;

@@ -273,8 +273,8 @@ async fn early_answer<S: tokio::io::AsyncRead + Unpin>(c: &mut S) -> Error {
 /// A failed read of a write's input keeps the error the input gave, when it is ours (a
 /// front end's stream carries a Locus error inside the `io::Error`).
 pub(crate) fn input_err(e: std::io::Error) -> Error {
-    if e.get_ref().is_some_and(|i| i.is::<Error>()) {
-        return *e.into_inner().unwrap().downcast::<Error>().unwrap();
+    match e.downcast::<Error>() {
+        Ok(ours) => ours,
+        Err(e) => Error::io("read input", e).set_retryable(false),
     }
-    Error::io("read input", e).set_retryable(false)
 }

@@ -214,7 +214,8 @@ impl LocalCluster {
         let web = TcpListener::bind(&self.cfg.master.web_address)
             .await
             .map_err(|e| Error::io(format!("bind master web {}", self.cfg.master.web_address), e))?;
-        let addrs = MasterAddrs { rpc: rpc.local_addr().unwrap(), web: web.local_addr().unwrap() };
+        let local = |l: &TcpListener| l.local_addr().map_err(|e| Error::io("a bound listener's address", e));
+        let addrs = MasterAddrs { rpc: local(&rpc)?, web: local(&web)? };
         // Restarts reuse the ports chosen the first time, so workers find the master again.
         self.cfg.master.rpc_address = addrs.rpc.to_string();
         self.cfg.master.web_address = addrs.web.to_string();

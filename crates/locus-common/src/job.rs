@@ -4,7 +4,7 @@
 //! Garage's `garage worker list` does.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::now_ms;
@@ -51,7 +51,7 @@ pub struct JobStatus {
 type Shared = Arc<Mutex<JobStatus>>;
 
 fn record(s: &Shared, name: &str, r: &crate::Result<()>) {
-    let mut s = s.lock().unwrap();
+    let mut s = s.lock().unwrap_or_else(PoisonError::into_inner);
     s.runs += 1;
     s.last_run_ms = now_ms();
     match r {
@@ -94,12 +94,12 @@ impl Job {
                     _ = tick.tick() => {}
                     _ = stopped.changed() => break,
                 }
-                st.lock().unwrap().state = JobState::Running;
+                st.lock().unwrap_or_else(PoisonError::into_inner).state = JobState::Running;
                 let r = f().await;
                 record(&st, &name, &r);
-                st.lock().unwrap().state = JobState::Idle;
+                st.lock().unwrap_or_else(PoisonError::into_inner).state = JobState::Idle;
             }
-            st.lock().unwrap().state = JobState::Stopped;
+            st.lock().unwrap_or_else(PoisonError::into_inner).state = JobState::Stopped;
         });
         Job { status, stop, handle }
     }
@@ -117,13 +117,13 @@ impl Job {
         let st = status.clone();
         let handle = tokio::spawn(async move {
             fut.await;
-            st.lock().unwrap().state = JobState::Stopped;
+            st.lock().unwrap_or_else(PoisonError::into_inner).state = JobState::Stopped;
         });
         Job { status, stop, handle }
     }
 
     pub fn status(&self) -> JobStatus {
-        self.status.lock().unwrap().clone()
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// A handle that reads this job's status (for reports), also after it stopped.
@@ -140,7 +140,7 @@ impl Job {
     /// Stop at once, abandoning a run in progress (a simulated crash).
     pub fn abort(self) {
         self.handle.abort();
-        self.status.lock().unwrap().state = JobState::Stopped;
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).state = JobState::Stopped;
     }
 }
 
@@ -152,7 +152,7 @@ pub struct JobWatch {
 
 impl JobWatch {
     pub fn status(&self) -> JobStatus {
-        self.status.lock().unwrap().clone()
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
@@ -165,16 +165,17 @@ pub struct JobHandle {
 impl JobHandle {
     /// Count one unit of work and its outcome.
     pub fn record(&self, r: &crate::Result<()>) {
-        let name = self.status.lock().unwrap().name.clone();
+        let name = self.status.lock().unwrap_or_else(PoisonError::into_inner).name.clone();
         record(&self.status, &name, r);
     }
     /// Whether work is in progress now.
     pub fn set_running(&self, running: bool) {
-        self.status.lock().unwrap().state = if running { JobState::Running } else { JobState::Idle };
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).state =
+            if running { JobState::Running } else { JobState::Idle };
     }
     /// The work waiting now.
     pub fn set_backlog(&self, backlog: u64) {
-        self.status.lock().unwrap().backlog = backlog;
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).backlog = backlog;
     }
 }
 

@@ -61,8 +61,14 @@ pub fn split_parent(path: &str) -> Option<(&str, &str)> {
     if path == "/" {
         return None;
     }
-    let i = path.rfind('/').unwrap();
+    let i = path.rfind('/')?;
     Some((if i == 0 { "/" } else { &path[..i] }, &path[i + 1..]))
+}
+
+/// [`split_parent`] for an operation on `path` itself (the root is not one's target):
+/// InvalidArgument for the root or a path that is not normalised.
+pub fn parent_and_name(path: &str) -> crate::Result<(&str, &str)> {
+    split_parent(path).ok_or_else(|| crate::Error::invalid(format!("{path:?} names no file or directory below /")))
 }
 
 /// Join a normalised directory path and a child name.

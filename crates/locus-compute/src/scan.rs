@@ -625,7 +625,7 @@ impl std::hash::Hasher for FxHasher {
         let mut add = |w: u64| self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(K);
         let mut c = bytes.chunks_exact(8);
         for w in &mut c {
-            add(u64::from_le_bytes(w.try_into().unwrap()));
+            add(u64::from_le_bytes(std::array::from_fn(|i| w[i])));
         }
         let r = c.remainder();
         if !r.is_empty() {
@@ -822,7 +822,7 @@ fn count_bytes(c: &mut [u64; 256], data: &[u8]) {
         // Eight bytes per load, taken apart by shifts.
         let mut it = piece.chunks_exact(8);
         for q in &mut it {
-            let w = u64::from_le_bytes(q.try_into().unwrap());
+            let w = u64::from_le_bytes(std::array::from_fn(|i| q[i]));
             t[0][(w & 0xff) as usize] += 1;
             t[1][((w >> 8) & 0xff) as usize] += 1;
             t[2][((w >> 16) & 0xff) as usize] += 1;

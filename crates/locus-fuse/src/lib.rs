@@ -195,7 +195,7 @@ impl LocusFs {
         let fi = pb::FileInfo {
             path: w.path.clone(),
             length: w.file.as_ref().map_or(0, FileWriter::written),
-            mtime_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+            mtime_ms: locus_common::now_ms(),
             ..Default::default()
         };
         FileAttr { ino: INodeNo(w.ino), ..self.attr(&fi) }

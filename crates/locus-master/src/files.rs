@@ -103,7 +103,7 @@ impl Master {
                 return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists")));
             }
         }
-        let (parent_path, _) = lpath::split_parent(&path).unwrap();
+        let (parent_path, _) = lpath::parent_and_name(&path)?;
         self.ensure_parent(parent_path).await?;
         let (m, rel) = self.writable(&path)?;
         let wt = write_type.or(m.info.write_type().typed()).unwrap_or(self.inner.cfg.write_type);

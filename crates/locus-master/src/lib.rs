@@ -152,7 +152,7 @@ impl MasterBuilder {
             mounts: RwLock::new(Vec::new()),
             workers: Mutex::new(HashMap::new()),
             reads: Mutex::new(reads::ReadLog::default()),
-            metrics: Metrics::new(),
+            metrics: Metrics::new()?,
             persist: Mutex::new(persist::Tracker::default()),
             persist_wake: tokio::sync::Notify::new(),
             workers_changed: tokio::sync::Notify::new(),

@@ -35,41 +35,45 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Metrics {
+    /// The master's metrics, registered. Fails only on a bad or repeated metric name.
+    pub(crate) fn new() -> Result<Metrics> {
         let registry = Registry::new();
         let bytes_read =
-            IntCounterVec::new(Opts::new(BYTES_READ, "Bytes delivered to readers, by source"), &["source"]).unwrap();
-        let cache_requests =
-            IntCounterVec::new(Opts::new(CACHE_REQUESTS, "Block reads by cache result"), &["result"]).unwrap();
-        let evictions = IntCounter::new(EVICTIONS, "Blocks evicted from a tier").unwrap();
-        let workers_live = IntGauge::new("locus_workers_live", "Workers with a recent heartbeat").unwrap();
+            IntCounterVec::new(Opts::new(BYTES_READ, "Bytes delivered to readers, by source"), &["source"])
+                .map_err(prom_err)?;
+        let cache_requests = IntCounterVec::new(Opts::new(CACHE_REQUESTS, "Block reads by cache result"), &["result"])
+            .map_err(prom_err)?;
+        let evictions = IntCounter::new(EVICTIONS, "Blocks evicted from a tier").map_err(prom_err)?;
+        let workers_live = IntGauge::new("locus_workers_live", "Workers with a recent heartbeat").map_err(prom_err)?;
         let tier_capacity =
-            IntGaugeVec::new(Opts::new("locus_tier_capacity_bytes", "Cache capacity per tier"), &["tier"]).unwrap();
-        let tier_used =
-            IntGaugeVec::new(Opts::new("locus_tier_used_bytes", "Cache usage per tier"), &["tier"]).unwrap();
-        let hit_ratio = Gauge::new("locus_cache_hit_ratio", "Block cache hits over all block reads").unwrap();
-        let files_loaded =
-            IntCounter::new("locus_ufs_entries_loaded_total", "UFS entries loaded into the namespace").unwrap();
-        registry.register(Box::new(bytes_read.clone())).unwrap();
-        registry.register(Box::new(cache_requests.clone())).unwrap();
-        registry.register(Box::new(evictions.clone())).unwrap();
-        registry.register(Box::new(workers_live.clone())).unwrap();
-        registry.register(Box::new(tier_capacity.clone())).unwrap();
-        registry.register(Box::new(tier_used.clone())).unwrap();
+            IntGaugeVec::new(Opts::new("locus_tier_capacity_bytes", "Cache capacity per tier"), &["tier"])
+                .map_err(prom_err)?;
+        let tier_used = IntGaugeVec::new(Opts::new("locus_tier_used_bytes", "Cache usage per tier"), &["tier"])
+            .map_err(prom_err)?;
+        let hit_ratio =
+            Gauge::new("locus_cache_hit_ratio", "Block cache hits over all block reads").map_err(prom_err)?;
+        let files_loaded = IntCounter::new("locus_ufs_entries_loaded_total", "UFS entries loaded into the namespace")
+            .map_err(prom_err)?;
+        registry.register(Box::new(bytes_read.clone())).map_err(prom_err)?;
+        registry.register(Box::new(cache_requests.clone())).map_err(prom_err)?;
+        registry.register(Box::new(evictions.clone())).map_err(prom_err)?;
+        registry.register(Box::new(workers_live.clone())).map_err(prom_err)?;
+        registry.register(Box::new(tier_capacity.clone())).map_err(prom_err)?;
+        registry.register(Box::new(tier_used.clone())).map_err(prom_err)?;
         let tier_pooled = IntGaugeVec::new(
             Opts::new("locus_tier_pooled_bytes", "Free cache space held in pooled block files per tier"),
             &["tier"],
         )
-        .unwrap();
-        registry.register(Box::new(tier_pooled.clone())).unwrap();
-        registry.register(Box::new(hit_ratio.clone())).unwrap();
-        registry.register(Box::new(files_loaded.clone())).unwrap();
+        .map_err(prom_err)?;
+        registry.register(Box::new(tier_pooled.clone())).map_err(prom_err)?;
+        registry.register(Box::new(hit_ratio.clone())).map_err(prom_err)?;
+        registry.register(Box::new(files_loaded.clone())).map_err(prom_err)?;
         let corrupt_blocks = IntCounter::new(
             "locus_block_corruptions_total",
             "Bad block copies found by their crc32c (on a disk tier or in a transfer) and dropped",
         )
-        .unwrap();
-        registry.register(Box::new(corrupt_blocks.clone())).unwrap();
+        .map_err(prom_err)?;
+        registry.register(Box::new(corrupt_blocks.clone())).map_err(prom_err)?;
         let compute_bytes = IntCounterVec::new(
             Opts::new(
                 "locus_compute_bytes_total",
@@ -77,8 +81,8 @@ impl Metrics {
             ),
             &["kind"],
         )
-        .unwrap();
-        registry.register(Box::new(compute_bytes.clone())).unwrap();
+        .map_err(prom_err)?;
+        registry.register(Box::new(compute_bytes.clone())).map_err(prom_err)?;
         let bytes_written = IntCounterVec::new(
             Opts::new(
                 "locus_bytes_written_total",
@@ -86,33 +90,33 @@ impl Metrics {
             ),
             &["path"],
         )
-        .unwrap();
-        registry.register(Box::new(bytes_written.clone())).unwrap();
+        .map_err(prom_err)?;
+        registry.register(Box::new(bytes_written.clone())).map_err(prom_err)?;
         let persist_ops = IntCounterVec::new(
             Opts::new("locus_persist_ops_total", "Persist-queue operations carried out, by kind and result"),
             &["kind", "result"],
         )
-        .unwrap();
+        .map_err(prom_err)?;
         let persisted_bytes = IntCounter::new(
             "locus_persisted_bytes_total",
             "Bytes of the files persisted to UFSes by the persist queue",
         )
-        .unwrap();
-        registry.register(Box::new(persist_ops.clone())).unwrap();
-        registry.register(Box::new(persisted_bytes.clone())).unwrap();
+        .map_err(prom_err)?;
+        registry.register(Box::new(persist_ops.clone())).map_err(prom_err)?;
+        registry.register(Box::new(persisted_bytes.clone())).map_err(prom_err)?;
         let persist_failed = IntGauge::new(
             "locus_persist_failed_paths",
             "Persist-queue operations given up after failing (locus report lists them; locus fs persist --retry or --drop)",
         )
-        .unwrap();
-        registry.register(Box::new(persist_failed.clone())).unwrap();
+        .map_err(prom_err)?;
+        registry.register(Box::new(persist_failed.clone())).map_err(prom_err)?;
         let writes_short = IntCounter::new(
             "locus_writes_short_total",
             "Cached writes acknowledged with fewer worker copies than they asked for (a worker lost mid-write, or client.replication.allow_fewer)",
         )
-        .unwrap();
-        registry.register(Box::new(writes_short.clone())).unwrap();
-        Metrics {
+        .map_err(prom_err)?;
+        registry.register(Box::new(writes_short.clone())).map_err(prom_err)?;
+        Ok(Metrics {
             registry,
             bytes_read,
             cache_requests,
@@ -130,7 +134,7 @@ impl Metrics {
             persisted_bytes,
             persist_failed,
             writes_short,
-        }
+        })
     }
 }
 
@@ -211,4 +215,8 @@ impl Master {
         let misses = m.cache_requests.with_label_values(&["miss"]).get();
         m.hit_ratio.set(if hits + misses == 0 { 0.0 } else { hits as f64 / (hits + misses) as f64 });
     }
+}
+
+fn prom_err(e: prometheus::Error) -> Error {
+    Error::internal(format!("metrics: {e}"))
 }

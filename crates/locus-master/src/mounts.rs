@@ -98,7 +98,7 @@ impl Master {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} is already a mount point")));
         }
         if path != "/" {
-            let (parent_path, _) = lpath::split_parent(&path).unwrap();
+            let (parent_path, _) = lpath::parent_and_name(&path)?;
             let parent = self.must_resolve(parent_path).await?;
             if !parent.is_dir {
                 return Err(Error::new(ErrorKind::NotADirectory, format!("{parent_path} is not a directory")));
@@ -178,7 +178,7 @@ impl Master {
         {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} has mounts below it")));
         }
-        let (parent_path, name) = lpath::split_parent(&path).unwrap();
+        let (parent_path, name) = lpath::parent_and_name(&path)?;
         let (parent_path, name, id) = (parent_path.to_string(), name.to_string(), m.info.id);
         let ((), fx) = self
             .mutate(move |me, w, fx| {

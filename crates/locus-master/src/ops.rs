@@ -115,7 +115,7 @@ impl Master {
             }
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} exists")));
         }
-        let (parent_path, name) = lpath::split_parent(&path).unwrap();
+        let (parent_path, name) = lpath::parent_and_name(&path)?;
         if self.resolve(parent_path).await?.is_none() {
             if !recursive {
                 return Err(Error::not_found(format!("parent {parent_path} does not exist")));
@@ -190,7 +190,7 @@ impl Master {
             is_dir: rec.is_dir,
             ..self.op_for(&m, &rel, &path)
         };
-        let (parent_path, name) = lpath::split_parent(&path).unwrap();
+        let (parent_path, name) = lpath::parent_and_name(&path)?;
         let (parent_path, name) = (parent_path.to_string(), name.to_string());
         // The UFS delete happens even for bytes never persisted: an older version may be
         // there, and must not come back at the next sync. A directory that was empty when
@@ -240,7 +240,7 @@ impl Master {
         if self.resolve_with(&dst, true).await?.is_some() {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{dst} exists")));
         }
-        let (dparent_path, dname) = lpath::split_parent(&dst).unwrap();
+        let (dparent_path, dname) = lpath::parent_and_name(&dst)?;
         let dparent = self.must_resolve(dparent_path).await?;
         if !dparent.is_dir {
             return Err(Error::new(ErrorKind::NotADirectory, format!("{dparent_path} is not a directory")));
@@ -272,7 +272,7 @@ impl Master {
             dst_ufs_path: drel.clone(),
             ..self.op_for(&sm, &srel, &src)
         };
-        let (sparent_path, sname) = lpath::split_parent(&src).unwrap();
+        let (sparent_path, sname) = lpath::parent_and_name(&src)?;
         let (sparent_path, sname, dname) = (sparent_path.to_string(), sname.to_string(), dname.to_string());
         let (src_path, dst_path) = (src.clone(), dst.clone());
         self.ufs_change(sm.info.id, &[&srel, &drel], Some(&dst), ufs, move |_, w, _, _| {

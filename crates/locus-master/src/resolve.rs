@@ -131,8 +131,7 @@ impl Master {
         if st.is_none() {
             tracing::info!(path, "file vanished from the UFS; dropping it");
         }
-        let (parent_path, name) =
-            lpath::split_parent(path).ok_or_else(|| Error::internal(format!("{path} has no parent")))?;
+        let (parent_path, name) = lpath::parent_and_name(path)?;
         let (parent_path, name, now) = (parent_path.to_string(), name.to_string(), now_ms());
         let mount_id = m.info.id;
         self.commit(move |me, w, fx| {

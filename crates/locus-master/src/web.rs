@@ -78,8 +78,10 @@ async fn authenticate(State(m): State<Master>, req: Request, next: Next) -> Resp
 pub fn render_metrics(m: &Master) -> String {
     m.update_gauges();
     let mut buf = Vec::new();
-    prometheus::TextEncoder::new().encode(&m.inner.metrics.registry.gather(), &mut buf).unwrap();
-    String::from_utf8(buf).unwrap()
+    if let Err(e) = prometheus::TextEncoder::new().encode(&m.inner.metrics.registry.gather(), &mut buf) {
+        tracing::warn!(error = %e, "encoding the metrics");
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 async fn metrics(State(m): State<Master>) -> impl IntoResponse {

@@ -63,6 +63,8 @@ pub fn etag_of(meta: Option<&pb::ObjectMeta>, is_dir: bool, length: u64, fingerp
 
 /// Metadata key carrying the exact Locus error kind on a gRPC status.
 const KIND_KEY: &str = "x-locus-kind";
+/// Metadata key carrying whether the error may pass if the call is made again.
+const RETRYABLE_KEY: &str = "x-locus-retryable";
 
 /// The one mapping from error kinds to gRPC codes.
 fn kind_to_code(kind: ErrorKind) -> tonic::Code {
@@ -109,6 +111,8 @@ pub fn to_status(e: Error) -> tonic::Status {
     if let Ok(v) = e.kind().as_str().parse() {
         s.metadata_mut().insert(KIND_KEY, v);
     }
+    let retryable = if e.is_retryable() { "true" } else { "false" };
+    s.metadata_mut().insert(RETRYABLE_KEY, tonic::metadata::MetadataValue::from_static(retryable));
     s
 }
 
@@ -121,7 +125,12 @@ pub fn from_status(s: tonic::Status) -> Error {
         .and_then(ErrorKind::parse)
         .unwrap_or_else(|| code_to_kind(s.code()));
     let msg = if s.message().is_empty() { format!("rpc failed: {:?}", s.code()) } else { s.message().to_string() };
-    Error::new(kind, msg)
+    let e = Error::new(kind, msg);
+    match s.metadata().get(RETRYABLE_KEY).and_then(|v| v.to_str().ok()) {
+        Some("true") => e.set_retryable(true),
+        Some("false") => e.set_retryable(false),
+        _ => e,
+    }
 }
 
 /// Error → wire error of the data plane.
@@ -172,6 +181,16 @@ mod tests {
         for k in ErrorKind::ALL {
             let e = from_status(to_status(Error::new(k, "x")));
             assert_eq!(e.kind(), k);
+        }
+    }
+
+    #[test]
+    fn retryable_survives_grpc_either_way() {
+        for k in ErrorKind::ALL {
+            for r in [true, false] {
+                let e = from_status(to_status(Error::new(k, "x").set_retryable(r)));
+                assert_eq!((e.kind(), e.is_retryable()), (k, r));
+            }
         }
     }
 }

@@ -481,7 +481,7 @@ impl Parser<'_> {
             self.i += 1;
             v.push(self.and()?);
         }
-        Ok(if v.len() == 1 { v.pop().unwrap() } else { Expr::Or(v) })
+        Ok(if v.len() == 1 { v.swap_remove(0) } else { Expr::Or(v) })
     }
 
     fn and(&mut self) -> Result<Expr> {
@@ -490,7 +490,7 @@ impl Parser<'_> {
             self.i += 1;
             v.push(self.factor()?);
         }
-        Ok(if v.len() == 1 { v.pop().unwrap() } else { Expr::And(v) })
+        Ok(if v.len() == 1 { v.swap_remove(0) } else { Expr::And(v) })
     }
 
     fn factor(&mut self) -> Result<Expr> {
@@ -687,7 +687,9 @@ pub fn parse_time(s: &str) -> Option<i64> {
     if let Ok(t) = DateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f%z") {
         return Some(t.timestamp_millis());
     }
-    NaiveDate::parse_from_str(s, "%Y-%m-%d").ok().map(|d| d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis())
+    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()
+        .map(|d| d.and_time(chrono::NaiveTime::MIN).and_utc().timestamp_millis())
 }
 
 #[cfg(test)]

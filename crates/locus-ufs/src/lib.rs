@@ -34,14 +34,14 @@ pub struct UfsStatus {
 impl UfsStatus {
     /// Size plus etag, or size plus mtime when the store has no etag.
     pub fn fingerprint(&self) -> String {
-        if self.is_dir {
-            String::new()
-        } else if !self.etag.is_empty() {
-            format!("{}:{}", self.length, self.etag.trim_matches('"'))
-        } else {
-            format!("{}:m{}", self.length, self.mtime_ms)
-        }
+        if self.is_dir { String::new() } else { fingerprint(self.length, &self.etag, self.mtime_ms) }
     }
+}
+
+/// An object's fingerprint: size plus etag, or size plus mtime when the store has no
+/// etag. A cached copy is only served while its object's fingerprint holds.
+pub fn fingerprint(length: u64, etag: &str, mtime_ms: i64) -> String {
+    if etag.is_empty() { format!("{length}:m{mtime_ms}") } else { format!("{length}:{}", etag.trim_matches('"')) }
 }
 
 /// One mounted under file system.

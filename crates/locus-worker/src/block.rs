@@ -30,7 +30,9 @@ impl Inner {
             let mut total = 0;
             if p.from_ufs {
                 // The object stays whole in the UFS until the new one replaces it at close.
-                let mut s = Box::pin(ufs.read_range(&p.ufs_path, 0, p.length, 8 << 20, 2).await?);
+                let mut s = Box::pin(
+                    ufs.read_range(&p.ufs_path, 0, p.length, crate::UFS_PIECE, crate::UFS_COPY_READS_IN_FLIGHT).await?,
+                );
                 while let Some(chunk) = s.next().await {
                     let chunk = chunk?;
                     total += chunk.len() as u64;

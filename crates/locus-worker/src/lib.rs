@@ -64,6 +64,13 @@ struct Counters {
     by_host: Mutex<HashMap<HostKey, (u64, u64)>>,
 }
 
+/// A worker reads a UFS object in ranged requests of this size, this many in flight: a
+/// fill or a straight read keeps the reader fed; a persist that copies an object onto
+/// itself (`from_ufs`) shares the UFS with its own write.
+const UFS_PIECE: usize = 8 << 20;
+const UFS_READS_IN_FLIGHT: usize = 4;
+const UFS_COPY_READS_IN_FLIGHT: usize = 2;
+
 /// Distinct (host, source, reason) rows a worker keeps; reads of hosts past it are
 /// counted under [`OTHER_HOSTS`], so a caller naming random hosts cannot grow the map.
 const MAX_HOST_ROWS: usize = 4096;

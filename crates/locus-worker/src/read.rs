@@ -463,7 +463,15 @@ impl Inner {
                 Err(e) if e.kind() == ErrorKind::ResourceExhausted => {
                     tracing::warn!(block = r.block_id, error = %e, "cannot cache block; computing from the UFS");
                     let ufs = self.checked_ufs(r).await?;
-                    let s = ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?;
+                    let s = ufs
+                        .read_range(
+                            &r.ufs_path,
+                            r.file_offset,
+                            r.block_length,
+                            crate::UFS_PIECE,
+                            crate::UFS_READS_IN_FLIGHT,
+                        )
+                        .await?;
                     return Ok(ScanSource::Ufs(Box::pin(s)));
                 }
                 Err(e) => return Err(e),
@@ -576,7 +584,16 @@ impl Inner {
     /// NO_CACHE miss: stream the range from the UFS without keeping it.
     async fn send_from_ufs(&self, sock: &mut DataStream, r: &pb::ReadBlockRequest, hdr: &mut bool) -> Result<()> {
         let ufs = self.checked_ufs(r).await?;
-        let mut s = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset + r.offset, r.length, 8 << 20, 4).await?);
+        let mut s = Box::pin(
+            ufs.read_range(
+                &r.ufs_path,
+                r.file_offset + r.offset,
+                r.length,
+                crate::UFS_PIECE,
+                crate::UFS_READS_IN_FLIGHT,
+            )
+            .await?,
+        );
         write_frame(sock, &pb::DataResponse { length: r.length, ..Default::default() }).await?;
         *hdr = true;
         let mut sent = 0;
@@ -613,7 +630,10 @@ impl Inner {
         progress: &watch::Sender<FillState>,
     ) -> Result<()> {
         let ufs = self.checked_ufs(r).await?;
-        let mut stream = Box::pin(ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, 8 << 20, 4).await?);
+        let mut stream = Box::pin(
+            ufs.read_range(&r.ufs_path, r.file_offset, r.block_length, crate::UFS_PIECE, crate::UFS_READS_IN_FLIGHT)
+                .await?,
+        );
         let (temp, mut file) = crate::blocking(move || temp.open().map(|f| (temp, f))).await??;
         progress.send_modify(|s| {
             s.path = Some(temp.path.clone());

@@ -479,21 +479,24 @@ impl BlockWriter {
 
     fn write(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
-            if self.cur.is_none() {
-                // Nothing is evicted for a block that cannot fit whatever goes.
-                self.store.check_room(self.block_size)?;
-                let t = self.store.create(locus_common::block_id(self.version, self.index), self.block_size)?;
-                let f = t.open()?;
-                self.cur = Some((t, f, 0));
-            }
-            let (_, f, n) = self.cur.as_mut().unwrap();
+            let (_, f, n) = match &mut self.cur {
+                Some(cur) => cur,
+                None => {
+                    // Nothing is evicted for a block that cannot fit whatever goes.
+                    self.store.check_room(self.block_size)?;
+                    let t = self.store.create(locus_common::block_id(self.version, self.index), self.block_size)?;
+                    let f = t.open()?;
+                    self.cur.insert((t, f, 0))
+                }
+            };
             let k = data.len().min((self.block_size - *n) as usize);
             std::io::Write::write_all(f, &data[..k]).map_err(|e| Error::io("write block file", e))?;
             self.crc = crc32c::crc32c_append(self.crc, &data[..k]);
             *n += k as u64;
             data = &data[k..];
-            if *n == self.block_size {
-                let (t, _, n) = self.cur.take().unwrap();
+            if *n == self.block_size
+                && let Some((t, _, n)) = self.cur.take()
+            {
                 t.commit(n, Some(std::mem::take(&mut self.crc)))?;
                 self.index += 1;
             }

@@ -1,5 +1,6 @@
 //! Fault injection through named fault points (built with `--features failpoints`).
 #![cfg(feature = "failpoints")]
+#![allow(clippy::unwrap_used)] // a test that cannot go on fails
 
 mod common;
 

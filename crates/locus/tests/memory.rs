@@ -3,6 +3,7 @@
 //! are counted by a wrapper around the system allocator, so a leak anywhere (master,
 //! worker, client, caches that never shed) shows, while allocator retention (freed memory
 //! an allocator keeps) does not: that is what `bench/run soak` measures, as RSS.
+#![allow(clippy::unwrap_used)] // a test that cannot go on fails
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};

@@ -524,7 +524,7 @@ impl Master {
             name,
             length: e.size,
             mtime_ms: e.mtime_ms,
-            fingerprint: format!("{}:{}", e.size, e.etag),
+            fingerprint: locus_ufs::fingerprint(e.size, &e.etag, e.mtime_ms),
             mount_id: m.info.id,
             ufs_path: rel,
             mount_point: m.info.path.clone(),

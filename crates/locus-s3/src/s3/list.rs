@@ -136,14 +136,13 @@ impl Cursor {
                 }
                 self.page = page.into();
             }
-            let Some(front) = self.page.front() else {
+            let Some(k) = self.page.front().map(sort_key) else {
                 return Ok(self.held.pop().map(|Reverse(h)| Next::Dir(h.1)));
             };
-            let k = sort_key(front);
             if self.held.peek().is_some_and(|Reverse(h)| h.0 < k) {
                 return Ok(self.held.pop().map(|Reverse(h)| Next::Dir(h.1)));
             }
-            let e = self.page.pop_front().unwrap();
+            let Some(e) = self.page.pop_front() else { continue };
             if e.is_dir {
                 self.held.push(Reverse(Held(k, e)));
             } else {
@@ -249,10 +248,10 @@ pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry
         let Some(top) = stack.last_mut() else { break };
         let explicit = top.dir.as_ref().is_some_and(|d| d.meta.is_some());
         let next = if explicit { None } else { top.next(c).await? };
-        let (key, fi, descend) = match next {
-            None if explicit => (top.key_prefix.clone(), top.dir.take().unwrap(), false),
-            Some(Next::File(fi)) => (format!("{}{}", top.key_prefix, fi.name), fi, false),
-            Some(Next::Dir(fi)) => {
+        let (key, fi, descend) = match (next, explicit.then(|| top.dir.take()).flatten()) {
+            (None, Some(dir)) => (top.key_prefix.clone(), dir, false),
+            (Some(Next::File(fi)), _) => (format!("{}{}", top.key_prefix, fi.name), fi, false),
+            (Some(Next::Dir(fi)), _) => {
                 if req.skip_hidden && top.root && fi.name == UPLOADS_DIR {
                     continue;
                 }
@@ -260,7 +259,7 @@ pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry
             }
             // An empty directory that is not flagged (made by a mkdir, or left by
             // deletes): a marker Locus keeps for it in the UFS, not an object.
-            None => {
+            (None, None) => {
                 stack.pop();
                 continue;
             }
@@ -272,7 +271,8 @@ pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry
             continue;
         }
         if descend {
-            let path = lpath::join(&stack.last().unwrap().path, &fi.name);
+            let Some(parent) = stack.last() else { break };
+            let path = lpath::join(&parent.path, &fi.name);
             stack.push(Cursor::new(path, key, "", false, Some(fi)));
             continue;
         }

@@ -2,6 +2,7 @@
 //! file): the in-process MiniCluster scenarios, roles and security, availability,
 //! hardening, near-data compute, SQL, and the crate rules. `memory.rs` (its own global
 //! allocator) and `failpoints.rs` (another feature set) stay binaries of their own.
+#![allow(clippy::unwrap_used)] // a test that cannot go on fails
 
 #[path = "../common/mod.rs"]
 mod common;
