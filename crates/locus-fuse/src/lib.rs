@@ -19,11 +19,8 @@
 //! - Errors are the errno of the Locus error's kind ([`ErrorKind::errno`]; `EROFS` for
 //!   writes a read-only mount refuses), mapped in one place ([`errno`]).
 //!
-//! Modules: [`inodes`] (inode numbers and paths), [`writes`] (the write path). This file
-//! is about 800 lines because it is one thing: the `Filesystem` impl (each kernel
-//! operation a short method over the same handle and inode tables) with its reads and
-//! listings; the write path and the inode table, which own state of their own, are
-//! apart.
+//! Modules: [`inodes`] (inode numbers and paths), [`writes`] (the write path), which own
+//! state of their own and so stand apart.
 //!
 //! Inode numbers are the master's inode ids (plus 2; the root is 1), so they stay put
 //! across renames and listings need no table; the table here maps the inodes the

@@ -48,10 +48,11 @@ impl Inner {
             sink.abort().await;
             return self.give_up_write(sock, &w, e).await;
         }
+        let caches = sink.wt.caches();
         let resp = sink.close().await?;
         locus_common::fail::fail_point!("worker.write.before_ack", |_| Err(Error::internal("failpoint")));
         // The master learns of the blocks before the writer is told they are stored.
-        if w.write_type().typed().unwrap_or(WriteType::Through).caches() {
+        if caches {
             self.commit_changes().await?;
         }
         write_frame(sock, &resp).await
