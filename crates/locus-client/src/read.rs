@@ -136,21 +136,10 @@ impl Client {
                 // The master names a worker this client's list lacks (it joined or came back).
                 workers = self.workers(true).await?;
             }
-            let by_id: HashMap<u64, &pb::WorkerAddress> = workers.iter().map(|w| (w.worker_id, w)).collect();
-            // Holders of the block, co-located first.
-            let mut holders = Vec::new();
-            for l in &b.locations {
-                if let Some(w) = by_id.get(&l.worker_id)
-                    && !failed.contains(&w.worker_id)
-                {
-                    let local = self.is_local(w).await;
-                    holders.push(((!local) as u8, (*w).clone(), local));
-                }
-            }
-            holders.sort_by_key(|h| (h.0, h.1.worker_id));
+            let holders = self.holders(b, &workers, &failed).await;
             let mut refused = false;
             if self.cfg.short_circuit
-                && let Some((_, w, true)) = holders.first()
+                && let Some((w, true)) = holders.first()
             {
                 match self.short_circuit(w, b.block_id, off + done, len - done, read_type, out, &mut done).await {
                     Ok(()) => {
@@ -166,23 +155,9 @@ impl Client {
                     Err(e) => return Err(e),
                 }
             }
-            let w = match holders.first() {
-                Some((_, w, _)) => w.clone(),
-                None if !persisted(fi) => {
-                    return Err(last_err.unwrap_or_else(|| {
-                        Error::unavailable(format!(
-                            "block {} of {} has no live copy, and the file is not persisted ({})",
-                            b.block_id,
-                            fi.path,
-                            fi.persist_state().name()
-                        ))
-                    }));
-                }
-                None => match self.pick_worker(b.block_id, &failed).await {
-                    Ok(w) => w,
-                    // Every worker failed this block: say why the last one did.
-                    Err(e) => return Err(last_err.unwrap_or(e)),
-                },
+            let w = match holders.into_iter().next() {
+                Some((w, _)) => w,
+                None => self.fill_source(fi, b, &failed).await.map_err(|e| last_err.take().unwrap_or(e))?,
             };
             let local = self.is_local(&w).await;
             let holder = b.locations.iter().any(|l| l.worker_id == w.worker_id);
@@ -192,23 +167,16 @@ impl Client {
                 _ => self.why_not_local(&workers, ReadReason::CachedElsewhere).await,
             };
             let req = pb::ReadBlockRequest {
-                block_id: b.block_id,
                 offset: off + done,
                 length: len - done,
-                block_length: b.length,
-                file_offset: b.offset,
-                mount_id: fi.mount_id,
-                ufs_path: fi.ufs_path.clone(),
                 read_type: pb::ReadType::from(read_type).into(),
                 // Attribution only: a worker whose socket this client cannot reach but
                 // that names this client's host still serves it from the same host
                 // (unless the client is told to treat every worker as remote).
                 client_local: local || (self.cfg.locality == Locality::Auto && w.host == self.cfg.host),
-                load_only: false,
-                fingerprint: fi.fingerprint.clone(),
-                ticket: b.ticket.clone(),
                 client_host: self.cfg.host.clone(),
                 reason: pb::ReadReason::from(reason).into(),
+                ..whole_block(fi, b)
             };
             if local && self.cfg.short_circuit {
                 match self.follow_read(&w, req.clone(), out, &mut done).await {
@@ -244,6 +212,46 @@ impl Client {
             }
         }
         Err(last_err.unwrap_or_else(|| Error::unavailable("no worker could serve the block")))
+    }
+
+    /// The live holders of block `b` this client has not seen fail, co-located first, each
+    /// with whether it is co-located.
+    async fn holders(
+        &self,
+        b: &pb::BlockInfo,
+        workers: &[pb::WorkerAddress],
+        failed: &HashSet<u64>,
+    ) -> Vec<(pb::WorkerAddress, bool)> {
+        let by_id: HashMap<u64, &pb::WorkerAddress> = workers.iter().map(|w| (w.worker_id, w)).collect();
+        let mut holders = Vec::new();
+        for l in &b.locations {
+            if let Some(w) = by_id.get(&l.worker_id)
+                && !failed.contains(&w.worker_id)
+            {
+                holders.push(((*w).clone(), self.is_local(w).await));
+            }
+        }
+        holders.sort_by_key(|(w, local)| (!local, w.worker_id));
+        holders
+    }
+
+    /// The worker to fill block `b` from the UFS when no holder is left: none for a file
+    /// that is not persisted (its workers' copies are all there is).
+    async fn fill_source(
+        &self,
+        fi: &pb::FileInfo,
+        b: &pb::BlockInfo,
+        failed: &HashSet<u64>,
+    ) -> Result<pb::WorkerAddress> {
+        if !persisted(fi) {
+            return Err(Error::unavailable(format!(
+                "block {} of {} has no live copy, and the file is not persisted ({})",
+                b.block_id,
+                fi.path,
+                fi.persist_state().name()
+            )));
+        }
+        self.pick_worker(b.block_id, failed).await
     }
 
     /// Passive caching (`client.passive_cache`): block `b`, just read from a worker on

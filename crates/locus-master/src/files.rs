@@ -1,16 +1,14 @@
 //! Files and blocks: creating and completing writes, persist, pins, replication bounds,
 //! object metadata, freeing cached copies, and the `FileInfo` and block locations clients get.
 
-use std::collections::HashMap;
-
-use locus_common::config::{TierAlias, WriteType};
+use locus_common::config::WriteType;
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use locus_ufs::UfsStatus;
 use redb::WriteTransaction;
 
-use crate::namespace::Effects;
+use crate::namespace::{Effects, put_inode};
 use crate::store::*;
 use crate::*;
 
@@ -61,7 +59,7 @@ impl Master {
                 let (k, v) = e.map_err(db_err)?;
                 let wk = k.value().1;
                 if live.contains_key(&wk) {
-                    let tier = TierAlias::parse(v.value()).map(pb::Tier::from).unwrap_or(pb::Tier::Unspecified);
+                    let tier = v.value().0.map_or(pb::Tier::Unspecified, pb::Tier::from);
                     locations.push(pb::BlockLocation { worker_id: wk, tier: tier.into() });
                 }
             }
@@ -523,10 +521,7 @@ impl Master {
         let n = dropped.len() as u64;
         // Counted from after the removals were queued: the heartbeat after the one that
         // takes them shows they are done.
-        let targets: HashMap<u64, u64> = {
-            let ws = self.inner.workers.lock();
-            dropped.iter().filter_map(|(wk, _)| ws.get(wk).map(|s| (*wk, s.beats + 2))).collect()
-        };
+        let targets = self.inner.workers.beats_ahead(dropped.iter().map(|(wk, _)| *wk), 2);
         // Return once the workers have deleted the blocks: a read right after `free`
         // must fill the cache again, not hit blocks about to go.
         self.await_workers(|id, s| targets.get(&id).is_none_or(|b| s.beats >= *b)).await;

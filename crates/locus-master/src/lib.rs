@@ -17,6 +17,7 @@
 
 mod absent;
 mod files;
+mod journal;
 mod markers;
 mod metrics;
 mod mounts;
@@ -26,6 +27,7 @@ mod persist;
 mod persist_failures;
 mod persist_tracker;
 mod reads;
+mod registry;
 mod replication;
 mod resolve;
 mod search;
@@ -34,7 +36,6 @@ pub mod store;
 mod web;
 mod workers;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -43,16 +44,15 @@ use locus_common::security::{Secret, Verifier};
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use locus_proto::tls::Tls;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use store::Store;
 use tokio::net::TcpListener;
 
 use locus_common::now_ms;
 use metrics::Metrics;
 use mounts::MountEntry;
-use workers::WorkerState;
+use registry::Registry;
 
-pub use search::indexer::index_floor;
 pub use web::render_metrics;
 
 /// Entries returned by one `ListStatus` page when the caller sets no limit.
@@ -72,19 +72,15 @@ pub(crate) struct Inner {
     store: Store,
     /// The search index (`search`), kept current from the namespace's journal.
     catalog: search::indexer::Catalog,
-    mounts: RwLock<Vec<MountEntry>>,
-    workers: Mutex<HashMap<u64, WorkerState>>,
-    /// Signalled at every heartbeat and registration (`Master::await_workers`).
-    workers_changed: tokio::sync::Notify,
+    /// The mount table (`mounts`).
+    mounts: mounts::MountTable,
+    /// The registered workers (`registry`).
+    workers: Registry,
     /// Client reads by host, source and reason, from the workers' heartbeats.
     reads: Mutex<reads::ReadLog>,
     metrics: Metrics,
     /// The persist queue's pending operations (mirrored from redb) and their run state.
-    persist: Mutex<persist::Tracker>,
-    persist_wake: tokio::sync::Notify,
-    /// Signalled when a queued UFS change finishes, fails or is dropped
-    /// (`Master::wait_ufs_quiet`).
-    persist_settled: tokio::sync::Notify,
+    persist: persist_tracker::PersistState,
     /// The background jobs (persist, replication), for reports.
     jobs: Mutex<Vec<locus_common::job::JobWatch>>,
     /// Checks callers' credentials; holds the cluster secret the master presents to workers.
@@ -144,19 +140,17 @@ impl MasterBuilder {
         .map_err(|e| Error::internal(format!("open the metadata store: {e}")))??;
         let mut protected = self.protected;
         protected.push(self.cfg.meta_dir.clone());
+        let workers = Registry::new(self.cfg.worker_timeout);
         let inner = Arc::new(Inner {
             protected,
             cfg: self.cfg,
             store,
             catalog,
-            mounts: RwLock::new(Vec::new()),
-            workers: Mutex::new(HashMap::new()),
+            mounts: Default::default(),
+            workers,
             reads: Mutex::new(reads::ReadLog::default()),
             metrics: Metrics::new()?,
-            persist: Mutex::new(persist::Tracker::default()),
-            persist_wake: tokio::sync::Notify::new(),
-            workers_changed: tokio::sync::Notify::new(),
-            persist_settled: tokio::sync::Notify::new(),
+            persist: Default::default(),
             jobs: Mutex::new(Vec::new()),
             verifier: Verifier::new(&self.secret),
             tls: self.tls,
@@ -166,7 +160,7 @@ impl MasterBuilder {
         m.load_mounts()?;
         m.load_persist_queue()?;
         m.date_undated_buckets().await?;
-        let no_mounts = m.inner.mounts.read().is_empty(); // (the lock is not held on)
+        let no_mounts = m.inner.mounts.is_empty();
         if no_mounts && let Some(uri) = self.root_ufs {
             if let Some(dir) = uri.strip_prefix("file://") {
                 // Made 0700: other local users read nothing of what is persisted there.

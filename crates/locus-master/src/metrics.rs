@@ -140,22 +140,11 @@ impl Metrics {
 
 impl Master {
     pub fn report(&self) -> pb::Report {
-        let timeout = self.inner.cfg.worker_timeout;
-        let ws = self.inner.workers.lock();
-        let mut rep = pb::Report { mounts: self.inner.mounts.read().len() as u64, ..Default::default() };
-        for s in ws.values() {
-            rep.workers.push(pb::WorkerReport {
-                address: Some(s.address.clone()),
-                live: s.last_heartbeat.elapsed() < timeout,
-                last_heartbeat_ms_ago: s.last_heartbeat.elapsed().as_millis() as u64,
-                tiers: s.tiers.clone(),
-                counters: Some(s.counters),
-                jobs: s.jobs.clone(),
-                clock_skew_ms: s.clock_skew_ms,
-                open_files_limit: s.open_files_limit,
-            });
-        }
-        rep.workers.sort_by_key(|w| w.address.as_ref().map(|a| a.worker_id));
+        let mut rep = pb::Report {
+            mounts: self.inner.mounts.len() as u64,
+            workers: self.inner.workers.reports(),
+            ..Default::default()
+        };
         // Cluster totals come from the master's monotonic counters, which survive
         // worker restarts.
         let m = &self.inner.metrics;
@@ -174,7 +163,6 @@ impl Master {
             written_short_circuit: m.bytes_written.with_label_values(&["short_circuit"]).get(),
             written_data_path: m.bytes_written.with_label_values(&["data_path"]).get(),
         });
-        drop(ws);
         let b = self.persist_backlog();
         rep.persist_backlog_files = b.files;
         rep.persist_backlog_bytes = b.bytes;

@@ -1,4 +1,5 @@
-//! The mount table: mounting and unmounting UFSes, and finding the mount of a path.
+//! The mount table: its state ([`MountTable`], mirrored from the `mounts` table), the
+//! RPCs that mount and unmount UFSes, and finding the mount of a path.
 
 use std::collections::BTreeMap;
 
@@ -6,9 +7,11 @@ use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use locus_ufs::Ufs;
+use parking_lot::RwLock;
 use prost::Message;
 use redb::ReadableTable;
 
+use crate::namespace::put_inode;
 use crate::store::*;
 use crate::*;
 
@@ -16,6 +19,64 @@ use crate::*;
 pub(crate) struct MountEntry {
     pub(crate) info: pb::MountInfo,
     pub(crate) ufs: Ufs,
+}
+
+/// The mounts in memory, longest path first (so the first that holds a path is its
+/// mount); the `mounts` table holds them durably. Only this type touches the list.
+#[derive(Default)]
+pub(crate) struct MountTable {
+    mounts: RwLock<Vec<MountEntry>>,
+}
+
+impl MountTable {
+    /// Replaces the whole table (at start).
+    fn set(&self, mut v: Vec<MountEntry>) {
+        v.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
+        *self.mounts.write() = v;
+    }
+
+    fn add(&self, e: MountEntry) {
+        let mut v = self.mounts.write();
+        v.push(e);
+        v.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
+    }
+
+    fn remove(&self, id: u64) {
+        self.mounts.write().retain(|e| e.info.id != id);
+    }
+
+    /// Every mount, longest path first.
+    pub(crate) fn all(&self) -> Vec<MountEntry> {
+        self.mounts.read().clone()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.mounts.read().len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.mounts.read().is_empty()
+    }
+
+    pub(crate) fn by_id(&self, id: u64) -> Option<MountEntry> {
+        self.mounts.read().iter().find(|m| m.info.id == id).cloned()
+    }
+
+    pub(crate) fn at(&self, path: &str) -> Option<MountEntry> {
+        self.mounts.read().iter().find(|m| m.info.path == path).cloned()
+    }
+
+    /// The mount holding `path` and the path relative to its UFS root.
+    pub(crate) fn of(&self, path: &str) -> Option<(MountEntry, String)> {
+        let v = self.mounts.read();
+        v.iter().find_map(|m| lpath::strip_prefix(path, &m.info.path).map(|rel| (m.clone(), rel.to_string())))
+    }
+
+    /// Whether a mount point lies at or below `path`, other than `except`.
+    pub(crate) fn any_under(&self, path: &str, except: Option<&str>) -> bool {
+        let v = self.mounts.read();
+        v.iter().any(|m| Some(m.info.path.as_str()) != except && lpath::strip_prefix(&m.info.path, path).is_some())
+    }
 }
 
 impl Master {
@@ -30,8 +91,7 @@ impl Master {
             let ufs = Ufs::new(&info.uri, &opts, self.inner.cfg.ufs_timeout)?;
             v.push(MountEntry { info, ufs });
         }
-        v.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
-        *self.inner.mounts.write() = v;
+        self.inner.mounts.set(v);
         Ok(())
     }
 
@@ -73,17 +133,11 @@ impl Master {
 
     /// The mount holding `path` and the path relative to the mount's UFS root.
     pub(crate) fn mount_for(&self, path: &str) -> Result<(MountEntry, String)> {
-        let mounts = self.inner.mounts.read();
-        for m in mounts.iter() {
-            if let Some(rel) = lpath::strip_prefix(path, &m.info.path) {
-                return Ok((m.clone(), rel.to_string()));
-            }
-        }
-        Err(Error::invalid(format!("path {path} is outside every mount")))
+        self.inner.mounts.of(path).ok_or_else(|| Error::invalid(format!("path {path} is outside every mount")))
     }
 
     pub(crate) fn is_mount_point(&self, path: &str) -> bool {
-        self.inner.mounts.read().iter().any(|m| m.info.path == path)
+        self.inner.mounts.at(path).is_some()
     }
 
     pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
@@ -94,7 +148,7 @@ impl Master {
         if pb::WriteType::try_from(req.write_type).is_err() {
             return Err(Error::invalid(format!("unknown write type {}", req.write_type)));
         }
-        if self.inner.mounts.read().iter().any(|m| m.info.path == path) {
+        if self.is_mount_point(&path) {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("{path} is already a mount point")));
         }
         if path != "/" {
@@ -149,9 +203,7 @@ impl Master {
                 Ok(info)
             })
             .await?;
-        let mut mounts = self.inner.mounts.write();
-        mounts.push(MountEntry { info: info.clone(), ufs });
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.info.path.len()));
+        self.inner.mounts.add(MountEntry { info: info.clone(), ufs });
         tracing::info!(path = %info.path, uri = %info.uri, "mounted");
         Ok(redacted(info))
     }
@@ -161,21 +213,8 @@ impl Master {
         if path == "/" {
             return Err(Error::invalid("cannot unmount the root mount"));
         }
-        let m = self
-            .inner
-            .mounts
-            .read()
-            .iter()
-            .find(|m| m.info.path == path)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("{path} is not a mount point")))?;
-        if self
-            .inner
-            .mounts
-            .read()
-            .iter()
-            .any(|o| o.info.path != path && lpath::strip_prefix(&o.info.path, &path).is_some())
-        {
+        let m = self.inner.mounts.at(&path).ok_or_else(|| Error::not_found(format!("{path} is not a mount point")))?;
+        if self.inner.mounts.any_under(&path, Some(&path)) {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} has mounts below it")));
         }
         let (parent_path, name) = lpath::parent_and_name(&path)?;
@@ -191,14 +230,14 @@ impl Master {
                 Ok(())
             })
             .await?;
-        self.inner.mounts.write().retain(|e| e.info.id != id);
+        self.inner.mounts.remove(id);
         self.apply(fx);
         Ok(())
     }
 
     /// The mount table; with `secrets` false, credentials are redacted.
     pub fn mount_table(&self, secrets: bool) -> Vec<pb::MountInfo> {
-        let mut v: Vec<pb::MountInfo> = self.inner.mounts.read().iter().map(|m| m.info.clone()).collect();
+        let mut v: Vec<pb::MountInfo> = self.inner.mounts.all().into_iter().map(|m| m.info).collect();
         if !secrets {
             v = v.into_iter().map(redacted).collect();
         }
@@ -209,10 +248,8 @@ impl Master {
     pub fn get_mount(&self, id: u64) -> Result<pb::MountInfo> {
         self.inner
             .mounts
-            .read()
-            .iter()
-            .find(|m| m.info.id == id)
-            .map(|m| m.info.clone())
+            .by_id(id)
+            .map(|m| m.info)
             .ok_or_else(|| Error::not_found(format!("mount {id} does not exist")))
     }
 }

@@ -12,7 +12,7 @@ use locus_common::Result;
 use locus_proto::pb;
 use redb::{ReadableTable, WriteTransaction};
 
-use crate::search::catalog;
+use crate::journal;
 use crate::store::*;
 use crate::*;
 
@@ -220,12 +220,12 @@ impl Master {
         let path = {
             let inodes = w.open_table(INODES).map_err(db_err)?;
             match get_inode(&inodes, id)? {
-                Some(rec) => catalog::path_of(&inodes, &rec)?,
+                Some(rec) => journal::path_of(&inodes, &rec)?,
                 None => None,
             }
         };
         if let Some(path) = path {
-            catalog::remove_subtree(w, &path)?;
+            journal::remove_subtree(w, &path)?;
         }
         let mut stack = vec![id];
         while let Some(id) = stack.pop() {
@@ -259,22 +259,19 @@ impl Master {
         if dropped.is_empty() && retired.is_empty() {
             return;
         }
-        let mut ws = self.inner.workers.lock();
-        for (wk, b) in dropped {
-            if let Some(s) = ws.get_mut(&wk) {
-                s.pending_remove.push(b);
-            }
-        }
-        for (wk, b) in retired {
-            if let Some(s) = ws.get_mut(&wk) {
-                s.pending_retire.push(b);
-            }
-        }
+        self.inner.workers.queue_removals(dropped, retired);
     }
 
     pub(crate) fn read_inode_by_path(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
         inode_by_path(&self.inner.store.read()?, path)
     }
+}
+
+/// Writes a namespace record and journals what a search sees of the change, in the same
+/// transaction (every record a change writes goes through here).
+pub(crate) fn put_inode(w: &WriteTransaction, rec: &pb::InodeRecord) -> Result<()> {
+    let old = write_inode(w, rec)?;
+    journal::on_put(w, old.as_ref(), rec)
 }
 
 /// The inode at `path` as of snapshot `r`.

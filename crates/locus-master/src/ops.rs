@@ -10,7 +10,7 @@ use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use redb::{ReadableTable, WriteTransaction};
 
-use crate::namespace::Effects;
+use crate::namespace::{Effects, put_inode};
 use crate::store::*;
 use crate::*;
 
@@ -181,7 +181,7 @@ impl Master {
                 ));
             }
         }
-        if rec.is_dir && self.inner.mounts.read().iter().any(|m| lpath::strip_prefix(&m.info.path, &path).is_some()) {
+        if rec.is_dir && self.inner.mounts.any_under(&path, None) {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} contains a mount point")));
         }
         let (m, rel) = self.writable(&path)?;
@@ -282,7 +282,7 @@ impl Master {
                 ch.remove((sparent, sname.as_str())).map_err(db_err)?;
                 ch.insert((dparent.id, dname.as_str()), rec.id).map_err(db_err)?;
             }
-            crate::search::catalog::rename(w, &src_path, &dst_path)?;
+            crate::journal::rename(w, &src_path, &dst_path)?;
             // The entry as it is now (a persist may have committed since the lookup: the
             // lookup's copy would undo it).
             let mut r = load_inode(w, rec.id)?.ok_or_else(|| Error::not_found(format!("{src_path} was deleted")))?;

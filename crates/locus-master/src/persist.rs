@@ -25,7 +25,7 @@ use locus_ufs::UfsStatus;
 use prost::Message;
 use redb::ReadableTable;
 
-use crate::namespace::Effects;
+use crate::namespace::{Effects, put_inode};
 pub(crate) use crate::persist_tracker::*;
 use crate::store::*;
 use crate::{Master, MountEntry, now_ms};
@@ -154,7 +154,7 @@ impl Master {
     pub(crate) async fn wait_ufs_quiet(&self, mount_id: u64, path: &str) -> Result<()> {
         let paths = [path.to_string()];
         let deadline = Instant::now() + self.inner.cfg.ufs_timeout * 3;
-        let quiet = locus_common::wait::until(&self.inner.persist_settled, deadline, || {
+        let quiet = locus_common::wait::until(self.inner.persist.settled(), deadline, || {
             let mut t = self.inner.persist.lock();
             let mut busy = false;
             for p in t.pending.values_mut() {
@@ -172,7 +172,7 @@ impl Master {
                 }
                 busy = true;
                 if p.not_before.take().is_some() {
-                    self.inner.persist_wake.notify_one();
+                    self.inner.persist.wake();
                 }
             }
             ((!busy).then_some(Ok(())), None)
@@ -221,7 +221,7 @@ impl Master {
             t.pending.insert(op.seq, p);
         }
         drop(t);
-        self.inner.persist_wake.notify_one();
+        self.inner.persist.wake();
     }
 
     /// Reload the queue after a restart.
@@ -303,7 +303,7 @@ impl Master {
 
     fn finish(&self, seq: u64, r: &Result<()>) {
         self.finish_op(seq, r);
-        self.inner.persist_settled.notify_waiters();
+        self.inner.persist.settle();
     }
 
     fn finish_op(&self, seq: u64, r: &Result<()>) {
@@ -344,7 +344,7 @@ impl Master {
                 None => return Ok(()),
             }
         };
-        let mount = self.inner.mounts.read().iter().find(|m| m.info.id == op.mount_id).cloned();
+        let mount = self.inner.mounts.by_id(op.mount_id);
         let Some(m) = mount else {
             tracing::info!(path = %op.path, "mount is gone; dropping its queued UFS change");
             return self.commit(move |_, w, _| remove_op(w, seq)).await;
@@ -660,7 +660,7 @@ pub(crate) fn start(master: Master) -> Job {
                     master.finish(seq, &r);
                     status.record(&r);
                 }
-                _ = master.inner.persist_wake.notified() => {}
+                _ = master.inner.persist.woken() => {}
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
             if last_reap.elapsed() > Duration::from_secs(30) {

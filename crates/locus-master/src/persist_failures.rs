@@ -16,6 +16,7 @@ use locus_proto::pb;
 use prost::Message;
 use redb::ReadableTable;
 
+use crate::namespace::put_inode;
 use crate::store::*;
 use crate::{Master, now_ms};
 
@@ -175,8 +176,8 @@ impl Master {
             }
         }
         drop(t);
-        self.inner.persist_wake.notify_one();
-        self.inner.persist_settled.notify_waiters();
+        self.inner.persist.wake();
+        self.inner.persist.settle();
         tracing::info!(path, ops = seqs.len(), retry, "given-up persist queue operations resolved");
         Ok(seqs.len() as u64)
     }

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use locus_common::ErrorKind;
 use locus_proto::pb;
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::Notify;
 
 use crate::{Master, now_ms};
 
@@ -35,6 +37,42 @@ pub(crate) struct Pending {
     /// Given up (see `persist_failures`): not run again until retried, and it holds back
     /// the operations on overlapping paths queued after it (their order must hold).
     pub(crate) failed_ms: Option<i64>,
+}
+
+/// The persist queue's state in memory: the [`Tracker`], a signal for the scheduler
+/// (work to do) and one for waiters (a UFS change finished, failed or was dropped:
+/// [`Master::wait_ufs_quiet`]).
+#[derive(Default)]
+pub(crate) struct PersistState {
+    tracker: Mutex<Tracker>,
+    wake: Notify,
+    settled: Notify,
+}
+
+impl PersistState {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Tracker> {
+        self.tracker.lock()
+    }
+
+    /// Tells the scheduler there is work.
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Resolves when the scheduler is told there is work.
+    pub(crate) async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Tells waiters that a UFS change finished, failed or was dropped.
+    pub(crate) fn settle(&self) {
+        self.settled.notify_waiters();
+    }
+
+    /// The signal [`PersistState::settle`] gives.
+    pub(crate) fn settled(&self) -> &Notify {
+        &self.settled
+    }
 }
 
 #[derive(Default)]
@@ -96,7 +134,7 @@ impl Drop for SyncGuard {
             t.note_finished(mount_id, paths);
         }
         drop(t);
-        self.master.inner.persist_wake.notify_one();
+        self.master.inner.persist.wake();
     }
 }
 
@@ -118,7 +156,7 @@ impl Claim {
             t.retry.remove(&seq);
         }
         drop(t);
-        self.master.inner.persist_settled.notify_waiters();
+        self.master.inner.persist.settle();
     }
 }
 
@@ -132,7 +170,7 @@ impl Drop for Claim {
             t.running.remove(seq);
         }
         drop(t);
-        self.master.inner.persist_wake.notify_one();
+        self.master.inner.persist.wake();
     }
 }
 

@@ -135,7 +135,7 @@ impl Master {
     /// [`UFS_CHECK_LIMIT`] (a doctor answers at once); the URIs carry no credentials
     /// (those are options, never returned).
     pub async fn check_ufs(&self) -> pb::UfsCheckResponse {
-        let mounts: Vec<_> = self.inner.mounts.read().clone();
+        let mounts = self.inner.mounts.all();
         let limit = self.inner.cfg.ufs_timeout.clamp(Duration::from_secs(1), UFS_CHECK_LIMIT);
         let probes = mounts.into_iter().map(|m| async move {
             let t = Instant::now();

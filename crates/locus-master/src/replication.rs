@@ -18,6 +18,7 @@ use locus_common::job::Job;
 use locus_proto::pb;
 use redb::ReadableTable;
 
+use crate::namespace::put_inode;
 use crate::store::*;
 use crate::{Master, is_persisted};
 
@@ -164,7 +165,7 @@ impl Master {
 
     /// The path of an entry, walking parents up to the root.
     fn path_of(&self, w: &redb::WriteTransaction, rec: &pb::InodeRecord) -> Result<Option<String>> {
-        crate::search::catalog::path_of(&w.open_table(INODES).map_err(db_err)?, rec)
+        crate::journal::path_of(&w.open_table(INODES).map_err(db_err)?, rec)
     }
 
     /// One round: plan, then copy blocks (a few at a time).

@@ -8,7 +8,7 @@ use locus_proto::pb;
 use locus_ufs::UfsStatus;
 use redb::{ReadableTable, WriteTransaction};
 
-use crate::namespace::{Effects, inode_by_path};
+use crate::namespace::{Effects, inode_by_path, put_inode};
 use crate::persist::held_by;
 use crate::store::*;
 use crate::*;

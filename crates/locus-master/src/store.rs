@@ -7,7 +7,7 @@
 //! | `children` | (parent id, name) | child id |
 //! | `mounts` | mount id | `MountInfo` (protobuf) |
 //! | `versions` | file version | inode id (finds the file of a block) |
-//! | `locations` | (block id, worker id) | tier |
+//! | `block_locations` | (block id, worker id) | [`StoredTier`] (one byte) |
 //! | `worker_blocks` | (worker id, block id) | () |
 //! | `workers` | worker id | `WorkerAddress` (protobuf) |
 //! | `pinned` | file version | () |
@@ -15,7 +15,7 @@
 //! | `persist_queue` | seq | `PersistOp` (protobuf): UFS changes still to make, in order |
 //! | `pending_writes` | file version | creation time (ms) of a write not completed yet |
 //! | `replicated` | file version | () for files with replication bounds (`setReplication`) |
-//! | `catalog_journal` | seq | `CatalogChange` (protobuf): changes the search index has still to take (`search::catalog`) |
+//! | `catalog_journal` | seq | `CatalogChange` (protobuf): changes the search index has still to take (`journal`; created by the indexer) |
 //!
 //! A file version is in `versions` from `CreateFile` on (mapped to inode 0 until the
 //! write completes), so that workers may report its blocks while it is written.
@@ -24,7 +24,7 @@
 
 use std::path::Path;
 
-use locus_common::config::WriteType;
+use locus_common::config::{TierAlias, WriteType};
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
 use prost::Message;
@@ -34,7 +34,10 @@ pub const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 pub const CHILDREN: TableDefinition<(u64, &str), u64> = TableDefinition::new("children");
 pub const MOUNTS: TableDefinition<u64, &[u8]> = TableDefinition::new("mounts");
 pub const VERSIONS: TableDefinition<u64, u64> = TableDefinition::new("versions");
-pub const LOCATIONS: TableDefinition<(u64, u64), &str> = TableDefinition::new("locations");
+pub const LOCATIONS: TableDefinition<(u64, u64), StoredTier> = TableDefinition::new("block_locations");
+/// The locations of older builds, with the tier as its name: dropped at open. Locations
+/// are soft state; each worker's registration reports its blocks again.
+const OLD_LOCATIONS: TableDefinition<(u64, u64), &str> = TableDefinition::new("locations");
 pub const WORKER_BLOCKS: TableDefinition<(u64, u64), ()> = TableDefinition::new("worker_blocks");
 pub const WORKERS: TableDefinition<u64, &[u8]> = TableDefinition::new("workers");
 pub const PINNED: TableDefinition<u64, ()> = TableDefinition::new("pinned");
@@ -44,6 +47,60 @@ pub const PENDING_WRITES: TableDefinition<u64, i64> = TableDefinition::new("pend
 pub const REPLICATED: TableDefinition<u64, ()> = TableDefinition::new("replicated");
 
 pub const ROOT_ID: u64 = 1;
+
+/// The tier a block is held in, as `block_locations` stores it: one byte, `None` for a
+/// tier this build does not know (a worker's report may name none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredTier(pub Option<TierAlias>);
+
+impl StoredTier {
+    fn code(self) -> u8 {
+        match self.0 {
+            None => 0,
+            Some(TierAlias::Mem) => 1,
+            Some(TierAlias::Ssd) => 2,
+            Some(TierAlias::Hdd) => 3,
+        }
+    }
+}
+
+impl From<pb::Tier> for StoredTier {
+    fn from(t: pb::Tier) -> StoredTier {
+        StoredTier(t.typed())
+    }
+}
+
+impl redb::Value for StoredTier {
+    type SelfType<'a> = StoredTier;
+    type AsBytes<'a> = [u8; 1];
+
+    fn fixed_width() -> Option<usize> {
+        Some(1)
+    }
+
+    fn from_bytes<'a>(data: &'a [u8]) -> StoredTier
+    where
+        Self: 'a,
+    {
+        StoredTier(match data.first() {
+            Some(1) => Some(TierAlias::Mem),
+            Some(2) => Some(TierAlias::Ssd),
+            Some(3) => Some(TierAlias::Hdd),
+            _ => None,
+        })
+    }
+
+    fn as_bytes<'a, 'b: 'a>(value: &'a StoredTier) -> [u8; 1]
+    where
+        Self: 'b,
+    {
+        [value.code()]
+    }
+
+    fn type_name() -> redb::TypeName {
+        redb::TypeName::new("locus::StoredTier")
+    }
+}
 
 pub fn db_err(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Io, format!("metadata store: {e}"))
@@ -222,6 +279,7 @@ impl Store {
             w.open_table(CHILDREN).map_err(db_err)?;
             w.open_table(MOUNTS).map_err(db_err)?;
             w.open_table(VERSIONS).map_err(db_err)?;
+            w.delete_table(OLD_LOCATIONS).map_err(db_err)?;
             w.open_table(LOCATIONS).map_err(db_err)?;
             w.open_table(WORKER_BLOCKS).map_err(db_err)?;
             w.open_table(WORKERS).map_err(db_err)?;
@@ -230,7 +288,6 @@ impl Store {
             w.open_table(PERSIST_QUEUE).map_err(db_err)?;
             w.open_table(PENDING_WRITES).map_err(db_err)?;
             w.open_table(REPLICATED).map_err(db_err)?;
-            w.open_table(crate::search::catalog::CATALOG_JOURNAL).map_err(db_err)?;
             // The cluster's identity, made once with the namespace: a worker holding blocks
             // of another namespace (whose ids mean other data here) is told to drop them.
             let mut counters = w.open_table(COUNTERS).map_err(db_err)?;
@@ -266,9 +323,9 @@ impl Store {
         Ok(*v.downcast::<T>().map_err(|_| Error::internal("metadata committer returned the wrong type"))?)
     }
 
-    /// A durable write transaction, for [`Store::open`] only: every later change goes
+    /// A durable write transaction, for [`Store::open`] and `journal::create` only: every later change goes
     /// through [`Store::mutate`] or [`Store::mutate_soft`], off the async runtime.
-    fn write(&self) -> Result<WriteTransaction> {
+    pub(crate) fn write(&self) -> Result<WriteTransaction> {
         self.db.begin_write().map_err(db_err)
     }
 
@@ -334,14 +391,12 @@ pub fn load_inode(w: &WriteTransaction, id: u64) -> Result<Option<pb::InodeRecor
     get_inode(&w.open_table(INODES).map_err(db_err)?, id)
 }
 
-pub fn put_inode(w: &WriteTransaction, r: &pb::InodeRecord) -> Result<()> {
+/// Writes `r` and returns the record it replaced. Only the namespace's commit path calls
+/// it ([`crate::namespace::put_inode`]), which journals the change for search.
+pub fn write_inode(w: &WriteTransaction, r: &pb::InodeRecord) -> Result<Option<pb::InodeRecord>> {
     let mut t = w.open_table(INODES).map_err(db_err)?;
-    let old: Option<pb::InodeRecord> = match t.insert(r.id, r.encode_to_vec().as_slice()).map_err(db_err)? {
-        Some(v) => Some(decode(v.value())?),
-        None => None,
-    };
-    drop(t);
-    crate::search::catalog::on_put(w, old.as_ref(), r)
+    let old = t.insert(r.id, r.encode_to_vec().as_slice()).map_err(db_err)?;
+    old.map(|v| decode(v.value())).transpose()
 }
 
 pub fn get_child(t: &impl ReadableTable<(u64, &'static str), u64>, parent: u64, name: &str) -> Result<Option<u64>> {
@@ -361,7 +416,7 @@ pub fn lookup(t: &impl ReadableTable<(u64, &'static str), u64>, path: &str) -> R
 }
 
 /// The second halves of the keys `(first, *)` of a pair-keyed table: the workers of a
-/// block in `locations`, the blocks of a worker in `worker_blocks`.
+/// block in `block_locations`, the blocks of a worker in `worker_blocks`.
 pub fn second_keys<V: redb::Value + 'static>(t: &impl ReadableTable<(u64, u64), V>, first: u64) -> Result<Vec<u64>> {
     t.range((first, 0)..=(first, u64::MAX))
         .map_err(db_err)?
@@ -372,6 +427,35 @@ pub fn second_keys<V: redb::Value + 'static>(t: &impl ReadableTable<(u64, u64), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tier of a block location is one typed byte; a store of an older build, whose
+    /// locations named the tier, opens with that table dropped (workers report again).
+    #[test]
+    fn locations_store_the_tier_typed_and_old_ones_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Database::create(dir.path().join("meta.redb")).unwrap();
+            let w = db.begin_write().unwrap();
+            w.open_table(OLD_LOCATIONS).unwrap().insert((1, 2), "SSD").unwrap();
+            w.commit().unwrap();
+        }
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let w = store.write().unwrap();
+        assert!(!w.delete_table(OLD_LOCATIONS).unwrap(), "the old table is gone");
+        {
+            let mut t = w.open_table(LOCATIONS).unwrap();
+            assert!(t.get((1, 2)).unwrap().is_none(), "nothing of the old table carried over");
+            for (i, tier) in
+                [pb::Tier::Mem, pb::Tier::Ssd, pb::Tier::Hdd, pb::Tier::Unspecified].into_iter().enumerate()
+            {
+                t.insert((9, i as u64), StoredTier::from(tier)).unwrap();
+            }
+            let back: Vec<Option<TierAlias>> =
+                t.range((9, 0)..=(9, 9)).unwrap().map(|e| e.unwrap().1.value().0).collect();
+            assert_eq!(back, [Some(TierAlias::Mem), Some(TierAlias::Ssd), Some(TierAlias::Hdd), None]);
+        }
+        w.commit().unwrap();
+    }
 
     /// Records stored before the typed protocol (states and kinds as names in the old
     /// field numbers) read back typed.

@@ -99,82 +99,14 @@ fn esc(s: &str) -> String {
 async fn index(State(m): State<Master>) -> Html<String> {
     let r = m.report();
     let t = r.totals.unwrap_or_default();
-    let mut rows = String::new();
-    for w in &r.workers {
-        let a = w.address.clone().unwrap_or_default();
-        let tiers: Vec<String> = w
-            .tiers
-            .iter()
-            .map(|t| format!("{} {} / {}", t.alias().name(), bytesize(t.used), bytesize(t.capacity)))
-            .collect();
-        rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            a.worker_id,
-            esc(&a.host),
-            esc(&a.data_address),
-            if w.live { "live" } else { "LOST" },
-            esc(&tiers.join(", "))
-        ));
-    }
-    let mut jobs = String::new();
     let mounts = m.mount_table(false);
     let rep = ClusterReport::new(&r, &mounts);
-    for j in &rep.jobs {
-        let last = j.last_run_s_ago.map_or_else(|| "never".into(), |s| format!("{s:.1}s ago"));
-        jobs.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{last}</td><td>{}</td><td>{}</td></tr>",
-            esc(&j.on),
-            esc(&j.name),
-            esc(j.state),
-            j.runs,
-            j.failures,
-            j.backlog,
-            esc(&j.last_error)
-        ));
-    }
-    let mut failed = String::new();
-    for f in &r.persist_failed {
-        failed.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            f.kind().name(),
-            esc(&f.path),
-            f.failures,
-            esc(&f.last_error)
-        ));
-    }
-    let failed = if r.persist_failed_ops == 0 {
-        String::new()
-    } else {
-        format!(
-            "<h2>Persist failures ({})</h2><p>Given up; <code>locus fs persist --retry PATH</code> or <code>--drop PATH</code>.</p>\
-<table><tr><th>kind</th><th>path</th><th>attempts</th><th>last error</th></tr>{failed}</table>",
-            r.persist_failed_ops
-        )
-    };
-    let mut hosts = String::new();
-    for h in &rep.by_host {
-        let b = |s: ReadSource| bytesize(h.from_source(s));
-        let why: Vec<String> = h.not_short_circuit.iter().map(|(k, v)| format!("{k} {}", bytesize(v.bytes))).collect();
-        hosts.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td></tr>",
-            esc(&h.host),
-            b(ReadSource::ShortCircuit),
-            b(ReadSource::LocalWorker),
-            b(ReadSource::RemoteWorker),
-            b(ReadSource::Ufs),
-            h.short_circuit_share * 100.0,
-            esc(&why.join(", "))
-        ));
-    }
-    let mut mounts_rows = String::new();
-    for mi in &mounts {
-        mounts_rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&mi.path),
-            esc(&mi.uri),
-            mi.readonly
-        ));
-    }
+    let rows: String = r.workers.iter().map(worker_row).collect();
+    let jobs: String = rep.jobs.iter().map(job_row).collect();
+    let hosts: String = rep.by_host.iter().map(host_row).collect();
+    let mounts_rows: String =
+        mounts.iter().map(|mi| row([esc(&mi.path), esc(&mi.uri), mi.readonly.to_string()])).collect();
+    let failed = failures(&r);
     Html(format!(
         "<!doctype html><html><head><title>Locus</title><meta http-equiv=refresh content=5>\
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:4px 10px;border-bottom:1px solid #ddd;text-align:left}}</style></head>\
@@ -191,6 +123,74 @@ async fn index(State(m): State<Master>) -> Html<String> {
         bytesize(t.ufs),
         t.hit_ratio()
     ))
+}
+
+/// One table row of cells, each already escaped.
+fn row<const N: usize>(cells: [String; N]) -> String {
+    let mut s = String::from("<tr>");
+    for c in cells {
+        s.push_str("<td>");
+        s.push_str(&c);
+        s.push_str("</td>");
+    }
+    s.push_str("</tr>");
+    s
+}
+
+fn worker_row(w: &locus_proto::pb::WorkerReport) -> String {
+    let a = w.address.clone().unwrap_or_default();
+    let tiers: Vec<String> = w
+        .tiers
+        .iter()
+        .map(|t| format!("{} {} / {}", t.alias().name(), bytesize(t.used), bytesize(t.capacity)))
+        .collect();
+    let state = if w.live { "live" } else { "LOST" };
+    row([a.worker_id.to_string(), esc(&a.host), esc(&a.data_address), state.into(), esc(&tiers.join(", "))])
+}
+
+fn job_row(j: &locus_proto::report::JobRow) -> String {
+    let last = j.last_run_s_ago.map_or_else(|| "never".into(), |s| format!("{s:.1}s ago"));
+    row([
+        esc(&j.on),
+        esc(&j.name),
+        esc(j.state),
+        j.runs.to_string(),
+        j.failures.to_string(),
+        last,
+        j.backlog.to_string(),
+        esc(&j.last_error),
+    ])
+}
+
+fn host_row(h: &locus_proto::report::HostReads) -> String {
+    let b = |s: ReadSource| bytesize(h.from_source(s));
+    let why: Vec<String> = h.not_short_circuit.iter().map(|(k, v)| format!("{k} {}", bytesize(v.bytes))).collect();
+    row([
+        esc(&h.host),
+        b(ReadSource::ShortCircuit),
+        b(ReadSource::LocalWorker),
+        b(ReadSource::RemoteWorker),
+        b(ReadSource::Ufs),
+        format!("{:.1}%", h.short_circuit_share * 100.0),
+        esc(&why.join(", ")),
+    ])
+}
+
+/// The persist failures given up on, if any.
+fn failures(r: &locus_proto::pb::Report) -> String {
+    if r.persist_failed_ops == 0 {
+        return String::new();
+    }
+    let rows: String = r
+        .persist_failed
+        .iter()
+        .map(|f| row([f.kind().name().into(), esc(&f.path), f.failures.to_string(), esc(&f.last_error)]))
+        .collect();
+    format!(
+        "<h2>Persist failures ({})</h2><p>Given up; <code>locus fs persist --retry PATH</code> or <code>--drop PATH</code>.</p>\
+<table><tr><th>kind</th><th>path</th><th>attempts</th><th>last error</th></tr>{rows}</table>",
+        r.persist_failed_ops
+    )
 }
 
 fn bytesize(b: u64) -> String {

@@ -1,7 +1,7 @@
-//! The worker registry: registration with a full block report, heartbeats, block commits.
+//! The worker RPCs: registration with a full block report, heartbeats, block commits (the
+//! registry they feed is `registry.rs`).
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind, Result};
@@ -9,59 +9,20 @@ use locus_proto::pb;
 use prost::Message;
 use redb::ReadableTable;
 
+use crate::registry::WorkerState;
 use crate::store::*;
 use crate::*;
 
-pub(crate) struct WorkerState {
-    pub(crate) address: pb::WorkerAddress,
-    pub(crate) last_heartbeat: Instant,
-    pub(crate) tiers: Vec<pb::TierUsage>,
-    pub(crate) counters: pb::ReadCounters,
-    /// The worker's background jobs, as of its last heartbeat.
-    pub(crate) jobs: Vec<pb::JobInfo>,
-    pub(crate) pending_remove: Vec<u64>,
-    /// Blocks of versions gone, for the worker to retire (see `Effects::retired`).
-    pub(crate) pending_retire: Vec<u64>,
-    /// Heartbeats received; a worker has acted on a response once the next one arrives.
-    pub(crate) beats: u64,
-    /// The pin epoch the worker last reported.
-    pub(crate) pin_epoch: u64,
-    /// The client reads by host it last reported (cumulative; see `reads`), with the run
-    /// of the worker that counted them; `None` until its first heartbeat since this
-    /// master started.
-    pub(crate) host_reads: Option<crate::reads::Baseline>,
-    /// Its clock minus the master's at its last heartbeat (ms).
-    pub(crate) clock_skew_ms: i64,
-    /// Its soft limit on open files (0: not told).
-    pub(crate) open_files_limit: u64,
-}
-
 impl Master {
     pub(crate) fn live_workers(&self) -> HashMap<u64, ()> {
-        let timeout = self.inner.cfg.worker_timeout;
-        self.inner
-            .workers
-            .lock()
-            .iter()
-            .filter(|(_, s)| s.last_heartbeat.elapsed() < timeout)
-            .map(|(id, _)| (*id, ()))
-            .collect()
+        self.inner.workers.live()
     }
 
     /// Wait (up to the worker timeout) until `done` holds for every live worker: checked
     /// at each heartbeat or registration, and when a worker that has not done it would
     /// time out (it no longer counts then).
     pub(crate) async fn await_workers(&self, done: impl Fn(u64, &WorkerState) -> bool) {
-        let timeout = self.inner.cfg.worker_timeout;
-        locus_common::wait::until(&self.inner.workers_changed, Instant::now() + timeout, || {
-            let ws = self.inner.workers.lock();
-            let waiting = ws.iter().filter(|(id, s)| s.last_heartbeat.elapsed() < timeout && !done(**id, s));
-            match waiting.map(|(_, s)| s.last_heartbeat + timeout).min() {
-                None => (Some(()), None),
-                Some(expires) => (None, Some(expires)),
-            }
-        })
-        .await;
+        self.inner.workers.wait_until(done).await;
     }
 
     /// This cluster's id (random, made with the namespace).
@@ -104,7 +65,7 @@ impl Master {
                     let (v, _) = locus_common::split_block_id(b.block_id);
                     if versions.get(v).map_err(db_err)?.is_some() {
                         wb.insert((id, b.block_id), ()).map_err(db_err)?;
-                        loc.insert((b.block_id, id), b.tier().name()).map_err(db_err)?;
+                        loc.insert((b.block_id, id), StoredTier::from(b.tier())).map_err(db_err)?;
                     } else {
                         stale.push(b.block_id);
                     }
@@ -113,28 +74,7 @@ impl Master {
             })
             .await?;
         let id = addr.worker_id;
-        let mut ws = self.inner.workers.lock();
-        let counters = ws.get(&id).map(|s| s.counters).unwrap_or_default();
-        let host_reads = ws.get_mut(&id).and_then(|s| s.host_reads.take());
-        ws.insert(
-            id,
-            WorkerState {
-                address: addr.clone(),
-                last_heartbeat: Instant::now(),
-                tiers: req.tiers,
-                counters,
-                jobs: Vec::new(),
-                pending_remove: stale,
-                pending_retire: Vec::new(),
-                beats: 0,
-                pin_epoch: 0,
-                host_reads,
-                clock_skew_ms: 0,
-                open_files_limit: 0,
-            },
-        );
-        drop(ws);
-        self.inner.workers_changed.notify_waiters();
+        self.inner.workers.register(addr.clone(), req.tiers, stale);
         tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = nblocks, "worker registered");
         Ok(id)
     }
@@ -143,14 +83,7 @@ impl Master {
         let mut resp = pb::HeartbeatResponse::default();
         // Made before the registry's lock is taken (up to 4,096 rows).
         let rows = crate::reads::rows_of(&req.host_reads);
-        {
-            let mut ws = self.inner.workers.lock();
-            let Some(s) = ws.get_mut(&req.worker_id) else {
-                resp.reregister = true;
-                return Ok(resp);
-            };
-            s.last_heartbeat = Instant::now();
-            s.beats += 1;
+        let known = self.inner.workers.beat(req.worker_id, |s| {
             s.pin_epoch = req.pin_epoch;
             s.tiers = req.tiers;
             s.jobs = req.jobs;
@@ -181,8 +114,11 @@ impl Master {
             s.open_files_limit = req.open_files_limit;
             resp.remove_blocks = std::mem::take(&mut s.pending_remove);
             resp.retire_blocks = std::mem::take(&mut s.pending_retire);
+        });
+        if known.is_none() {
+            resp.reregister = true;
+            return Ok(resp);
         }
-        self.inner.workers_changed.notify_waiters();
         let r = self.inner.store.read()?;
         let epoch = get_counter(&r.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
         if epoch != req.pin_epoch {
@@ -196,7 +132,7 @@ impl Master {
     }
 
     pub async fn commit_blocks(&self, req: pb::CommitBlocksRequest) -> Result<()> {
-        if !self.inner.workers.lock().contains_key(&req.worker_id) {
+        if !self.inner.workers.is_registered(req.worker_id) {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
                 format!("worker {} is not registered", req.worker_id),
@@ -211,7 +147,7 @@ impl Master {
                 let (v, _) = locus_common::split_block_id(b.block_id);
                 if versions.get(v).map_err(db_err)?.is_some() {
                     wb.insert((req.worker_id, b.block_id), ()).map_err(db_err)?;
-                    loc.insert((b.block_id, req.worker_id), b.tier().name()).map_err(db_err)?;
+                    loc.insert((b.block_id, req.worker_id), StoredTier::from(b.tier())).map_err(db_err)?;
                 } else {
                     // The file changed or went meanwhile (a reader of the old version may
                     // have filled it: it is kept for a while).
@@ -228,16 +164,6 @@ impl Master {
     }
 
     pub fn workers(&self) -> Vec<pb::WorkerAddress> {
-        let live = self.live_workers();
-        let mut v: Vec<pb::WorkerAddress> = self
-            .inner
-            .workers
-            .lock()
-            .iter()
-            .filter(|(id, _)| live.contains_key(id))
-            .map(|(_, s)| s.address.clone())
-            .collect();
-        v.sort_by_key(|w| w.worker_id);
-        v
+        self.inner.workers.live_addresses()
     }
 }

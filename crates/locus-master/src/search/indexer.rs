@@ -1,6 +1,6 @@
 //! The indexer: keeps the search index ([`super::index`]) in line with the namespace.
 //!
-//! - **Live changes** reach it through the journal ([`super::catalog`]), written in the
+//! - **Live changes** reach it through the journal ([`crate::journal`]), written in the
 //!   namespace transaction of each change. The indexer job applies the journal in order,
 //!   commits at most about once a second with the last applied seq as the commit's
 //!   payload, and then trims the journal. After a crash it resumes from that payload;
@@ -44,18 +44,15 @@ use locus_common::job::Job;
 use locus_common::{Error, Result};
 use locus_proto::pb;
 use redb::ReadableTable;
-use tantivy::query::{AllQuery, InvertedIndexRangeQuery, Query};
+use tantivy::query::{AllQuery, Query};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher};
 
-use super::catalog::{self, CATALOG_JOURNAL, LEGACY_CATALOG, LEGACY_CATALOG_INDEX, entry_of, path_of, successor};
-use super::index::{self, Fields, KeyRange, KeyScan, ix_err};
 use crate::Master;
+use crate::journal::{self as catalog, CATALOG_JOURNAL, LEGACY_CATALOG, LEGACY_CATALOG_INDEX, entry_of, path_of};
 use crate::store::{COUNTERS, INODES, Store, db_err, decode};
+use locus_search::index::{self, Fields, KeyRange, KeyScan, ix_err, key_range, successor};
+use locus_search::writer::{WRITER_THREADS, import_order, open_index};
 
-/// The index writer's memory (split over its threads) when none is configured
-/// (`master.search_index_memory`).
-pub const WRITER_HEAP: usize = 192 << 20;
-const WRITER_THREADS: usize = 2;
 /// Deletes after which the writer is replaced at its next commit. tantivy's writer keeps
 /// every delete it was given (about 1.3 KiB each: the term query and its scoring cache)
 /// for as long as it lives, commits and merges notwithstanding; in a master that deletes
@@ -135,7 +132,7 @@ pub struct Catalog {
     /// Whether the writer holds changes not committed yet.
     dirty: std::sync::atomic::AtomicBool,
     /// The fast columns of the segments searched last.
-    pub columns: super::columns::ColumnCache,
+    pub columns: locus_search::columns::ColumnCache,
 }
 
 /// The journal's changes since the last commit (see the module doc).
@@ -244,48 +241,6 @@ impl Writer {
     }
 }
 
-/// The index in `dir` (created when missing) and its writer, as the catalog and the
-/// import floor use them.
-fn open_index(dir: &Path, heap: usize) -> Result<(Index, IndexWriter)> {
-    let files = super::directory::IndexDir::open(dir).map_err(ix_err)?;
-    // Small doc-store blocks: a page of hits reads entries scattered over the store.
-    let settings = tantivy::IndexSettings { docstore_blocksize: 4096, ..Default::default() };
-    let index = Index::builder().schema(index::schema()).settings(settings).open_or_create(files).map_err(|e| {
-        Error::internal(format!("search index {}: {e} (remove the directory to rebuild it)", dir.display()))
-    })?;
-    let w = index.writer_with_num_threads(WRITER_THREADS, heap).map_err(ix_err)?;
-    Ok((index, w))
-}
-
-/// The order an import batch is indexed in: by path, and of a path given more than
-/// once only its last entry.
-fn import_order(entries: &[(String, pb::CatalogEntry)]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..entries.len()).collect();
-    order.sort_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(b.cmp(&a)));
-    order.dedup_by(|b, a| entries[*a].0 == entries[*b].0);
-    order
-}
-
-/// The import's floor (`locus bench index-floor`): the same documents into the same
-/// index (schema, settings, writer threads and memory) in a fresh directory `dir`, with
-/// no master around it: no RPC, no namespace check, no Bloom filters, one commit at the
-/// end. Each batch is ordered as an import's is ([`import_order`]). Returns the
-/// documents written. Blocking.
-pub fn index_floor(dir: &Path, batches: impl Iterator<Item = Vec<(String, pb::CatalogEntry)>>) -> Result<u64> {
-    locus_common::security::create_private_dir(dir)?;
-    let (index, mut w) = open_index(dir, WRITER_HEAP)?;
-    let f = Fields::of(&index.schema())?;
-    let mut n = 0;
-    for batch in batches {
-        for i in import_order(&batch) {
-            w.add_document(f.doc(&batch[i].0, &batch[i].1)).map_err(ix_err)?;
-            n += 1;
-        }
-    }
-    w.commit().map_err(ix_err)?;
-    Ok(n)
-}
-
 /// Whether `path` is `root` or below it.
 fn under(path: &str, root: &str) -> bool {
     root == "/" || path == root || path.strip_prefix(root).is_some_and(|r| r.starts_with('/'))
@@ -302,6 +257,7 @@ impl Catalog {
     /// Open (or create) the index in `dir`, filling a fresh one from `store`; its
     /// writer holds at most `heap` bytes of uncommitted changes.
     pub fn open(dir: &Path, store: &Store, heap: usize) -> Result<Catalog> {
+        catalog::create(store)?;
         let marker = dir.join("FORMAT");
         let format = std::fs::read_to_string(&marker).unwrap_or_default();
         if format.trim() != FORMAT && dir.join("meta.json").exists() {
@@ -653,15 +609,6 @@ impl Catalog {
         }
         Ok((written, skipped))
     }
-}
-
-/// Documents whose key is in `[lo, hi)` (`hi` `None`: no end), through the key's terms
-/// (a range of the key column would read every document at each commit).
-pub fn key_range(f: &Fields, lo: &str, hi: Option<&str>) -> Box<dyn Query> {
-    Box::new(InvertedIndexRangeQuery::new(
-        Bound::Included(f.key_term(lo)),
-        hi.map_or(Bound::Unbounded, |h| Bound::Excluded(f.key_term(h))),
-    ))
 }
 
 /// The indexer job: applies the journal every [`TICK`]; commits at most every

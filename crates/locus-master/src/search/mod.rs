@@ -1,6 +1,6 @@
 //! Metadata search: a Zenko-style WHERE clause over every object under a directory, in
 //! key order, page by page, answered from the search index ([`index`], kept current by
-//! [`indexer`] from the journal [`catalog`] writes).
+//! [`indexer`] from the journal [`crate::journal`] holds).
 //!
 //! A clause is translated into a tantivy query that matches at least what the clause
 //! matches: equalities and ranges of `key`, `content-length`, `last-modified` and the
@@ -22,17 +22,12 @@
 //! candidates stops after a budget of entries and answers a truncated page that resumes
 //! where it stopped, as S3 may.
 
-pub mod catalog;
-mod columns;
-mod directory;
-pub mod index;
 pub mod indexer;
 use locus_search::inventory;
-pub use locus_search::query;
-mod ranges;
+use locus_search::{columns, ranges, translate};
+pub use locus_search::{index, query};
 #[cfg(test)]
 mod tests;
-mod translate;
 
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -47,11 +42,10 @@ use redb::ReadTransaction;
 use tantivy::DocAddress;
 use tantivy::query::{AllQuery, Query};
 
-use crate::store::{INODES, LOCATIONS, db_err, get_inode};
+use crate::store::{INODES, LOCATIONS, StoredTier, db_err, get_inode};
 use crate::*;
-use catalog::successor;
 use columns::Columns;
-use index::{Fields, KeyCount, KeyOrder, KeyRange, KeyScan, entry_at, ix_err, listing_at};
+use index::{Fields, KeyCount, KeyOrder, KeyRange, KeyScan, entry_at, ix_err, listing_at, successor};
 use indexer::Overlay;
 use query::{Attr, Expr, LocusAttrs, Object};
 use ranges::meet;
@@ -101,6 +95,7 @@ impl Object for Candidate<'_> {
 }
 
 /// The page of a search (keys relative to the searched directory).
+#[derive(Default)]
 pub(crate) struct Page {
     pub hits: Vec<(String, pb::CatalogEntry, LocusAttrs)>,
     pub prefixes: Vec<String>,
@@ -313,24 +308,47 @@ impl Search {
         })
     }
 
+    /// Puts a matching object on `page`: its common prefix when the delimiter groups it
+    /// (once per group), else the object itself, with the entry and Locus attributes
+    /// `hit` makes. `false` when the page is already full: it is then truncated.
+    fn add(
+        &self,
+        page: &mut Page,
+        key: &str,
+        hit: impl FnOnce() -> Result<(pb::CatalogEntry, LocusAttrs)>,
+    ) -> Result<bool> {
+        let from = self.lo.len() - self.base.len();
+        let group =
+            self.delimiter.as_ref().and_then(|d| key[from..].find(d.as_str()).map(|i| &key[..from + i + d.len()]));
+        if group.is_some() && page.prefixes.last().map(String::as_str) == group {
+            return Ok(true);
+        }
+        if page.prefixes.len() + page.hits.len() == self.limit {
+            page.truncated = true;
+            return Ok(false);
+        }
+        page.next_after = group.unwrap_or(key).to_string();
+        match group {
+            Some(g) => page.prefixes.push(g.to_string()),
+            None => {
+                let (entry, locus) = hit()?;
+                page.hits.push((key.to_string(), entry, locus));
+            }
+        }
+        Ok(true)
+    }
+
     /// Run the search against `snap`.
     pub(crate) fn run(&self, snap: &Snapshot) -> Result<Page> {
         let (q, exact) =
             Translator { base: &self.base, s: &snap.searcher, f: &snap.f, cols: &snap.cols }.query(&self.expr);
-        let mut page = Page {
-            hits: Vec::new(),
-            prefixes: Vec::new(),
-            truncated: false,
-            next_after: String::new(),
-            count: 0,
-            scanned: 0,
-        };
         if self.count_only && exact && snap.ov.is_empty() {
+            // The index's count: no candidate needs reading.
             let q: Box<dyn Query> = q.unwrap_or_else(|| Box::new(AllQuery));
             let count = KeyCount { range: self.scope(&self.start), cols: snap.cols.clone() };
-            page.count = snap.searcher.search(&*q, &count).map_err(ix_err)?;
-            return Ok(page);
+            return Ok(Page { count: snap.searcher.search(&*q, &count).map_err(ix_err)?, ..Page::default() });
         }
+        let mut page = Page::default();
         let ns = NsTables::open(&snap.r)?;
         let needs_locus = self.expr.needs_locus();
         // The query's matches are the clause's: none needs checking against its entry.
@@ -338,8 +356,6 @@ impl Search {
         let only_key = self.expr.only_key();
         let no_entry = pb::CatalogEntry::default();
         let began = Instant::now();
-        let mut emitted = 0usize;
-        let mut last_group: Option<String> = None;
         let mut last_key = String::new();
         let changed: Vec<_> = snap.ov.entries(&self.scope(&self.start)).collect();
         let mut cands = Merged {
@@ -368,7 +384,7 @@ impl Search {
                 page.count += 1;
                 continue;
             }
-            let mut entry = match src {
+            let entry = match src {
                 Src::Doc(addr) if !check && self.listing => listing_at(&snap.searcher, &snap.f, addr)?,
                 Src::Doc(addr) => entry_at(&snap.searcher, &snap.f, addr)?,
                 Src::Changed(e) => e.clone(),
@@ -382,39 +398,23 @@ impl Search {
                 page.count += 1;
                 continue;
             }
-            if let Some(d) = &self.delimiter
-                && let Some(i) = key[self.lo.len() - self.base.len()..].find(d.as_str())
-            {
-                let group = &key[..self.lo.len() - self.base.len() + i + d.len()];
-                if last_group.as_deref() == Some(group) {
-                    continue;
+            let Candidate { locus, .. } = cand;
+            let added = self.add(&mut page, key, || {
+                let locus = match locus {
+                    Some(l) => l,
+                    None if self.listing => LocusAttrs::default(),
+                    None => locus_attrs(&ns, &path, &entry, &self.mounts)?,
+                };
+                let mut entry = entry;
+                if self.listing {
+                    entry.user.clear();
+                    entry.tags.clear();
                 }
-                if emitted == self.limit {
-                    page.truncated = true;
-                    break;
-                }
-                last_group = Some(group.to_string());
-                page.prefixes.push(group.to_string());
-                page.next_after = group.to_string();
-                emitted += 1;
-                continue;
-            }
-            if emitted == self.limit {
-                page.truncated = true;
+                Ok((entry, locus))
+            })?;
+            if !added {
                 break;
             }
-            let locus = match cand.locus {
-                Some(l) => l,
-                None if self.listing => LocusAttrs::default(),
-                None => locus_attrs(&ns, &path, &entry, &self.mounts)?,
-            };
-            if self.listing {
-                entry.user.clear();
-                entry.tags.clear();
-            }
-            page.next_after = key.to_string();
-            page.hits.push((key.to_string(), entry, locus));
-            emitted += 1;
         }
         if !page.truncated {
             page.next_after.clear();
@@ -431,7 +431,7 @@ fn key_scan<'s>(snap: &'s Snapshot, r: &KeyRange) -> Result<KeyScan<'s>> {
 /// The namespace tables Locus's own attributes are read from, opened once per search.
 struct NsTables {
     inodes: redb::ReadOnlyTable<u64, &'static [u8]>,
-    locations: redb::ReadOnlyTable<(u64, u64), &'static str>,
+    locations: redb::ReadOnlyTable<(u64, u64), StoredTier>,
 }
 
 impl NsTables {
@@ -461,7 +461,7 @@ fn locus_attrs(ns: &NsTables, path: &str, e: &pb::CatalogEntry, mounts: &[String
         for l in loc.range((b, 0)..=(b, u64::MAX)).map_err(db_err)? {
             let (_, v) = l.map_err(db_err)?;
             held = true;
-            if let Some(t) = TierAlias::parse(v.value()) {
+            if let Some(t) = v.value().0 {
                 best = Some(best.map_or(t, |b| b.min(t)));
             }
         }
@@ -479,7 +479,7 @@ fn locus_attrs(ns: &NsTables, path: &str, e: &pb::CatalogEntry, mounts: &[String
 impl Master {
     /// Mount points, longest first.
     fn mount_points(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.inner.mounts.read().iter().map(|m| m.info.path.clone()).collect();
+        let mut v: Vec<String> = self.inner.mounts.all().into_iter().map(|m| m.info.path).collect();
         v.sort_by_key(|p| std::cmp::Reverse(p.len()));
         v
     }

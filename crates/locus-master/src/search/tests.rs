@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::catalog;
-use super::indexer::{Catalog, WRITER_HEAP};
+use super::indexer::Catalog;
 use super::query::Expr;
 use super::*;
+use crate::journal as catalog;
 use crate::store::Store;
+use locus_search::writer::WRITER_HEAP;
 
 const TYPES: [&str; 5] = ["image/png", "text/csv", "application/gzip", "application/json", ""];
 const OWNERS: usize = 40;

@@ -186,6 +186,49 @@ fn dir_path(bucket: &str, dir_key: &str) -> Option<String> {
     })
 }
 
+/// Where a page resumes: after `req.after`, and when that is a common prefix (it holds
+/// the delimiter past the prefix), after the whole group it stands for.
+fn resume_point(req: &ListRequest<'_>) -> (String, Option<String>) {
+    let mut after = req.after.to_string();
+    let mut skip_group = None;
+    if let Some(d) = req.delimiter.filter(|d| !d.is_empty())
+        && let Some(i) = after.strip_prefix(req.prefix).and_then(|r| r.find(d))
+    {
+        after.truncate(req.prefix.len() + i + d.len());
+        skip_group = Some(after.clone());
+    }
+    (after, skip_group)
+}
+
+/// The cursors of a walk that resumes after key `dkey` + `rest`, from directory `dpath`
+/// (key `dkey`) down the path of `rest`: one per directory on it, the deepest last
+/// (with a `/` delimiter, only the first: the walk does not descend).
+async fn seek(c: &Client, dpath: String, dkey: &str, rest: &str, slash: bool) -> Result<Vec<Cursor>> {
+    let comps: Vec<&str> = rest.split('/').collect();
+    let (mut path, mut key_prefix) = (dpath, dkey.to_string());
+    let mut dir = None;
+    let mut stack = Vec::new();
+    for (i, comp) in comps.iter().enumerate() {
+        let last = i + 1 == comps.len();
+        let mut cur = Cursor::new(path.clone(), key_prefix.clone(), comp, last, dir.take());
+        cur.hold_prefix_dirs(c, comp).await?;
+        stack.push(cur);
+        if last || slash {
+            break;
+        }
+        let child = lpath::join(&path, comp);
+        match dir_status(c, &child).await? {
+            Some(fi) => {
+                dir = Some(fi);
+                path = child;
+                key_prefix = format!("{key_prefix}{comp}/");
+            }
+            None => break,
+        }
+    }
+    Ok(stack)
+}
+
 /// One page of a listing: up to `max_keys` entries after `req.after`, and whether more
 /// follow.
 pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry>, bool)> {
@@ -205,43 +248,15 @@ pub(crate) async fn list(c: &Client, req: &ListRequest<'_>) -> Result<(Vec<Entry
     let Some(dfi) = dir_status(c, &dpath).await? else {
         return Ok((Vec::new(), false));
     };
-    // After a common prefix, skip the whole group it stands for.
-    let mut after = req.after.to_string();
-    let mut skip_group: Option<String> = None;
-    if let Some(d) = req.delimiter.filter(|d| !d.is_empty())
-        && let Some(i) = after.strip_prefix(prefix).and_then(|r| r.find(d))
-    {
-        after.truncate(prefix.len() + i + d.len());
-        skip_group = Some(after.clone());
-    }
-    let mut stack: Vec<Cursor> = Vec::new();
-    if after.as_str() < prefix {
+    let (after, skip_group) = resume_point(req);
+    let mut stack = if after.as_str() < prefix {
         let marker = (rem.is_empty() && !dkey.is_empty()).then_some(dfi);
-        stack.push(Cursor::new(dpath, dkey.to_string(), rem, true, marker));
+        vec![Cursor::new(dpath, dkey.to_string(), rem, true, marker)]
     } else if let Some(rest) = after.strip_prefix(dkey) {
-        // Seek down the path of `after`.
-        let comps: Vec<&str> = rest.split('/').collect();
-        let (mut path, mut key_prefix) = (dpath, dkey.to_string());
-        let mut dir = None;
-        for (i, comp) in comps.iter().enumerate() {
-            let last = i + 1 == comps.len();
-            let mut cur = Cursor::new(path.clone(), key_prefix.clone(), comp, last, dir.take());
-            cur.hold_prefix_dirs(c, comp).await?;
-            stack.push(cur);
-            if last || slash {
-                break;
-            }
-            let child = lpath::join(&path, comp);
-            match dir_status(c, &child).await? {
-                Some(fi) => {
-                    dir = Some(fi);
-                    path = child;
-                    key_prefix = format!("{key_prefix}{comp}/");
-                }
-                None => break,
-            }
-        }
-    }
+        seek(c, dpath, dkey, rest, slash).await?
+    } else {
+        Vec::new()
+    };
     let mut out: Vec<Entry> = Vec::new();
     let mut last_group: Option<String> = None;
     while out.len() <= req.max_keys {

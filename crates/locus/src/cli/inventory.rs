@@ -374,7 +374,7 @@ pub async fn import(c: &Arc<Client>, m: &Manifests) -> Result<(u64, u64)> {
 
 /// The import's floor (`locus bench index-floor`): read and parse the manifests as an
 /// import does (on a thread of their own, in the same chunks, with the master's parser)
-/// and index them with [`locus_master::index_floor`] into `dir`, in this process, with
+/// and index them with [`locus_search::writer::index_floor`] into `dir`, in this process, with
 /// no master around the index. Returns the objects indexed.
 pub fn index_floor(m: &Manifests, dir: &Path) -> Result<u64> {
     let srcs = m.sources()?;
@@ -388,7 +388,7 @@ pub fn index_floor(m: &Manifests, dir: &Path) -> Result<u64> {
         })
     });
     // The index's error first: the reader's own is then only that nobody listened.
-    let n = locus_master::index_floor(dir, rx.into_iter())?;
+    let n = locus_search::writer::index_floor(dir, rx.into_iter())?;
     reader.join().map_err(|_| Error::internal("inventory reader panicked"))??;
     Ok(n)
 }

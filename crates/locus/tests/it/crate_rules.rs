@@ -77,7 +77,7 @@ fn closure(md: &Metadata) -> BTreeMap<String, BTreeSet<String>> {
 
 /// A crate's "must not depend on" cell as package names: `locus-X` for each word X naming
 /// a workspace crate, every Locus crate for "any Locus crate", and the engines the table
-/// names (DataFusion, tantivy). What its "depends on" cell allows is taken out.
+/// names (DataFusion, tantivy, redb). What its "depends on" cell allows is taken out.
 fn forbidden(cell: &str, allowed: &str, own: &str, crates: &BTreeSet<String>) -> BTreeSet<String> {
     let words = |s: &str| -> BTreeSet<String> {
         s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).map(|w| w.to_ascii_lowercase()).collect()
@@ -92,8 +92,10 @@ fn forbidden(cell: &str, allowed: &str, own: &str, crates: &BTreeSet<String>) ->
     if cell.contains("SQL engine") || said.contains("datafusion") {
         out.insert("datafusion".into());
     }
-    if said.contains("tantivy") {
-        out.insert("tantivy".into());
+    for engine in ["tantivy", "redb"] {
+        if said.contains(engine) {
+            out.insert(engine.into());
+        }
     }
     out.retain(|c| c != own && !ok.contains(&named(c)) && !(ok.contains("all")));
     out

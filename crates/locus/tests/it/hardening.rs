@@ -257,7 +257,7 @@ async fn a_cached_write_bigger_than_the_cache_fails_and_gives_its_space_back() {
 /// showed 1970 as its creation date; the next master start dates it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_undated_bucket_gets_a_creation_date_at_the_next_start() {
-    use locus_master::store::{CHILDREN, INODES, get_inode, lookup, put_inode};
+    use locus_master::store::{CHILDREN, INODES, get_inode, lookup, write_inode};
     use redb::ReadableDatabase;
     let dir = tempfile::tempdir().unwrap();
     let mut c = start(dir.path(), 1, 64 << 20).await;
@@ -276,7 +276,7 @@ async fn an_undated_bucket_gets_a_creation_date_at_the_next_start() {
     for &id in &ids {
         let mut rec = get_inode(&w.open_table(INODES).unwrap(), id).unwrap().unwrap();
         rec.mtime_ms = 0;
-        put_inode(&w, &rec).unwrap();
+        write_inode(&w, &rec).unwrap();
     }
     w.commit().unwrap();
     drop(db);

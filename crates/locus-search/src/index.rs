@@ -27,6 +27,7 @@ use locus_common::{Error, Result};
 use locus_proto::pb;
 use prost::Message;
 use tantivy::collector::{Collector, SegmentCollector};
+use tantivy::query::{InvertedIndexRangeQuery, Query};
 use tantivy::schema::{
     Field, IndexRecordOption, NumericOptions, STORED, Schema, TextFieldIndexing, TextOptions, Value as _,
 };
@@ -34,7 +35,7 @@ use tantivy::{
     DocAddress, DocId, DocSet, InvertedIndexReader, Searcher, SegmentReader, TERMINATED, TantivyDocument, Term,
 };
 
-use super::columns::Columns;
+use crate::columns::Columns;
 
 pub fn ix_err(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("search index: {e}"))
@@ -466,4 +467,40 @@ pub fn namespace_keys(s: &Searcher, f: &Fields, mut cb: impl FnMut(&[u8])) -> Re
         col.dictionary().sorted_ords_to_term_cb(&ords, &mut cb).map_err(ix_err)?;
     }
     Ok(())
+}
+
+/// The smallest string above every string that starts with `p` followed by anything
+/// (`p` with its last character bumped), or `None` when there is none.
+pub fn successor(p: &str) -> Option<String> {
+    let mut cs: Vec<char> = p.chars().collect();
+    while let Some(c) = cs.pop() {
+        if let Some(n) = char::from_u32(c as u32 + 1).or_else(|| char::from_u32(0xE000).filter(|_| c as u32 == 0xD7FF))
+        {
+            cs.push(n);
+            return Some(cs.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// Documents whose key is in `[lo, hi)` (`hi` `None`: no end), through the key's terms
+/// (a range of the key column would read every document at each commit).
+pub fn key_range(f: &Fields, lo: &str, hi: Option<&str>) -> Box<dyn Query> {
+    Box::new(InvertedIndexRangeQuery::new(
+        Bound::Included(f.key_term(lo)),
+        hi.map_or(Bound::Unbounded, |h| Bound::Excluded(f.key_term(h))),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn successors() {
+        assert_eq!(successor("/a/").as_deref(), Some("/a0"));
+        assert_eq!(successor("ab").as_deref(), Some("ac"));
+        assert_eq!(successor("").as_deref(), None);
+        assert!(successor("a\u{10FFFF}").unwrap() == "b");
+    }
 }

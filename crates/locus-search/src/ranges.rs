@@ -9,13 +9,13 @@ use tantivy::query::{InvertedIndexRangeQuery, Query};
 use tantivy::schema::Field;
 use tantivy::{Searcher, Term};
 
-use super::query::Op;
+use crate::query::Op;
 
 /// A range of numbers.
-pub(super) type Span<T> = (Bound<T>, Bound<T>);
+pub type Span<T> = (Bound<T>, Bound<T>);
 
 /// The sizes a comparison with `n` allows (sizes are whole numbers; `None`: none).
-pub(super) fn size_span(op: Op, n: f64) -> Option<Span<u64>> {
+pub fn size_span(op: Op, n: f64) -> Option<Span<u64>> {
     let (fl, ce) = (n.floor().max(0.0) as u64, n.ceil().max(0.0) as u64);
     Some(match op {
         Op::Gt if n < 0.0 => (Bound::Included(0), Bound::Unbounded),
@@ -30,7 +30,7 @@ pub(super) fn size_span(op: Op, n: f64) -> Option<Span<u64>> {
 }
 
 /// The times a comparison with `t` allows.
-pub(super) fn time_span(op: Op, t: i64) -> Span<i64> {
+pub fn time_span(op: Op, t: i64) -> Span<i64> {
     match op {
         Op::Gt => (Bound::Excluded(t), Bound::Unbounded),
         Op::Ge => (Bound::Included(t), Bound::Unbounded),
@@ -43,7 +43,7 @@ pub(super) fn time_span(op: Op, t: i64) -> Span<i64> {
 
 /// Where two ranges overlap (possibly nowhere: the bounds then cross, which the index
 /// reads as empty).
-pub(super) fn meet<T: Ord + Clone>(a: Span<T>, b: Span<T>) -> Span<T> {
+pub fn meet<T: Ord + Clone>(a: Span<T>, b: Span<T>) -> Span<T> {
     use Bound::*;
     let lo = match (a.0, b.0) {
         (Unbounded, x) | (x, Unbounded) => x,
@@ -74,17 +74,17 @@ pub(super) fn meet<T: Ord + Clone>(a: Span<T>, b: Span<T>) -> Span<T> {
 
 /// Distinct values at most in a numeric range read through the field's terms, when the
 /// range is the whole clause.
-pub(super) const TERM_RANGE_MAX: u64 = 20_000;
+pub const TERM_RANGE_MAX: u64 = 20_000;
 
 /// In an AND with other clauses, the column is read only for the other clauses' matches
 /// (tantivy leads an intersection with its cheapest part and seeks the rest). Opening a
 /// term's postings costs about as much as this many column reads, so a range is read
 /// through its terms only when it has fewer than the others' matches over this.
-pub(super) const TERM_OPEN_COST: u64 = 20;
+pub const TERM_OPEN_COST: u64 = 20;
 
 /// About how many documents `q` matches (tantivy's size hints, summed over segments;
 /// unknown: `u64::MAX`).
-pub(super) fn estimated_matches(s: &Searcher, q: &dyn Query) -> u64 {
+pub fn estimated_matches(s: &Searcher, q: &dyn Query) -> u64 {
     let Ok(w) = q.weight(tantivy::query::EnableScoring::disabled_from_searcher(s)) else { return u64::MAX };
     let mut n = 0u64;
     for seg in s.segment_readers() {
@@ -99,8 +99,8 @@ pub(super) fn estimated_matches(s: &Searcher, q: &dyn Query) -> u64 {
 /// A range of a numeric field: through its terms when the range holds at most `terms`
 /// distinct values (a 30-minute window), else through its column (alone, a pass over
 /// every document; in an intersection, a read per candidate: `column`, a
-/// [`super::columns::ColumnRange`]).
-pub(super) fn numeric_range(
+/// [`crate::columns::ColumnRange`]).
+pub fn numeric_range(
     s: &Searcher,
     field: Field,
     lo: Bound<Term>,

@@ -1,7 +1,9 @@
-//! The catalog's write side: every namespace change that alters what a search sees is
-//! journaled as a [`pb::CatalogChange`] in the same redb transaction as the change
-//! itself, so it is as durable as the change; the indexer ([`super::indexer`]) applies
-//! the journal to the search index in order and trims it.
+//! The catalog journal, beside the store: every namespace change that alters what a
+//! search sees is journaled as a [`pb::CatalogChange`] in the same redb transaction as
+//! the change itself, so it is as durable as the change. The namespace's commit path
+//! writes it ([`crate::namespace::put_inode`], deletes, renames); the store knows nothing
+//! of it. The indexer ([`crate::search::indexer`]) applies it to the search index in
+//! order and trims it.
 //!
 //! | table | key | value |
 //! |---|---|---|
@@ -12,7 +14,7 @@ use locus_proto::pb;
 use prost::Message;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
-use crate::store::{INODES, ROOT_ID, db_err, get_counter, get_inode, next_id};
+use crate::store::{INODES, ROOT_ID, Store, db_err, get_counter, get_inode, next_id};
 
 pub const CATALOG_JOURNAL: TableDefinition<u64, &[u8]> = TableDefinition::new("catalog_journal");
 /// The counter holding the next journal seq (the first is 1).
@@ -21,6 +23,13 @@ pub const CATALOG_SEQ: &str = "catalog_seq";
 /// their entries, then deleted).
 pub const LEGACY_CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::new("catalog");
 pub const LEGACY_CATALOG_INDEX: TableDefinition<(&[u8], &str), ()> = TableDefinition::new("catalog_index");
+
+/// Creates the journal's table, so that its readers never meet a missing one.
+pub fn create(store: &Store) -> Result<()> {
+    let w = store.write()?;
+    w.open_table(CATALOG_JOURNAL).map_err(db_err)?;
+    w.commit().map_err(db_err)
+}
 
 /// The seq of the last change journaled (0: none yet).
 pub fn head(t: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
@@ -60,7 +69,7 @@ pub fn path_of(inodes: &impl ReadableTable<u64, &'static [u8]>, rec: &pb::InodeR
     Ok(Some(format!("/{}", names.join("/"))))
 }
 
-/// Mirror a namespace record just written (called by `store::put_inode`, with the record
+/// Mirror a namespace record just written (by [`crate::namespace::put_inode`], with the record
 /// it replaced): a file's entry is journaled when what a search sees of it changed; a
 /// directory has none.
 pub fn on_put(w: &WriteTransaction, old: Option<&pb::InodeRecord>, rec: &pb::InodeRecord) -> Result<()> {
@@ -92,20 +101,6 @@ pub fn on_put(w: &WriteTransaction, old: Option<&pb::InodeRecord>, rec: &pb::Ino
     )
 }
 
-/// The smallest string above every string that starts with `p` followed by anything
-/// (`p` with its last character bumped), or `None` when there is none.
-pub fn successor(p: &str) -> Option<String> {
-    let mut cs: Vec<char> = p.chars().collect();
-    while let Some(c) = cs.pop() {
-        if let Some(n) = char::from_u32(c as u32 + 1).or_else(|| char::from_u32(0xE000).filter(|_| c as u32 == 0xD7FF))
-        {
-            cs.push(n);
-            return Some(cs.into_iter().collect());
-        }
-    }
-    None
-}
-
 /// Forget `path` and everything below it (a delete, an unmount, an entry gone from the UFS).
 pub fn remove_subtree(w: &WriteTransaction, path: &str) -> Result<()> {
     append(
@@ -129,17 +124,4 @@ pub fn rename(w: &WriteTransaction, src: &str, dst: &str) -> Result<()> {
             ..Default::default()
         },
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn successors() {
-        assert_eq!(successor("/a/").as_deref(), Some("/a0"));
-        assert_eq!(successor("ab").as_deref(), Some("ac"));
-        assert_eq!(successor("").as_deref(), None);
-        assert!(successor("a\u{10FFFF}").unwrap() == "b");
-    }
 }

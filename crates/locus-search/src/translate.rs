@@ -9,20 +9,19 @@ use tantivy::query::{BooleanQuery, EmptyQuery, InvertedIndexRangeQuery, Occur, Q
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{Searcher, Term};
 
-use super::catalog::successor;
-use super::columns::{ColumnRange, Columns, NumRange, inclusive};
-use super::index::Fields;
-use super::query::{Attr, Expr, Op, Value};
-use super::ranges::{
+use crate::columns::{ColumnRange, Columns, NumRange, inclusive};
+use crate::index::{Fields, successor};
+use crate::query::{Attr, Expr, Op, Value};
+use crate::ranges::{
     Span, TERM_OPEN_COST, TERM_RANGE_MAX, estimated_matches, meet, numeric_range, size_span, time_span,
 };
 
 /// A query, and whether it matches exactly what the clause does (else a superset).
 /// `None` matches every object.
-pub(super) type Translated = (Option<Box<dyn Query>>, bool);
+pub type Translated = (Option<Box<dyn Query>>, bool);
 
 /// Translates the clauses of one search, over one index snapshot.
-pub(super) struct Translator<'a> {
+pub struct Translator<'a> {
     /// The keys' common prefix in the index (the bucket's, or the directory's).
     pub base: &'a str,
     pub s: &'a Searcher,

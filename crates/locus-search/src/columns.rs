@@ -20,7 +20,7 @@ use tantivy::{DocId, DocSet, Score, Searcher, SeekDangerResult, SegmentReader, T
 
 use locus_common::Result;
 
-use super::index::ix_err;
+use crate::index::ix_err;
 
 /// One segment's columns (`None`: the segment has no such column, as an empty one).
 pub struct SegColumns {
