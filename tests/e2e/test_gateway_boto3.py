@@ -450,6 +450,14 @@ def test_auth_presign_and_anonymous(gateway):
     assert ei.value.code == 403 and b"AccessDenied" in ei.value.read()
     expect("SignatureDoesNotMatch", gw_client(gateway.endpoint, secret="wrong-secret").list_buckets)
     expect("InvalidAccessKeyId", gw_client(gateway.endpoint, key="nobody").list_buckets)
+    # A presigned URL past its lifetime: 403 AccessDenied, "Request has expired", as AWS.
+    short = s3.generate_presigned_url("get_object", Params={"Bucket": "local", "Key": "auth/p.txt"}, ExpiresIn=1)
+    time.sleep(2.5)
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(short, timeout=10)
+    body = ei.value.read()
+    assert ei.value.code == 403 and b"<Code>AccessDenied</Code>" in body, body
+    assert b"expired" in body.lower(), body
 
 
 def _raw(gateway, method: str, path: str, headers: dict | None = None, body: bytes = b"", sign=True,

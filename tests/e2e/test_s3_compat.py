@@ -312,6 +312,10 @@ def test_listing_details(gateway, bucket):
     # ... as the raw answer shows
     status, _, body = signed(gateway, "GET", f"/{bucket}?list-type=2&prefix=lst%2F&encoding-type=url")
     assert status == 200 and b"<Key>lst/a+b%2Bc%25d%26e.txt</Key>" in body and b"<Key>lst/%C3%BC/y</Key>" in body
+    # ... and with a delimiter, the prefix and each common prefix are encoded too
+    status, _, body = signed(gateway, "GET", f"/{bucket}?list-type=2&prefix=lst%2F%C3%BC&delimiter=%2F&encoding-type=url")
+    assert status == 200 and b"<Prefix>lst/%C3%BC</Prefix>" in body, body[:800]
+    assert b"<CommonPrefixes><Prefix>lst/%C3%BC/</Prefix></CommonPrefixes>" in body, body[:800]
     status, _, body = signed(gateway, "GET", f"/{bucket}?list-type=2&prefix=lst%2F")
     assert b"<Key>lst/a b+c%d&amp;e.txt</Key>" in body, body[:500]
     status, _, body = signed(gateway, "GET", f"/{bucket}?list-type=2&encoding-type=base64")
