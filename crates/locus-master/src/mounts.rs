@@ -50,6 +50,11 @@ impl MountTable {
         self.mounts.read().clone()
     }
 
+    /// Every mount's description, longest path first (no UFS handle is cloned).
+    pub(crate) fn infos(&self) -> Vec<pb::MountInfo> {
+        self.mounts.read().iter().map(|m| m.info.clone()).collect()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.mounts.read().len()
     }
@@ -237,7 +242,7 @@ impl Master {
 
     /// The mount table; with `secrets` false, credentials are redacted.
     pub fn mount_table(&self, secrets: bool) -> Vec<pb::MountInfo> {
-        let mut v: Vec<pb::MountInfo> = self.inner.mounts.all().into_iter().map(|m| m.info).collect();
+        let mut v = self.inner.mounts.infos();
         if !secrets {
             v = v.into_iter().map(redacted).collect();
         }

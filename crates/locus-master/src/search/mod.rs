@@ -477,11 +477,9 @@ fn locus_attrs(ns: &NsTables, path: &str, e: &pb::CatalogEntry, mounts: &[String
 }
 
 impl Master {
-    /// Mount points, longest first.
+    /// Mount points, longest first (the mount table's own order).
     fn mount_points(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.inner.mounts.all().into_iter().map(|m| m.info.path).collect();
-        v.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        v
+        self.inner.mounts.infos().into_iter().map(|m| m.path).collect()
     }
 
     /// Search the catalog (see the module doc).
