@@ -51,7 +51,7 @@ impl Master {
         let live = self.live_workers();
         let loc = r.open_table(LOCATIONS).map_err(db_err)?;
         let mut out = Vec::new();
-        for i in 0..Self::block_count(rec.length, rec.block_size) {
+        for i in 0..crate::namespace::block_count(rec.length, rec.block_size) {
             let b = locus_common::block_id(rec.version, i);
             let offset = i * rec.block_size;
             let mut locations = Vec::new();
@@ -131,7 +131,7 @@ impl Master {
                 if wt.needs_durable_copies() {
                     // Pinned from the start: the copies the write makes are the only ones.
                     w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
-                    me.bump_pin_epoch(w)?;
+                    me.ns().bump_pin_epoch(w)?;
                 }
                 let pin_epoch = get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
                 Ok((version, pin_epoch))
@@ -246,12 +246,12 @@ impl Master {
                 if old.is_dir {
                     return Err(Error::new(ErrorKind::IsADirectory, format!("{path} is a directory")));
                 }
-                self.drop_version(w, &old, fx)?;
+                self.ns().drop_version(w, &old, fx)?;
                 let mut old = old;
                 old.ufs_older |= is_persisted(&old);
                 old
             }
-            None => self.new_inode(w, parent_id, name, false, 0, String::new(), now, now, Some(version))?,
+            None => self.ns().new_inode(w, parent_id, name, false, 0, String::new(), now, now, Some(version))?,
         };
         rec.version = version;
         w.open_table(VERSIONS).map_err(db_err)?.insert(version, rec.id).map_err(db_err)?;
@@ -273,7 +273,7 @@ impl Master {
                 rec.set_persist_state(pb::PersistState::Persisted);
                 // Pinned at create for an ASYNC_THROUGH write that went through instead.
                 if w.open_table(PINNED).map_err(db_err)?.remove(version).map_err(db_err)?.is_some() {
-                    self.bump_pin_epoch(w)?;
+                    self.ns().bump_pin_epoch(w)?;
                 }
             }
             WriteType::AsyncThrough => {
@@ -297,7 +297,7 @@ impl Master {
         }
         if rec.pinned {
             w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
-            self.bump_pin_epoch(w)?;
+            self.ns().bump_pin_epoch(w)?;
         }
         if rec.replication_min != 0 || rec.replication_max != 0 {
             w.open_table(REPLICATED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
@@ -436,7 +436,7 @@ impl Master {
                 for e in &page {
                     if e.is_dir {
                         dirs.push(e.path.clone());
-                    } else if let Some(r) = self.read_inode_by_path(&e.path)? {
+                    } else if let Some(r) = self.ns().inode_by_path(&e.path)? {
                         f(&r)?;
                         n += 1;
                     }
@@ -470,7 +470,7 @@ impl Master {
                         p.remove(r.version).map_err(db_err)?;
                     }
                 }
-                me.bump_pin_epoch(w)?;
+                me.ns().bump_pin_epoch(w)?;
                 get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")
             })
             .await?;
@@ -513,7 +513,7 @@ impl Master {
             .commit_soft(move |me, w, fx| {
                 for r in &recs {
                     // The version stays valid: only its cached copies go, at once.
-                    me.drop_copies(w, r, false, fx)?;
+                    me.ns().drop_copies(w, r, false, fx)?;
                 }
                 Ok(fx.dropped.clone())
             })

@@ -69,7 +69,8 @@ pub(crate) struct Inner {
     cfg: MasterConfig,
     /// What no mount may hold: the metadata dir and the credential files.
     protected: Vec<std::path::PathBuf>,
-    store: Store,
+    /// The namespace's state (`namespace`).
+    ns: namespace::Namespace,
     /// The search index (`search`), kept current from the namespace's journal.
     catalog: search::indexer::Catalog,
     /// The mount table (`mounts`).
@@ -143,8 +144,8 @@ impl MasterBuilder {
         let workers = Registry::new(self.cfg.worker_timeout);
         let inner = Arc::new(Inner {
             protected,
+            ns: namespace::Namespace::new(store, self.cfg.block_size.as_u64()),
             cfg: self.cfg,
-            store,
             catalog,
             mounts: Default::default(),
             workers,

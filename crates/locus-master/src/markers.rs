@@ -36,7 +36,7 @@ impl Master {
     /// The ancestors of `rel` (nearest first, relative to the mount) that are not flagged
     /// as objects in the namespace.
     fn unflagged_ancestors(&self, m: &MountEntry, rel: &str) -> Result<Vec<String>> {
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         let ch = r.open_table(CHILDREN).map_err(db_err)?;
         let inodes = r.open_table(INODES).map_err(db_err)?;
         let mut out = Vec::new();

@@ -86,7 +86,7 @@ impl MountTable {
 
 impl Master {
     pub(crate) fn load_mounts(&self) -> Result<()> {
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         let t = r.open_table(MOUNTS).map_err(db_err)?;
         let mut v = Vec::new();
         for e in t.iter().map_err(db_err)? {
@@ -106,7 +106,7 @@ impl Master {
     pub(crate) async fn date_undated_buckets(&self) -> Result<()> {
         // Looked for in a read transaction: a start with nothing to date writes nothing.
         let undated: Vec<u64> = {
-            let r = self.inner.store.read()?;
+            let r = self.ns().read()?;
             let (ch, inodes) = (r.open_table(CHILDREN).map_err(db_err)?, r.open_table(INODES).map_err(db_err)?);
             let mut v = Vec::new();
             for e in ch.range((ROOT_ID, "")..(ROOT_ID + 1, "")).map_err(db_err)? {
@@ -203,7 +203,7 @@ impl Master {
                     // Its time is the mount's (an S3 bucket's listing gives directories
                     // none): S3 clients show it as the bucket's creation date.
                     let now = crate::now_ms();
-                    me.new_inode(w, parent, name, true, 0, String::new(), now, now, None)?;
+                    me.ns().new_inode(w, parent, name, true, 0, String::new(), now, now, None)?;
                 }
                 Ok(info)
             })
@@ -229,7 +229,7 @@ impl Master {
                 // (the lookup's table closes before the removal opens it again)
                 let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
                 if let Some(parent) = parent {
-                    me.remove_subtree(w, parent, &name, fx)?;
+                    me.ns().remove_subtree(w, parent, &name, fx)?;
                 }
                 w.open_table(MOUNTS).map_err(db_err)?.remove(id).map_err(db_err)?;
                 Ok(())

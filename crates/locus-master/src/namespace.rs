@@ -1,5 +1,6 @@
-//! The namespace records: the one path by which a change commits and then carries out
-//! its effects, and the inode-table edits changes share.
+//! The namespace: its state type ([`Namespace`], the metadata store and the record edits
+//! changes share) and the one path by which a change commits and then carries out its
+//! effects ([`Master::commit`]).
 //!
 //! Every durable change runs as a closure on the store's committer thread
 //! ([`Store::mutate`]), group committed with the changes that arrive meanwhile, and its
@@ -16,6 +17,17 @@ use crate::journal;
 use crate::store::*;
 use crate::*;
 
+/// The namespace's state: the inode records, their versions, pins and block locations,
+/// and the persist queue, all in the metadata store. Its methods read the store or edit
+/// records inside a change's transaction; what a change leaves to others (workers, the
+/// persist scheduler) goes into its [`Effects`]. It knows nothing of workers, mounts'
+/// UFS handles or jobs, which the [`Master`] holds beside it.
+pub(crate) struct Namespace {
+    store: Store,
+    /// The block size of new files.
+    block_size: u64,
+}
+
 /// What a committed namespace change leaves to do: see [`Master::apply`].
 #[derive(Default)]
 pub(crate) struct Effects {
@@ -30,64 +42,24 @@ pub(crate) struct Effects {
     pub loaded: u64,
 }
 
-impl Master {
-    /// Apply `f` in a durable, group-committed transaction (see the module doc); returns
-    /// its value and its effects, not carried out yet (see [`Master::apply`]).
-    pub(crate) async fn mutate<T: Send + 'static>(
-        &self,
-        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
-    ) -> Result<(T, Effects)> {
-        let me = self.clone();
-        self.inner
-            .store
-            .mutate(move |w| {
-                let mut fx = Effects::default();
-                let v = f(&me, w, &mut fx)?;
-                Ok((v, fx))
-            })
-            .await
+impl Namespace {
+    pub(crate) fn new(store: Store, block_size: u64) -> Namespace {
+        Namespace { store, block_size }
     }
 
-    /// [`Master::mutate`], then carry out the change's effects.
-    pub(crate) async fn commit<T: Send + 'static>(
-        &self,
-        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let (v, fx) = self.mutate(f).await?;
-        self.apply(fx);
-        Ok(v)
+    /// The metadata store (the search catalog reads its journal).
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
-    /// Change soft state (block locations) without an fsync ([`Store::mutate_soft`]), then
-    /// carry out the change's effects.
-    pub(crate) async fn commit_soft<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let me = self.clone();
-        let (v, fx) = self
-            .inner
-            .store
-            .mutate_soft(move |w| {
-                let mut fx = Effects::default();
-                let v = f(&me, w, &mut fx)?;
-                Ok((v, fx))
-            })
-            .await?;
-        self.apply(fx);
-        Ok(v)
+    /// A snapshot of the namespace as of now.
+    pub(crate) fn read(&self) -> Result<redb::ReadTransaction> {
+        self.store.read()
     }
 
-    /// Carry out what a committed change left to do: tell workers to delete dropped
-    /// blocks, hand journaled operations to the persist scheduler, count loaded entries.
-    pub(crate) fn apply(&self, fx: Effects) {
-        self.queue_removals(fx.dropped, fx.retired);
-        self.track(fx.ops);
-        self.inner.metrics.files_loaded.inc_by(fx.loaded);
-    }
-
-    pub(crate) fn block_count(len: u64, bs: u64) -> u64 {
-        len.div_ceil(bs.max(1))
+    /// The cluster's id, made when the store was.
+    pub(crate) fn cluster_id(&self) -> u64 {
+        self.store.cluster_id
     }
 
     /// Insert a new entry; a file gets `version`, or a new one when `None`.
@@ -116,7 +88,7 @@ impl Master {
             name: name.into(),
             is_dir,
             length,
-            block_size: if is_dir { 0 } else { self.inner.cfg.block_size.as_u64() },
+            block_size: if is_dir { 0 } else { self.block_size },
             fingerprint,
             mtime_ms,
             pinned: false,
@@ -161,7 +133,7 @@ impl Master {
     ) -> Result<()> {
         let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
         let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
-        for i in 0..Self::block_count(rec.length, rec.block_size) {
+        for i in 0..block_count(rec.length, rec.block_size) {
             let b = locus_common::block_id(rec.version, i);
             for wk in second_keys(&loc, b)? {
                 loc.remove((b, wk)).map_err(db_err)?;
@@ -182,7 +154,7 @@ impl Master {
     /// under way (which may yet put something there, or have moved it in the namespace
     /// already).
     fn ufs_may_hold(&self, id: u64) -> Result<bool> {
-        let r = self.inner.store.read()?;
+        let r = self.store.read()?;
         let ch = r.open_table(CHILDREN).map_err(db_err)?;
         let inodes = r.open_table(INODES).map_err(db_err)?;
         let Some(rec) = get_inode(&inodes, id)? else { return Ok(true) };
@@ -252,6 +224,74 @@ impl Master {
         Ok(())
     }
 
+    pub(crate) fn inode_by_path(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
+        inode_by_path(&self.store.read()?, path)
+    }
+}
+
+impl Master {
+    /// The namespace's state.
+    pub(crate) fn ns(&self) -> &Namespace {
+        &self.inner.ns
+    }
+
+    /// Apply `f` in a durable, group-committed transaction (see the module doc); returns
+    /// its value and its effects, not carried out yet (see [`Master::apply`]).
+    pub(crate) async fn mutate<T: Send + 'static>(
+        &self,
+        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<(T, Effects)> {
+        let me = self.clone();
+        self.inner
+            .ns
+            .store
+            .mutate(move |w| {
+                let mut fx = Effects::default();
+                let v = f(&me, w, &mut fx)?;
+                Ok((v, fx))
+            })
+            .await
+    }
+
+    /// [`Master::mutate`], then carry out the change's effects.
+    pub(crate) async fn commit<T: Send + 'static>(
+        &self,
+        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (v, fx) = self.mutate(f).await?;
+        self.apply(fx);
+        Ok(v)
+    }
+
+    /// Change soft state (block locations) without an fsync ([`Store::mutate_soft`]), then
+    /// carry out the change's effects.
+    pub(crate) async fn commit_soft<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let me = self.clone();
+        let (v, fx) = self
+            .inner
+            .ns
+            .store
+            .mutate_soft(move |w| {
+                let mut fx = Effects::default();
+                let v = f(&me, w, &mut fx)?;
+                Ok((v, fx))
+            })
+            .await?;
+        self.apply(fx);
+        Ok(v)
+    }
+
+    /// Carry out what a committed change left to do: tell workers to delete dropped
+    /// blocks, hand journaled operations to the persist scheduler, count loaded entries.
+    pub(crate) fn apply(&self, fx: Effects) {
+        self.queue_removals(fx.dropped, fx.retired);
+        self.track(fx.ops);
+        self.inner.metrics.files_loaded.inc_by(fx.loaded);
+    }
+
     /// Tell workers (through their next heartbeat) to delete these blocks (`dropped`), or
     /// to retire them (`retired`: blocks of versions gone, which readers that resolved
     /// them before may still need for a while).
@@ -261,10 +301,11 @@ impl Master {
         }
         self.inner.workers.queue_removals(dropped, retired);
     }
+}
 
-    pub(crate) fn read_inode_by_path(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
-        inode_by_path(&self.inner.store.read()?, path)
-    }
+/// How many blocks a file of `len` bytes in blocks of `bs` has.
+pub(crate) fn block_count(len: u64, bs: u64) -> u64 {
+    len.div_ceil(bs.max(1))
 }
 
 /// Writes a namespace record and journals what a search sees of the change, in the same

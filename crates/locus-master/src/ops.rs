@@ -150,7 +150,7 @@ impl Master {
                 return Ok(None);
             }
             let now = now_ms();
-            let mut rec = me.new_inode(w, parent.id, &name, true, 0, String::new(), now, now, None)?;
+            let mut rec = me.ns().new_inode(w, parent.id, &name, true, 0, String::new(), now, now, None)?;
             rec.children_loaded = true;
             if staging {
                 rec.set_persist_state(pb::PersistState::NotPersisted);
@@ -217,7 +217,7 @@ impl Master {
                         ));
                     }
                 }
-                me.remove_subtree(w, parent, &name, fx)?;
+                me.ns().remove_subtree(w, parent, &name, fx)?;
             }
             Ok(Some(op.clone()))
         })
@@ -253,7 +253,7 @@ impl Master {
         let persisted = is_persisted(&rec);
         let ufs = async {
             // (Judged now, not at the lookup: a persist may have landed since.)
-            if self.rename_stays_in_locus(&src, rec.id)? {
+            if self.ns().rename_stays_in_locus(&src, rec.id)? {
                 return Ok(());
             }
             match sm.ufs.rename(&srel, &drel).await {

@@ -226,7 +226,7 @@ impl Master {
 
     /// Reload the queue after a restart.
     pub(crate) fn load_persist_queue(&self) -> Result<()> {
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         let q = r.open_table(PERSIST_QUEUE).map_err(db_err)?;
         let mut t = self.inner.persist.lock();
         for e in q.iter().map_err(db_err)? {
@@ -337,7 +337,7 @@ impl Master {
     /// Carry out one queued operation and take it off the queue.
     async fn run_op(&self, seq: u64) -> Result<()> {
         let op: pb::PersistOp = {
-            let r = self.inner.store.read()?;
+            let r = self.ns().read()?;
             let q = r.open_table(PERSIST_QUEUE).map_err(db_err)?;
             match q.get(seq).map_err(db_err)? {
                 Some(v) => decode(v.value())?,
@@ -415,7 +415,7 @@ impl Master {
         // The file and its blocks' locations from one snapshot (an overwrite committed
         // between two reads would leave the version read with no copies).
         let (rec, blocks) = {
-            let r = self.inner.store.read()?;
+            let r = self.ns().read()?;
             let rec = get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
                 .filter(|r| r.version == op.version && r.persist_state() == pb::PersistState::ToBePersisted);
             let blocks = match &rec {
@@ -535,7 +535,7 @@ impl Master {
     /// Returns whether the object was rewritten (not when the file changed or went first).
     async fn rewrite_meta(&self, op: &pb::PersistOp, m: &MountEntry) -> Result<bool> {
         let rec = {
-            let r = self.inner.store.read()?;
+            let r = self.ns().read()?;
             get_inode(&r.open_table(INODES).map_err(db_err)?, op.inode_id)?
         };
         let seq = op.seq;
@@ -574,7 +574,7 @@ impl Master {
     async fn reap_abandoned_writes(&self) -> Result<()> {
         let cutoff = now_ms() - self.inner.cfg.abandoned_write_timeout.as_millis() as i64;
         let stale: Vec<u64> = {
-            let r = self.inner.store.read()?;
+            let r = self.ns().read()?;
             let t = r.open_table(PENDING_WRITES).map_err(db_err)?;
             let mut v = Vec::new();
             for e in t.iter().map_err(db_err)? {

@@ -47,7 +47,7 @@ impl Master {
         let mut found = Vec::new();
         let mut excess = Vec::new();
         {
-            let r = self.inner.store.read()?;
+            let r = self.ns().read()?;
             let versions = r.open_table(VERSIONS).map_err(db_err)?;
             let inodes = r.open_table(INODES).map_err(db_err)?;
             let loc = r.open_table(LOCATIONS).map_err(db_err)?;

@@ -50,16 +50,16 @@ impl Master {
             }
             if rec.is_dir != st.is_dir {
                 // A file became a directory or back: replace the entry.
-                self.remove_subtree(w, parent, name, fx)?;
+                self.ns().remove_subtree(w, parent, name, fx)?;
                 return self.upsert_from_ufs(w, parent, name, st, now, fx);
             }
             if !rec.is_dir && rec.fingerprint != fp {
-                self.drop_version(w, &rec, fx)?;
+                self.ns().drop_version(w, &rec, fx)?;
                 rec.version = next_id(w, "version", 1)?;
                 w.open_table(VERSIONS).map_err(db_err)?.insert(rec.version, rec.id).map_err(db_err)?;
                 if rec.pinned {
                     w.open_table(PINNED).map_err(db_err)?.insert(rec.version, ()).map_err(db_err)?;
-                    self.bump_pin_epoch(w)?;
+                    self.ns().bump_pin_epoch(w)?;
                 }
                 rec.length = st.length;
                 rec.fingerprint = fp;
@@ -74,7 +74,7 @@ impl Master {
         // An S3 prefix has no time of its own: a directory gets the time Locus first saw it
         // (what S3 clients show as a bucket's creation date).
         let mtime = if st.is_dir && st.mtime_ms <= 0 { now } else { st.mtime_ms };
-        let rec = self.new_inode(w, parent, name, st.is_dir, st.length, fp, mtime, now, None)?;
+        let rec = self.ns().new_inode(w, parent, name, st.is_dir, st.length, fp, mtime, now, None)?;
         fx.loaded += 1;
         Ok(rec.id)
     }
@@ -93,7 +93,7 @@ impl Master {
     /// interval ([`absent`](crate::absent)), and not under a directory that exists in
     /// Locus only (a committer's staging directory), where nothing else writes.
     pub(crate) async fn resolve_with(&self, path: &str, trust_listing: bool) -> Result<Option<pb::InodeRecord>> {
-        if let Some(rec) = self.read_inode_by_path(path)? {
+        if let Some(rec) = self.ns().inode_by_path(path)? {
             return self.recheck(path, rec).await;
         }
         // Walk down, loading missing components from the UFS.
@@ -110,7 +110,7 @@ impl Master {
                 },
             };
         }
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         get_inode(&r.open_table(INODES).map_err(db_err)?, parent)
     }
 
@@ -148,7 +148,7 @@ impl Master {
                     load_inode(w, id)
                 }
                 (None, Some(parent)) => {
-                    me.remove_subtree(w, parent, &name, fx)?;
+                    me.ns().remove_subtree(w, parent, &name, fx)?;
                     Ok(None)
                 }
                 _ => Ok(None),
@@ -160,7 +160,7 @@ impl Master {
     /// One step of the walk down to a path: `comp` under directory `parent` (`cur` is the
     /// path so far), as the namespace knows it.
     fn lookup_step(&self, parent: u64, comp: &str, cur: &str, trust_listing: bool) -> Result<Step> {
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         if let Some(id) = get_child(&r.open_table(CHILDREN).map_err(db_err)?, parent, comp)? {
             return Ok(Step::Found(id));
         }
@@ -237,7 +237,7 @@ impl Master {
         // The lookup may have loaded or synced the file (a commit): the file as the snapshot
         // has it now, newer than the lookup's if it changed since (the status is still under
         // way: either answer is right), or gone if it was deleted meanwhile.
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         let rec = inode_by_path(&r, &path)?.ok_or_else(|| Error::not_found(format!("{path} does not exist")))?;
         let mut fi = self.file_info(&path, &rec)?;
         if !rec.is_dir {
@@ -323,7 +323,7 @@ impl Master {
                 v
             };
             for name in stale {
-                me.remove_subtree(w, dir.id, &name, fx)?;
+                me.ns().remove_subtree(w, dir.id, &name, fx)?;
             }
             let mut d = load_inode(w, dir.id)?.unwrap_or_else(|| dir.clone());
             d.children_loaded = true;
@@ -345,7 +345,7 @@ impl Master {
         rel: &str,
     ) -> Result<Vec<String>> {
         let queued = self.held_ufs_paths(m.info.id, mark);
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         let ch = r.open_table(CHILDREN).map_err(db_err)?;
         let inodes = r.open_table(INODES).map_err(db_err)?;
         let mut v = Vec::new();
@@ -386,7 +386,7 @@ impl Master {
             }
         }
         let limit = if limit == 0 { DEFAULT_LIST_PAGE } else { limit.min(10_000) } as usize;
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         let ch = r.open_table(CHILDREN).map_err(db_err)?;
         let inodes = r.open_table(INODES).map_err(db_err)?;
         let mut out = Vec::new();

@@ -27,7 +27,7 @@ impl Master {
 
     /// This cluster's id (random, made with the namespace).
     pub fn cluster_id(&self) -> u64 {
-        self.inner.store.cluster_id
+        self.ns().cluster_id()
     }
 
     /// Register a worker and take its full block report. Returns its id, or 0 (nothing
@@ -119,7 +119,7 @@ impl Master {
             resp.reregister = true;
             return Ok(resp);
         }
-        let r = self.inner.store.read()?;
+        let r = self.ns().read()?;
         let epoch = get_counter(&r.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
         if epoch != req.pin_epoch {
             resp.pins_changed = true;

@@ -621,11 +621,11 @@ pub fn start(m: Master) -> Job {
                 _ = stop.changed() => true,
             };
             let m2 = m.clone();
-            let r = tokio::task::spawn_blocking(move || m2.inner.catalog.step(&m2.inner.store, stopping))
+            let r = tokio::task::spawn_blocking(move || m2.inner.catalog.step(m2.ns().store(), stopping))
                 .await
                 .unwrap_or_else(|e| Err(Error::internal(format!("indexer: {e}"))));
             handle.record(&r);
-            if let Ok(r) = m.inner.store.read()
+            if let Ok(r) = m.ns().read()
                 && let Ok(t) = r.open_table(COUNTERS)
                 && let Ok(h) = catalog::head(&t)
             {

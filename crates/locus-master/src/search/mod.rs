@@ -455,7 +455,7 @@ fn locus_attrs(ns: &NsTables, path: &str, e: &pb::CatalogEntry, mounts: &[String
     a.pinned = rec.pinned;
     let loc = &ns.locations;
     let (mut cached, mut best) = (0u64, None::<TierAlias>);
-    for i in 0..Master::block_count(rec.length, rec.block_size) {
+    for i in 0..crate::namespace::block_count(rec.length, rec.block_size) {
         let b = locus_common::block_id(rec.version, i);
         let mut held = false;
         for l in loc.range((b, 0)..=(b, u64::MAX)).map_err(db_err)? {
@@ -487,7 +487,7 @@ impl Master {
         let s = Search::new(&req, self.mount_points())?;
         let me = self.clone();
         let page = tokio::task::spawn_blocking(move || {
-            let snap = Snapshot::of(&me.inner.catalog, &me.inner.store, s.count_only)?;
+            let snap = Snapshot::of(&me.inner.catalog, me.ns().store(), s.count_only)?;
             s.run(&snap).map(|p| (p, s.base))
         })
         .await
