@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -39,16 +40,42 @@ _PORTS_GIVEN: set[int] = set()
 
 
 def free_port() -> int:
-    """A free loopback port, never one this process handed out before: the kernel may
-    offer a port it just gave (and that was closed again) to the next bind, and a cluster
-    whose master and gateway got the same one fails to start. The e2e tests use it too."""
-    while True:
+    """A free loopback port, never one this process handed out before, taken below the
+    kernel's ephemeral range (32768 and up here): there no client connection can take it
+    between this call and the server's bind, and the kernel cannot offer it to the next
+    caller. Each pytest-xdist worker draws from its own slice of the range, so parallel
+    test processes never race for one port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    k = int(worker[2:]) if worker[2:].isdigit() else 0
+    n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    span = (_PORT_HI - _PORT_LO) // n
+    lo = _PORT_LO + (k % n) * span
+    start = random.randrange(span)
+    for i in range(span):
+        p = lo + (start + i) % span
+        if p in _PORTS_GIVEN:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p not in _PORTS_GIVEN:
-            _PORTS_GIVEN.add(p)
-            return p
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(p)
+        return p
+    raise RuntimeError(f"no free port in {lo}..{lo + span}")
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports handed out: below the kernel's ephemeral range, above the well-known services'
+# (Ceph's daemons take 3300 and 6800-7300, its gateway 7480).
+_PORT_LO = 10000
+_PORT_HI = max(_PORT_LO + 2000, min(32000, _ephemeral_floor()))
 
 
 def sh(*cmd: str, ns: str | None = None):

@@ -513,6 +513,13 @@ class MinioServer:
 # --------------------------------------------------------------------------- fixtures
 
 
+def pytest_configure(config):
+    # scripts/test runs the suite on two pytest-xdist workers (`-n 2 --dist loadfile -m
+    # "not serial"`: each file's tests on one worker, so a module's fixed resources, such
+    # as the RGW's ports, are never started twice), then the serial tests alone.
+    config.addinivalue_line("markers", "serial: measures latency, so runs with no other test beside it")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

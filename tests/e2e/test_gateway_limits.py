@@ -10,6 +10,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from conftest import _port_open, gw_client, wait_until
 
 
@@ -215,6 +217,7 @@ def test_connections_beyond_the_cap_wait_for_a_free_slot(cluster_factory):
         s.close()
 
 
+@pytest.mark.serial
 def test_one_address_cannot_stall_the_gateway(cluster_factory):
     """An attacker keeps more idle connections open from one address than its cap (and
     opens them again as they are closed): another client's GETs stay fast (p99 under
