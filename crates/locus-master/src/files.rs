@@ -143,7 +143,7 @@ impl Master {
             // The worker takes the write only with it: this mount (writable), this path.
             write_grant: self.inner.verifier.grant(m.info.id, &rel, version),
             ufs_path: rel,
-            block_size: self.inner.cfg.block_size.as_u64(),
+            block_size: self.ns().block_size(),
             mount_point: m.info.path.clone(),
             version,
             write_type: pb::WriteType::from(wt).into(),
@@ -256,7 +256,7 @@ impl Master {
         rec.version = version;
         w.open_table(VERSIONS).map_err(db_err)?.insert(version, rec.id).map_err(db_err)?;
         rec.length = req.length;
-        rec.block_size = self.inner.cfg.block_size.as_u64();
+        rec.block_size = self.ns().block_size();
         rec.mtime_ms = if req.mtime_ms > 0 { req.mtime_ms } else { now };
         rec.meta = req.meta.clone().filter(|m| *m != pb::ObjectMeta::default());
         rec.synced_ms = now;

@@ -18,10 +18,12 @@ use crate::store::*;
 use crate::*;
 
 /// The namespace's state: the inode records, their versions, pins and block locations,
-/// and the persist queue, all in the metadata store. Its methods read the store or edit
-/// records inside a change's transaction; what a change leaves to others (workers, the
-/// persist scheduler) goes into its [`Effects`]. It knows nothing of workers, mounts'
-/// UFS handles or jobs, which the [`Master`] holds beside it.
+/// and the persist queue, all in the metadata store (whose other tables, such as the
+/// mounts, pending writes and counters, callers read through it too). Its methods read
+/// the store or edit records inside a change's transaction; what a change leaves to
+/// others (the workers, the persist scheduler) goes into its [`Effects`]. It knows
+/// nothing of the worker registry, the mounts' UFS handles or the jobs, which the
+/// [`Master`] holds beside it.
 pub(crate) struct Namespace {
     store: Store,
     /// The block size of new files.
@@ -43,6 +45,7 @@ pub(crate) struct Effects {
 }
 
 impl Namespace {
+    /// The namespace over `store`; files made from now on get blocks of `block_size`.
     pub(crate) fn new(store: Store, block_size: u64) -> Namespace {
         Namespace { store, block_size }
     }
@@ -52,9 +55,14 @@ impl Namespace {
         &self.store
     }
 
-    /// A snapshot of the namespace as of now.
+    /// A read snapshot of the metadata store as of now.
     pub(crate) fn read(&self) -> Result<redb::ReadTransaction> {
         self.store.read()
+    }
+
+    /// The block size of new files.
+    pub(crate) fn block_size(&self) -> u64 {
+        self.block_size
     }
 
     /// The cluster's id, made when the store was.
@@ -144,6 +152,8 @@ impl Namespace {
         Ok(())
     }
 
+    /// A new pin epoch: the pinned set changed, and workers holding an older epoch take
+    /// the new set at their next heartbeat.
     pub(crate) fn bump_pin_epoch(&self, w: &WriteTransaction) -> Result<()> {
         next_id(w, "pin_epoch", 1).map(|_| ())
     }
@@ -224,8 +234,9 @@ impl Namespace {
         Ok(())
     }
 
+    /// The inode at `path` as of now (a fresh snapshot).
     pub(crate) fn inode_by_path(&self, path: &str) -> Result<Option<pb::InodeRecord>> {
-        inode_by_path(&self.store.read()?, path)
+        self::inode_by_path(&self.store.read()?, path)
     }
 }
 
@@ -242,9 +253,8 @@ impl Master {
         f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
     ) -> Result<(T, Effects)> {
         let me = self.clone();
-        self.inner
-            .ns
-            .store
+        self.ns()
+            .store()
             .mutate(move |w| {
                 let mut fx = Effects::default();
                 let v = f(&me, w, &mut fx)?;
@@ -271,9 +281,8 @@ impl Master {
     ) -> Result<T> {
         let me = self.clone();
         let (v, fx) = self
-            .inner
-            .ns
-            .store
+            .ns()
+            .store()
             .mutate_soft(move |w| {
                 let mut fx = Effects::default();
                 let v = f(&me, w, &mut fx)?;

@@ -510,14 +510,14 @@ impl Master {
         put_inode(w, &cur)?;
         if !cur.pinned {
             w.open_table(PINNED).map_err(db_err)?.remove(cur.version).map_err(db_err)?;
-            next_id(w, "pin_epoch", 1)?;
+            self.ns().bump_pin_epoch(w)?;
         }
         // The extra copies were for durability until now.
         let keep = if cur.replication_min == 0 { self.inner.cfg.replication_min } else { cur.replication_min };
         let live = self.live_workers();
         let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
         let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
-        for i in 0..cur.length.div_ceil(cur.block_size.max(1)) {
+        for i in 0..crate::namespace::block_count(cur.length, cur.block_size) {
             let b = locus_common::block_id(cur.version, i);
             let mut holders = second_keys(&loc, b)?;
             holders.sort_by_key(|wk| (!live.contains_key(wk), *wk));

@@ -72,7 +72,7 @@ impl Master {
                 let want = if persisted { min } else { min.max(2) } as usize;
                 let want = want.min(live.len());
                 let mut whole = true;
-                for i in 0..rec.length.div_ceil(rec.block_size.max(1)) {
+                for i in 0..crate::namespace::block_count(rec.length, rec.block_size) {
                     let b = locus_common::block_id(rec.version, i);
                     let holders: Vec<u64> =
                         second_keys(&loc, b)?.into_iter().filter(|w| by_id.contains_key(w)).collect();
