@@ -94,6 +94,7 @@ impl Inner {
                 }
             }
         }
+        source.settled().await;
         drop(source);
         if pos != r.block_length {
             return Err(Error::new(

@@ -74,6 +74,15 @@ impl ScanSource {
             ScanSource::Ufs(_) => Err(Error::internal("a UFS source is a stream")),
         }
     }
+
+    /// Wait until a fill this scan followed has ended and the master has heard of the
+    /// block, so the caller's answer comes after the cache it filled is on record.
+    /// (The bytes scanned are final whatever the fill's verdict.)
+    pub(crate) async fn settled(&mut self) {
+        if let ScanSource::Filling { rx, .. } = self {
+            let _ = rx.wait_for(|s| s.done.is_some()).await;
+        }
+    }
 }
 
 /// Where a block read ends in its block, or why the request is bad.
@@ -315,10 +324,10 @@ impl Inner {
                 }
             };
             me.inflight.lock().remove(&req.block_id);
-            tx.send_modify(|s| s.done = Some(res.is_ok()));
-            // The master learns of the block before any reader is told it is
-            // cached, so `load` (or a read) followed by `stat` shows it.
+            // The master learns of the block before any reader is told the fill ended,
+            // so `load`, a read or a compute followed by `stat` shows it cached.
             let _ = me.commit_changes().await;
+            tx.send_modify(|s| s.done = Some(res.is_ok()));
             res
         });
         match created.await {

@@ -754,3 +754,40 @@ async fn a_queued_rename_moves_what_the_ufs_holds_when_it_runs() {
     assert_eq!(std::fs::read(ufs.join("out/f2")).unwrap(), b"second file");
     c.shutdown().await;
 }
+
+/// A cold compute caches the blocks it scans, and its answer comes after the master
+/// knows they are cached: a `stat` right after it shows every block with a copy. The
+/// fill's commit to the master is held 500 ms by a fault point; before, the compute
+/// answered as soon as it had scanned the fill's bytes, and the `stat` raced the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cold_compute_answers_after_the_master_knows_what_it_cached() {
+    use locus_proto::pb::{self, ComputeOp};
+    let _turn = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("mem"), ByteSize::mib(16));
+    let c = LocalCluster::start(cfg, &dir.path().join("data"), 1, None).await.unwrap();
+    let mut csv = String::from("a,b\n");
+    for i in 0..300_000u32 {
+        csv += &format!("{i},{}\n", i % 7);
+    }
+    std::fs::write(c.data_dir().join("ufs").join("s.csv"), &csv).unwrap();
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let blocks = cl.status("/s.csv", true).await.unwrap().blocks.len();
+    assert!(blocks >= 2, "{blocks} blocks");
+    let job = locus_client::ComputeJob {
+        request: locus_compute::Request {
+            ops: vec![ComputeOp::Count],
+            csv: pb::CsvFormat { header: true, ..Default::default() },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    fail::cfg("worker.commit_changes.drained", "return(500)").unwrap();
+    let out = cl.compute(&["/s.csv".into()], &job).await;
+    let fi = cl.status("/s.csv", true).await;
+    fail::remove("worker.commit_changes.drained");
+    assert_eq!(out.unwrap().results.rows, 300_000);
+    let uncached: Vec<u64> = fi.unwrap().blocks.iter().filter(|b| b.locations.is_empty()).map(|b| b.block_id).collect();
+    assert!(uncached.is_empty(), "answered before the master knew it cached blocks {uncached:?}");
+    c.shutdown().await;
+}
