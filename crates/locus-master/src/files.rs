@@ -4,11 +4,9 @@
 use locus_common::config::WriteType;
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
-use locus_proto::pb;
-use locus_ufs::UfsStatus;
-use redb::WriteTransaction;
+use locus_proto::pb::{self, command::Op};
 
-use crate::namespace::{Effects, put_inode};
+use crate::apply::written;
 use crate::store::*;
 use crate::*;
 
@@ -123,20 +121,10 @@ impl Master {
             // (Under a parent made again if a concurrent delete took it, as any write.)
             return self.complete_file(req).await;
         }
-        let (version, pin_epoch) = self
-            .commit(move |me, w, _| {
-                let version = next_id(w, "version", 1)?;
-                w.open_table(VERSIONS).map_err(db_err)?.insert(version, 0).map_err(db_err)?;
-                w.open_table(PENDING_WRITES).map_err(db_err)?.insert(version, now_ms()).map_err(db_err)?;
-                if wt.needs_durable_copies() {
-                    // Pinned from the start: the copies the write makes are the only ones.
-                    w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
-                    me.ns().bump_pin_epoch(w)?;
-                }
-                let pin_epoch = get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")?;
-                Ok((version, pin_epoch))
-            })
-            .await?;
+        // Pinned from the start when the write's copies are its only ones.
+        let open = pb::OpenWrite { pin: wt.needs_durable_copies() };
+        let r = self.propose(Op::OpenWrite(open)).await?;
+        let (version, pin_epoch) = (r.id, r.pin_epoch);
         Ok(pb::FileInfo {
             path: path.clone(),
             mount_id: m.info.id,
@@ -191,119 +179,33 @@ impl Master {
 
     pub(crate) async fn commit_complete(
         &self,
-        req: pb::CompleteFileRequest,
+        mut req: pb::CompleteFileRequest,
         path: String,
         parent_id: u64,
         wt: WriteType,
         m: MountEntry,
         rel: String,
     ) -> Result<pb::FileInfo> {
-        let now = now_ms();
         let name = lpath::split_parent(&path).map(|(_, n)| n.to_string()).unwrap_or_default();
-        let p2 = path.clone();
-        let landed = matches!(wt, WriteType::Through | WriteType::CacheThrough).then(|| (m.clone(), rel.clone()));
-        let rec =
-            self.commit(move |me, w, fx| me.complete_in(w, &req, &p2, parent_id, &name, wt, &m, &rel, now, fx)).await?;
-        if let Some((m, rel)) = landed {
+        req.write_type = pb::WriteType::from(wt).into();
+        // The writer's wait, else the staging wait of a committer's `_temporary` file.
+        if req.persist_wait_ms == 0 && wt == WriteType::AsyncThrough && lpath::is_staged(&path) {
+            req.persist_wait_ms = self.inner.cfg.staged_persist_wait.as_millis() as u64;
+        }
+        let c = pb::CompleteFile {
+            req: Some(req),
+            path: path.clone(),
+            parent_id,
+            name,
+            mount_id: m.info.id,
+            ufs_path: rel.clone(),
+            block_size: self.ns().block_size(),
+        };
+        let rec = self.propose(Op::CompleteFile(c)).await.and_then(written)?;
+        if matches!(wt, WriteType::Through | WriteType::CacheThrough) {
             self.settle_markers(&m, &rel).await;
         }
         self.file_info(&path, &rec)
-    }
-
-    /// The change [`Master::complete_file`] commits.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn complete_in(
-        &self,
-        w: &WriteTransaction,
-        req: &pb::CompleteFileRequest,
-        path: &str,
-        parent_id: u64,
-        name: &str,
-        wt: WriteType,
-        m: &MountEntry,
-        rel: &str,
-        now: i64,
-        fx: &mut Effects,
-    ) -> Result<pb::InodeRecord> {
-        let version = if req.version == 0 {
-            next_id(w, "version", 1)?
-        } else {
-            if w.open_table(PENDING_WRITES).map_err(db_err)?.remove(req.version).map_err(db_err)?.is_none() {
-                return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    format!("the write of {path} is unknown or was abandoned (see master.abandoned_write_timeout)"),
-                ));
-            }
-            req.version
-        };
-        if !load_inode(w, parent_id)?.is_some_and(|p| p.is_dir) {
-            return Err(Error::not_found(format!("the directory of {path} was deleted")));
-        }
-        let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent_id, name)?;
-        let mut rec = match existing {
-            Some(id) => {
-                let old = load_inode(w, id)?.ok_or_else(|| Error::internal("dangling child"))?;
-                if old.is_dir {
-                    return Err(Error::new(ErrorKind::IsADirectory, format!("{path} is a directory")));
-                }
-                self.ns().drop_version(w, &old, fx)?;
-                let mut old = old;
-                old.ufs_older |= is_persisted(&old);
-                old
-            }
-            None => self.ns().new_inode(w, parent_id, name, false, 0, String::new(), now, now, Some(version))?,
-        };
-        rec.version = version;
-        w.open_table(VERSIONS).map_err(db_err)?.insert(version, rec.id).map_err(db_err)?;
-        rec.length = req.length;
-        rec.block_size = self.ns().block_size();
-        rec.mtime_ms = if req.mtime_ms > 0 { req.mtime_ms } else { now };
-        rec.meta = req.meta.clone().filter(|m| *m != pb::ObjectMeta::default());
-        rec.synced_ms = now;
-        match wt {
-            WriteType::Through | WriteType::CacheThrough => {
-                let st = UfsStatus {
-                    path: name.into(),
-                    is_dir: false,
-                    length: req.length,
-                    etag: req.etag.clone(),
-                    mtime_ms: req.mtime_ms,
-                };
-                rec.fingerprint = st.fingerprint();
-                rec.set_persist_state(pb::PersistState::Persisted);
-                // Pinned at create for an ASYNC_THROUGH write that went through instead.
-                if w.open_table(PINNED).map_err(db_err)?.remove(version).map_err(db_err)?.is_some() {
-                    self.ns().bump_pin_epoch(w)?;
-                }
-            }
-            WriteType::AsyncThrough => {
-                rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
-                rec.set_persist_state(pb::PersistState::ToBePersisted);
-                let mut op = self.persist_op(&rec, m, rel, path);
-                // The writer's wait, else the staging wait of a committer's `_temporary` file.
-                let wait_ms = match req.persist_wait_ms {
-                    0 if lpath::is_staged(path) => self.inner.cfg.staged_persist_wait.as_millis() as u64,
-                    ms => ms,
-                };
-                if wait_ms > 0 {
-                    op.not_before_ms = now + wait_ms.min(i64::MAX as u64 / 2) as i64;
-                }
-                fx.ops.push(self.enqueue(w, op)?);
-            }
-            WriteType::MustCache => {
-                rec.fingerprint = UNPERSISTED_FINGERPRINT.into();
-                rec.set_persist_state(pb::PersistState::NotPersisted);
-            }
-        }
-        if rec.pinned {
-            w.open_table(PINNED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
-            self.ns().bump_pin_epoch(w)?;
-        }
-        if rec.replication_min != 0 || rec.replication_max != 0 {
-            w.open_table(REPLICATED).map_err(db_err)?.insert(version, ()).map_err(db_err)?;
-        }
-        put_inode(w, &rec)?;
-        Ok(rec)
     }
 
     /// Queue the persist of a file written MUST_CACHE (a no-op for one persisted or
@@ -325,16 +227,8 @@ impl Master {
             }
             _ => return self.file_info(&path, &rec),
         }
-        let (id, p2) = (rec.id, path.clone());
-        let rec = self
-            .commit(move |me, w, fx| {
-                let mut rec = load_inode(w, id)?.ok_or_else(|| Error::not_found(format!("{p2} does not exist")))?;
-                rec.set_persist_state(pb::PersistState::ToBePersisted);
-                fx.ops.push(me.enqueue(w, me.persist_op(&rec, &m, &rel, &p2))?);
-                put_inode(w, &rec)?;
-                Ok(rec)
-            })
-            .await?;
+        let c = pb::QueuePersist { inode_id: rec.id, path: path.clone(), mount_id: m.info.id, ufs_path: rel };
+        let rec = self.propose(Op::QueuePersist(c)).await.and_then(written)?;
         self.file_info(&path, &rec)
     }
 
@@ -346,23 +240,7 @@ impl Master {
         let path = normalize(path)?;
         let ids = self.file_ids(&path, recursive).await?;
         let n = ids.len() as u64;
-        self.commit(move |_, w, _| {
-            for id in &ids {
-                if let Some(mut r) = load_inode(w, *id)? {
-                    r.replication_min = min;
-                    r.replication_max = max;
-                    put_inode(w, &r)?;
-                    let mut t = w.open_table(REPLICATED).map_err(db_err)?;
-                    if min != 0 || max != 0 {
-                        t.insert(r.version, ()).map_err(db_err)?;
-                    } else {
-                        t.remove(r.version).map_err(db_err)?;
-                    }
-                }
-            }
-            Ok(())
-        })
-        .await?;
+        self.propose(Op::SetReplication(pb::SetReplication { inode_ids: ids, min, max })).await?;
         Ok(n)
     }
 
@@ -371,33 +249,16 @@ impl Master {
         let path = normalize(path)?;
         let rec = self.must_resolve(&path).await?;
         let (m, rel) = self.writable(&path)?;
-        let (id, p2) = (rec.id, path.clone());
-        let rec = self
-            .commit(move |me, w, fx| {
-                let mut rec = load_inode(w, id)?.ok_or_else(|| Error::not_found(format!("{p2} does not exist")))?;
-                if tags_only {
-                    rec.meta.get_or_insert_with(Default::default).tags = meta.tags.clone();
-                } else {
-                    rec.meta = Some(meta.clone());
-                }
-                if rec.meta.as_ref().is_some_and(|m| *m == pb::ObjectMeta::default()) {
-                    rec.meta = None;
-                }
-                // A persisted object in a store that keeps metadata gets it too (a file
-                // still to be persisted takes it with its persist).
-                if !rec.is_dir && is_persisted(&rec) && m.ufs.stores_metadata() {
-                    let op = pb::PersistOp {
-                        kind: pb::PersistOpKind::Meta.into(),
-                        inode_id: rec.id,
-                        version: rec.version,
-                        ..me.op_for(&m, &rel, &p2)
-                    };
-                    fx.ops.push(me.enqueue(w, op)?);
-                }
-                put_inode(w, &rec)?;
-                Ok(rec)
-            })
-            .await?;
+        let c = pb::SetObjectMeta {
+            inode_id: rec.id,
+            meta: Some(meta),
+            tags_only,
+            stores_metadata: m.ufs.stores_metadata(),
+            path: path.clone(),
+            mount_id: m.info.id,
+            ufs_path: rel,
+        };
+        let rec = self.propose(Op::SetObjectMeta(c)).await.and_then(written)?;
         self.file_info(&path, &rec)
     }
 
@@ -454,26 +315,7 @@ impl Master {
         let path = normalize(path)?;
         let ids = self.file_ids(&path, recursive).await?;
         let n = ids.len() as u64;
-        let epoch = self
-            .commit(move |me, w, _| {
-                for id in &ids {
-                    let Some(mut r) = load_inode(w, *id)? else {
-                        continue;
-                    };
-                    r.pinned = pinned;
-                    put_inode(w, &r)?;
-                    let mut p = w.open_table(PINNED).map_err(db_err)?;
-                    if pinned {
-                        p.insert(r.version, ()).map_err(db_err)?;
-                    } else if is_persisted(&r) {
-                        // Bytes not persisted yet stay pinned whatever the user says.
-                        p.remove(r.version).map_err(db_err)?;
-                    }
-                }
-                me.ns().bump_pin_epoch(w)?;
-                get_counter(&w.open_table(COUNTERS).map_err(db_err)?, "pin_epoch")
-            })
-            .await?;
+        let epoch = self.propose(Op::SetPinned(pb::SetPinned { inode_ids: ids, pinned })).await?.pin_epoch;
         // Return once every live worker knows the new pins, so loads right after a pin
         // cannot evict the pinned blocks.
         self.await_workers(|_, s| s.pin_epoch >= epoch).await;

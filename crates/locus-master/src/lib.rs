@@ -16,6 +16,9 @@
 //! Durable changes run on the store's committer thread, never on the async runtime.
 
 mod absent;
+mod apply;
+#[cfg(test)]
+mod apply_tests;
 mod files;
 mod journal;
 mod markers;

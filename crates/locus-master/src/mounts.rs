@@ -5,13 +5,11 @@ use std::collections::BTreeMap;
 
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
-use locus_proto::pb;
+use locus_proto::pb::{self, command::Op};
 use locus_ufs::Ufs;
 use parking_lot::RwLock;
-use prost::Message;
 use redb::ReadableTable;
 
-use crate::namespace::put_inode;
 use crate::store::*;
 use crate::*;
 
@@ -120,18 +118,8 @@ impl Master {
         if undated.is_empty() {
             return Ok(());
         }
-        let now = crate::now_ms();
         let n = undated.len();
-        self.commit(move |_, w, _| {
-            for &id in &undated {
-                if let Some(mut rec) = load_inode(w, id)? {
-                    rec.mtime_ms = now;
-                    put_inode(w, &rec)?;
-                }
-            }
-            Ok(())
-        })
-        .await?;
+        self.propose(Op::DateBuckets(pb::DateBuckets { inode_ids: undated })).await?;
         tracing::info!(count = n, "dated top-level directories that had no time");
         Ok(())
     }
@@ -184,30 +172,14 @@ impl Master {
             id: 0,
             path: path.clone(),
             uri: req.uri,
-            options: req.options,
+            options: opts.clone(),
             readonly: req.readonly,
             sync_interval_ms: sync,
             write_type: req.write_type,
             ..Default::default()
         };
-        let info = self
-            .commit(move |me, w, _| {
-                let info = pb::MountInfo { id: next_id(w, "mount", 1)?, ..info.clone() };
-                w.open_table(MOUNTS)
-                    .map_err(db_err)?
-                    .insert(info.id, info.encode_to_vec().as_slice())
-                    .map_err(db_err)?;
-                if let Some((parent_path, name)) = lpath::split_parent(&info.path) {
-                    let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, parent_path)?
-                        .ok_or_else(|| Error::not_found(parent_path.to_string()))?;
-                    // Its time is the mount's (an S3 bucket's listing gives directories
-                    // none): S3 clients show it as the bucket's creation date.
-                    let now = crate::now_ms();
-                    me.ns().new_inode(w, parent, name, true, 0, String::new(), now, now, None)?;
-                }
-                Ok(info)
-            })
-            .await?;
+        let added = self.propose(Op::AddMount(pb::AddMount { info: Some(info) })).await?;
+        let info = added.mount.ok_or_else(|| Error::internal("a mount command returned no mount"))?;
         self.inner.mounts.add(MountEntry { info: info.clone(), ufs });
         tracing::info!(path = %info.path, uri = %info.uri, "mounted");
         Ok(redacted(info))
@@ -223,20 +195,11 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} has mounts below it")));
         }
         let (parent_path, name) = lpath::parent_and_name(&path)?;
-        let (parent_path, name, id) = (parent_path.to_string(), name.to_string(), m.info.id);
-        let ((), fx) = self
-            .mutate(move |me, w, fx| {
-                // (the lookup's table closes before the removal opens it again)
-                let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
-                if let Some(parent) = parent {
-                    me.ns().remove_subtree(w, parent, &name, fx)?;
-                }
-                w.open_table(MOUNTS).map_err(db_err)?.remove(id).map_err(db_err)?;
-                Ok(())
-            })
-            .await?;
+        let id = m.info.id;
+        let c = pb::RemoveMount { mount_id: id, parent_path: parent_path.to_string(), name: name.to_string() };
+        let (_, fx) = self.propose_only(Op::RemoveMount(c)).await?;
         self.inner.mounts.remove(id);
-        self.apply(fx);
+        self.carry_out(fx);
         Ok(())
     }
 

@@ -30,7 +30,7 @@ pub(crate) struct Namespace {
     block_size: u64,
 }
 
-/// What a committed namespace change leaves to do: see [`Master::apply`].
+/// What a committed namespace change leaves to do: see [`Master::carry_out`].
 #[derive(Default)]
 pub(crate) struct Effects {
     /// (worker, block) copies their workers must delete.
@@ -247,7 +247,7 @@ impl Master {
     }
 
     /// Apply `f` in a durable, group-committed transaction (see the module doc); returns
-    /// its value and its effects, not carried out yet (see [`Master::apply`]).
+    /// its value and its effects, not carried out yet (see [`Master::carry_out`]).
     pub(crate) async fn mutate<T: Send + 'static>(
         &self,
         f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
@@ -263,13 +263,35 @@ impl Master {
             .await
     }
 
+    /// Make the change `op` describes ([`Namespace::apply`], given this master's time) in
+    /// a durable, group-committed transaction, then carry out its effects.
+    pub(crate) async fn propose(&self, op: pb::command::Op) -> Result<pb::CommandResult> {
+        let (r, fx) = self.propose_only(op).await?;
+        self.carry_out(fx);
+        Ok(r)
+    }
+
+    /// [`Master::propose`] at time `now_ms` (a caller that records the same time).
+    pub(crate) async fn propose_at(&self, now_ms: i64, op: pb::command::Op) -> Result<pb::CommandResult> {
+        let cmd = pb::Command { now_ms, op: Some(op), ..Default::default() };
+        let (r, fx) = self.mutate(move |me, w, fx| me.ns().apply(w, &cmd, fx)).await?;
+        self.carry_out(fx);
+        Ok(r)
+    }
+
+    /// [`Master::propose`], leaving the effects to the caller.
+    pub(crate) async fn propose_only(&self, op: pb::command::Op) -> Result<(pb::CommandResult, Effects)> {
+        let cmd = pb::Command { now_ms: now_ms(), op: Some(op), ..Default::default() };
+        self.mutate(move |me, w, fx| me.ns().apply(w, &cmd, fx)).await
+    }
+
     /// [`Master::mutate`], then carry out the change's effects.
     pub(crate) async fn commit<T: Send + 'static>(
         &self,
         f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let (v, fx) = self.mutate(f).await?;
-        self.apply(fx);
+        self.carry_out(fx);
         Ok(v)
     }
 
@@ -289,13 +311,13 @@ impl Master {
                 Ok((v, fx))
             })
             .await?;
-        self.apply(fx);
+        self.carry_out(fx);
         Ok(v)
     }
 
     /// Carry out what a committed change left to do: tell workers to delete dropped
     /// blocks, hand journaled operations to the persist scheduler, count loaded entries.
-    pub(crate) fn apply(&self, fx: Effects) {
+    pub(crate) fn carry_out(&self, fx: Effects) {
         self.queue_removals(fx.dropped, fx.retired);
         self.track(fx.ops);
         self.inner.metrics.files_loaded.inc_by(fx.loaded);

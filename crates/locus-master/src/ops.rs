@@ -7,11 +7,8 @@ use std::future::Future;
 
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
-use locus_proto::pb;
-use redb::{ReadableTable, WriteTransaction};
+use locus_proto::pb::{self, command::Op};
 
-use crate::namespace::{Effects, put_inode};
-use crate::store::*;
 use crate::*;
 
 impl Master {
@@ -27,9 +24,8 @@ impl Master {
     /// of mount `mount_id`). With no queued change on those paths, `ufs` runs first
     /// (registered, so nothing queued meanwhile overtakes it), then the namespace change
     /// commits. Otherwise `ufs` does not run: the namespace change commits together with
-    /// the queue record `change` returns (`None`: nothing to do in the UFS), behind the
-    /// queued changes. `change` applies the namespace side inside the transaction, told
-    /// whether the UFS side is queued.
+    /// its queue record `op`, behind the queued changes. `change` makes the command, given
+    /// its UFS side.
     ///
     /// A rename (`paths` = [source, destination], `renamed_to` its destination path)
     /// queued that way takes along the persists still queued for what it moves, queued
@@ -40,7 +36,8 @@ impl Master {
         paths: &[&str],
         renamed_to: Option<&str>,
         ufs: impl Future<Output = Result<()>>,
-        change: impl Fn(&Master, &WriteTransaction, bool, &mut Effects) -> Result<Option<pb::PersistOp>> + Send + 'static,
+        op: pb::PersistOp,
+        change: impl FnOnce(pb::UfsSide) -> Op,
     ) -> Result<()> {
         // Held from here until the change is made or queued, tracked, and over.
         let (guard, queued) = self.begin_ufs_op(mount_id, paths);
@@ -52,30 +49,17 @@ impl Master {
             ufs.await?;
             locus_common::delay_point("master.ufs_change.made").await;
         }
-        // What the claimed persists need to be queued again at their new paths.
-        let requeue = claim
-            .as_ref()
-            .zip(renamed_to)
-            .map(|(c, dst)| (c.seqs.clone(), paths[0].to_string(), dst.to_string(), paths[1].to_string()));
-        let ((), fx) = self
-            .mutate(move |me, w, fx| {
-                let op = change(me, w, queued, fx)?;
-                if queued {
-                    if let Some(op) = op {
-                        fx.ops.push(me.enqueue(w, op)?);
-                    }
-                    if let Some((seqs, srel, dst, drel)) = &requeue {
-                        fx.ops.extend(me.requeue_claimed(w, seqs, srel, (dst, drel))?);
-                    }
-                }
-                Ok(())
-            })
-            .await?;
+        let mut side = pb::UfsSide { queued, op: Some(op), ..Default::default() };
+        if let (Some(c), Some(dst)) = (&claim, renamed_to) {
+            side.claimed = c.seqs.clone();
+            (side.src_ufs_path, side.dst, side.dst_ufs_path) = (paths[0].into(), dst.into(), paths[1].into());
+        }
+        let (_, fx) = self.propose_only(change(side)).await?;
         locus_common::delay_point("master.ufs_change.committed").await;
         if let Some(c) = claim {
             c.requeued();
         }
-        self.apply(fx);
+        self.carry_out(fx);
         drop(guard);
         Ok(())
     }
@@ -142,28 +126,8 @@ impl Master {
             }
             Ok(())
         };
-        self.ufs_change(m.info.id, &[&rel], None, ufs, move |me, w, queued, _| {
-            if !load_inode(w, parent.id)?.is_some_and(|p| p.is_dir) {
-                return Err(Error::not_found(format!("{parent_path} was deleted")));
-            }
-            if get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent.id, &name)?.is_some() {
-                return Ok(None);
-            }
-            let now = now_ms();
-            let mut rec = me.ns().new_inode(w, parent.id, &name, true, 0, String::new(), now, now, None)?;
-            rec.children_loaded = true;
-            if staging {
-                rec.set_persist_state(pb::PersistState::NotPersisted);
-                put_inode(w, &rec)?;
-                return Ok(None);
-            }
-            if queued {
-                rec.set_persist_state(pb::PersistState::ToBePersisted);
-            }
-            put_inode(w, &rec)?;
-            Ok(Some(pb::PersistOp { inode_id: rec.id, ..op.clone() }))
-        })
-        .await
+        let c = pb::Mkdir { parent_id: parent.id, parent_path, name, staging, ufs: None };
+        self.ufs_change(m.info.id, &[&rel], None, ufs, op, |side| Op::Mkdir(pb::Mkdir { ufs: Some(side), ..c })).await
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
@@ -202,26 +166,8 @@ impl Master {
         let ufs = async {
             if only_empty { m.ufs.delete_empty_dir(&rel).await } else { m.ufs.delete(&rel, rec.is_dir).await }
         };
-        self.ufs_change(m.info.id, &[&rel], None, ufs, move |me, w, _, fx| {
-            // (the lookups' tables close before the removal opens them again)
-            let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
-            if let Some(parent) = parent {
-                if only_empty {
-                    let ch = w.open_table(CHILDREN).map_err(db_err)?;
-                    if let Some(id) = get_child(&ch, parent, &name)?
-                        && ch.range((id, "")..(id + 1, "")).map_err(db_err)?.next().is_some()
-                    {
-                        return Err(Error::new(
-                            ErrorKind::DirectoryNotEmpty,
-                            format!("{parent_path}/{name} is a non-empty directory (use -R)"),
-                        ));
-                    }
-                }
-                me.ns().remove_subtree(w, parent, &name, fx)?;
-            }
-            Ok(Some(op.clone()))
-        })
-        .await
+        let c = pb::Delete { parent_path, name, only_empty, ufs: None };
+        self.ufs_change(m.info.id, &[&rel], None, ufs, op, |side| Op::Delete(pb::Delete { ufs: Some(side), ..c })).await
     }
 
     pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
@@ -274,23 +220,18 @@ impl Master {
         };
         let (sparent_path, sname) = lpath::parent_and_name(&src)?;
         let (sparent_path, sname, dname) = (sparent_path.to_string(), sname.to_string(), dname.to_string());
-        let (src_path, dst_path) = (src.clone(), dst.clone());
-        self.ufs_change(sm.info.id, &[&srel, &drel], Some(&dst), ufs, move |_, w, _, _| {
-            {
-                let mut ch = w.open_table(CHILDREN).map_err(db_err)?;
-                let sparent = lookup(&ch, &sparent_path)?.ok_or_else(|| Error::not_found(sparent_path.clone()))?;
-                ch.remove((sparent, sname.as_str())).map_err(db_err)?;
-                ch.insert((dparent.id, dname.as_str()), rec.id).map_err(db_err)?;
-            }
-            crate::journal::rename(w, &src_path, &dst_path)?;
-            // The entry as it is now (a persist may have committed since the lookup: the
-            // lookup's copy would undo it).
-            let mut r = load_inode(w, rec.id)?.ok_or_else(|| Error::not_found(format!("{src_path} was deleted")))?;
-            r.parent = dparent.id;
-            r.name = dname.clone();
-            put_inode(w, &r)?;
-            Ok(Some(op.clone()))
-        })
-        .await
+        let c = pb::Rename {
+            src_parent_path: sparent_path,
+            src_name: sname,
+            dst_parent_id: dparent.id,
+            dst_name: dname,
+            inode_id: rec.id,
+            src: src.clone(),
+            dst: dst.clone(),
+            ufs: None,
+        };
+        let paths = [srel.as_str(), drel.as_str()];
+        self.ufs_change(sm.info.id, &paths, Some(&dst), ufs, op, |side| Op::Rename(pb::Rename { ufs: Some(side), ..c }))
+            .await
     }
 }

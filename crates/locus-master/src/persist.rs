@@ -20,12 +20,10 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use locus_common::job::Job;
 use locus_common::{Error, ErrorKind, Result};
-use locus_proto::pb;
+use locus_proto::pb::{self, command::Op};
 use locus_ufs::UfsStatus;
-use prost::Message;
 use redb::ReadableTable;
 
-use crate::namespace::{Effects, put_inode};
 pub(crate) use crate::persist_tracker::*;
 use crate::store::*;
 use crate::{Master, MountEntry, now_ms};
@@ -65,41 +63,6 @@ impl Master {
         }
         t.running.extend(seqs.iter().copied());
         Some(Claim { master: self.clone(), seqs })
-    }
-
-    /// Inside the rename's transaction `w`: take the claimed persists (`claimed`, the seqs
-    /// of a [`Claim`]) off the queue and
-    /// queue them again with the source (mount-relative `srel`) replaced by `dst` (`drel`). A
-    /// persist waiting out the staging wait keeps its wait while its new path is still in
-    /// a committer's staging area, and starts at once when it leaves it.
-    pub(crate) fn requeue_claimed(
-        &self,
-        w: &redb::WriteTransaction,
-        claimed: &[u64],
-        srel: &str,
-        (dst, drel): (&str, &str),
-    ) -> Result<Vec<pb::PersistOp>> {
-        let mut out = Vec::new();
-        for &seq in claimed {
-            let op: Option<pb::PersistOp> = {
-                let mut q = w.open_table(PERSIST_QUEUE).map_err(db_err)?;
-                let old = q.remove(seq).map_err(db_err)?;
-                old.map(|v| decode(v.value())).transpose()?
-            };
-            let Some(mut op) = op else { continue };
-            // Claimed persists lie at or below `src` (claim_persists), so this is their rest.
-            let suffix = op.ufs_path.strip_prefix(srel).unwrap_or_default().to_string();
-            op.ufs_path = format!("{drel}{suffix}");
-            op.path = format!("{dst}{suffix}");
-            if !locus_common::path::is_staged(&op.path) {
-                op.not_before_ms = 0;
-            }
-            // At its new path it starts over (a persist given up at the old one included).
-            (op.failures, op.failed_ms) = (0, 0);
-            op.last_error.clear();
-            out.push(self.enqueue(w, op)?);
-        }
-        Ok(out)
     }
 
     /// A mark to take before reading the UFS, for [`Master::held_ufs_paths`].
@@ -187,26 +150,7 @@ impl Master {
 
     /// A queue record for `path` (`rel` under mount `m`); the caller sets the kind.
     pub(crate) fn op_for(&self, m: &MountEntry, rel: &str, path: &str) -> pb::PersistOp {
-        pb::PersistOp { mount_id: m.info.id, ufs_path: rel.to_string(), path: path.to_string(), ..Default::default() }
-    }
-
-    /// The queue record that persists file `rec` (its current version) at `path`.
-    pub(crate) fn persist_op(&self, rec: &pb::InodeRecord, m: &MountEntry, rel: &str, path: &str) -> pb::PersistOp {
-        pb::PersistOp {
-            kind: pb::PersistOpKind::Persist.into(),
-            inode_id: rec.id,
-            version: rec.version,
-            length: rec.length,
-            ..self.op_for(m, rel, path)
-        }
-    }
-
-    /// Journal an operation inside `w`. Call [`Master::track`] with it after the commit.
-    pub(crate) fn enqueue(&self, w: &redb::WriteTransaction, mut op: pb::PersistOp) -> Result<pb::PersistOp> {
-        op.seq = next_id(w, "persist_seq", 1)?;
-        op.enqueued_ms = now_ms();
-        w.open_table(PERSIST_QUEUE).map_err(db_err)?.insert(op.seq, op.encode_to_vec().as_slice()).map_err(db_err)?;
-        Ok(op)
+        crate::apply::op_at(m.info.id, rel, path)
     }
 
     /// Hand committed operations to the scheduler.
@@ -347,7 +291,7 @@ impl Master {
         let mount = self.inner.mounts.by_id(op.mount_id);
         let Some(m) = mount else {
             tracing::info!(path = %op.path, "mount is gone; dropping its queued UFS change");
-            return self.commit(move |_, w, _| remove_op(w, seq)).await;
+            return self.propose(Op::RemoveOp(pb::RemoveOp { seq })).await.map(drop);
         };
         locus_common::fail::fail_point!("master.persist.before_ufs", |_| Err(Error::unavailable("failpoint")));
         locus_common::delay_point("master.persist.running").await;
@@ -391,19 +335,8 @@ impl Master {
                 "skipped"
             }
         };
-        let (mkdir, inode_id) = (op.kind() == pb::PersistOpKind::Mkdir, op.inode_id);
-        self.commit(move |_, w, _| {
-            remove_op(w, seq)?;
-            if mkdir
-                && let Some(mut rec) = load_inode(w, inode_id)?
-                && rec.persist_state() == pb::PersistState::ToBePersisted
-            {
-                rec.set_persist_state(pb::PersistState::Persisted);
-                put_inode(w, &rec)?;
-            }
-            Ok(())
-        })
-        .await?;
+        let mkdir_inode = if op.kind() == pb::PersistOpKind::Mkdir { op.inode_id } else { 0 };
+        self.propose(Op::OpDone(pb::OpDone { seq, mkdir_inode })).await?;
         count(result);
         Ok(())
     }
@@ -427,7 +360,7 @@ impl Master {
         let Some(rec) = rec else {
             // Overwritten or deleted since: a later queue entry covers what is there now.
             let seq = op.seq;
-            return self.commit(move |_, w, _| remove_op(w, seq)).await.map(|()| None);
+            return self.propose(Op::RemoveOp(pb::RemoveOp { seq })).await.map(|_| None);
         };
         let meta = rec.meta.clone().unwrap_or_default();
         let user_metadata = locus_proto::ufs_user_metadata(&meta);
@@ -467,67 +400,54 @@ impl Master {
                 format!("persist of {} left {} bytes in the UFS, not {}", op.path, st.length, rec.length),
             ));
         }
-        let (op2, m2, fingerprint) = (op.clone(), m.clone(), st.fingerprint());
-        self.commit(move |me, w, fx| me.persisted_in(w, &op2, &m2, &rec, &fingerprint, fx)).await?;
+        let c = pb::Persisted {
+            seq: op.seq,
+            inode_id: rec.id,
+            version: rec.version,
+            meta_sent: rec.meta.clone(),
+            fingerprint: st.fingerprint(),
+            stores_metadata: m.ufs.stores_metadata(),
+            mount_id: m.info.id,
+            ufs_path: op.ufs_path.clone(),
+            path: op.path.clone(),
+        };
+        if let Some(cur) = self.propose(Op::Persisted(c)).await?.record
+            && let Err(e) = self.trim_copies(cur).await
+        {
+            // The persist stands; the replication job releases the copies later.
+            tracing::warn!(path = %op.path, error = %e, "could not release the copies of a persisted file");
+        }
         tracing::debug!(path = %op.path, bytes = st.length, "persisted");
         Ok(Some(st.length))
     }
 
-    /// The change that ends a persist (inside `w`): take the operation off the queue and,
-    /// when the file is still the version written, mark it persisted, unpin it and release
-    /// the copies beyond its minimum replication.
-    fn persisted_in(
-        &self,
-        w: &redb::WriteTransaction,
-        op: &pb::PersistOp,
-        m: &MountEntry,
-        rec: &pb::InodeRecord,
-        fingerprint: &str,
-        fx: &mut Effects,
-    ) -> Result<()> {
-        remove_op(w, op.seq)?;
-        let cur = load_inode(w, rec.id)?;
-        let Some(mut cur) =
-            cur.filter(|c| c.version == rec.version && c.persist_state() == pb::PersistState::ToBePersisted)
-        else {
-            return Ok(());
-        };
-        // Metadata changed while the bytes were on their way (PutObjectTagging during
-        // the persist): the object gets it in a rewrite, queued behind this entry.
-        if cur.meta != rec.meta && m.ufs.stores_metadata() {
-            let meta_op = pb::PersistOp {
-                kind: pb::PersistOpKind::Meta.into(),
-                inode_id: cur.id,
-                version: cur.version,
-                ..self.op_for(m, &op.ufs_path, &op.path)
+    /// Release the cached copies of a file just persisted beyond its minimum replication
+    /// (they were for durability until then), the live workers' kept first. Soft state,
+    /// by this master's view of which workers live: a step of its own after the command.
+    async fn trim_copies(&self, persisted: pb::InodeRecord) -> Result<()> {
+        let (default_min, live) = (self.inner.cfg.replication_min, self.live_workers());
+        self.commit_soft(move |_, w, fx| {
+            // As the file is now: bounds set since the persist count, another version has
+            // its own copies.
+            let Some(cur) = load_inode(w, persisted.id)?.filter(|c| c.version == persisted.version) else {
+                return Ok(());
             };
-            fx.ops.push(self.enqueue(w, meta_op)?);
-        }
-        cur.fingerprint = fingerprint.to_string();
-        cur.set_persist_state(pb::PersistState::Persisted);
-        cur.ufs_older = false;
-        cur.synced_ms = now_ms();
-        put_inode(w, &cur)?;
-        if !cur.pinned {
-            w.open_table(PINNED).map_err(db_err)?.remove(cur.version).map_err(db_err)?;
-            self.ns().bump_pin_epoch(w)?;
-        }
-        // The extra copies were for durability until now.
-        let keep = if cur.replication_min == 0 { self.inner.cfg.replication_min } else { cur.replication_min };
-        let live = self.live_workers();
-        let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
-        let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
-        for i in 0..crate::namespace::block_count(cur.length, cur.block_size) {
-            let b = locus_common::block_id(cur.version, i);
-            let mut holders = second_keys(&loc, b)?;
-            holders.sort_by_key(|wk| (!live.contains_key(wk), *wk));
-            for wk in holders.into_iter().skip(keep.max(1) as usize) {
-                loc.remove((b, wk)).map_err(db_err)?;
-                wb.remove((wk, b)).map_err(db_err)?;
-                fx.dropped.push((wk, b));
+            let keep = if cur.replication_min == 0 { default_min } else { cur.replication_min };
+            let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+            let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+            for i in 0..crate::namespace::block_count(cur.length, cur.block_size) {
+                let b = locus_common::block_id(cur.version, i);
+                let mut holders = second_keys(&loc, b)?;
+                holders.sort_by_key(|wk| (!live.contains_key(wk), *wk));
+                for wk in holders.into_iter().skip(keep.max(1) as usize) {
+                    loc.remove((b, wk)).map_err(db_err)?;
+                    wb.remove((wk, b)).map_err(db_err)?;
+                    fx.dropped.push((wk, b));
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 
     /// Store a persisted file's new metadata (tags, after PutObjectTagging) with its UFS
@@ -540,7 +460,7 @@ impl Master {
         };
         let seq = op.seq;
         let Some(rec) = rec.filter(|r| r.version == op.version && crate::is_persisted(r)) else {
-            return self.commit(move |_, w, _| remove_op(w, seq)).await.map(|()| false);
+            return self.propose(Op::RemoveOp(pb::RemoveOp { seq })).await.map(|_| false);
         };
         let meta = rec.meta.clone().unwrap_or_default();
         let worker = self.workers().into_iter().next().ok_or_else(|| Error::unavailable("no live workers"))?;
@@ -555,19 +475,8 @@ impl Master {
         };
         let r = self.call_worker(&worker.data_address, pb::data_request::Req::Persist(req)).await?;
         let st = UfsStatus { path: String::new(), is_dir: false, length: r.length, etag: r.etag, mtime_ms: r.mtime_ms };
-        let fingerprint = st.fingerprint();
-        self.commit(move |_, w, _| {
-            remove_op(w, seq)?;
-            if let Some(mut cur) = load_inode(w, rec.id)?.filter(|c| c.version == rec.version) {
-                // Same bytes, new object: the cached blocks stay valid.
-                cur.fingerprint = fingerprint.clone();
-                cur.synced_ms = now_ms();
-                put_inode(w, &cur)?;
-            }
-            Ok(())
-        })
-        .await
-        .map(|()| true)
+        let c = pb::MetaRewritten { seq, inode_id: rec.id, version: rec.version, fingerprint: st.fingerprint() };
+        self.propose(Op::MetaRewritten(c)).await.map(|_| true)
     }
 
     /// Drop writes created but never completed within `master.abandoned_write_timeout`.
@@ -589,39 +498,10 @@ impl Master {
             return Ok(());
         }
         let n = stale.len();
-        self.commit(move |_, w, fx| {
-            let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
-            let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
-            for v in &stale {
-                w.open_table(PENDING_WRITES).map_err(db_err)?.remove(*v).map_err(db_err)?;
-                w.open_table(VERSIONS).map_err(db_err)?.remove(*v).map_err(db_err)?;
-                w.open_table(PINNED).map_err(db_err)?.remove(*v).map_err(db_err)?;
-                let first = locus_common::block_id(*v, 0);
-                let last = locus_common::block_id(*v + 1, 0);
-                let keys: Vec<(u64, u64)> = loc
-                    .range((first, 0)..(last, 0))
-                    .map_err(db_err)?
-                    .map(|e| e.map(|(k, _)| k.value()).map_err(db_err))
-                    .collect::<Result<_>>()?;
-                for (b, wk) in keys {
-                    loc.remove((b, wk)).map_err(db_err)?;
-                    wb.remove((wk, b)).map_err(db_err)?;
-                    fx.dropped.push((wk, b));
-                }
-            }
-            drop((loc, wb));
-            next_id(w, "pin_epoch", 1).map(|_| ())
-        })
-        .await?;
+        self.propose(Op::ReapWrites(pb::ReapWrites { versions: stale })).await?;
         tracing::info!(writes = n, "dropped abandoned writes");
         Ok(())
     }
-}
-
-/// Take operation `seq` off the queue (inside `w`).
-fn remove_op(w: &redb::WriteTransaction, seq: u64) -> Result<()> {
-    w.open_table(PERSIST_QUEUE).map_err(db_err)?.remove(seq).map_err(db_err)?;
-    Ok(())
 }
 
 impl Master {

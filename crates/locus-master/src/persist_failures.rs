@@ -12,12 +12,8 @@
 
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, ErrorKind, Result};
-use locus_proto::pb;
-use prost::Message;
-use redb::ReadableTable;
+use locus_proto::pb::{self, command::Op};
 
-use crate::namespace::put_inode;
-use crate::store::*;
 use crate::{Master, now_ms};
 
 /// Failed attempts after which an operation is given up (with the backoff capped at 10 s,
@@ -55,24 +51,8 @@ impl Master {
             return;
         }
         let now = now_ms();
-        let (kind, msg) = (e.kind(), e.to_string());
-        let r = self
-            .commit(move |_, w, _| {
-                let mut q = w.open_table(PERSIST_QUEUE).map_err(db_err)?;
-                let op: Option<pb::PersistOp> = {
-                    let v = q.get(seq).map_err(db_err)?;
-                    v.map(|v| decode(v.value())).transpose()?
-                };
-                if let Some(mut op) = op {
-                    op.failures = failures;
-                    op.last_error = msg.clone();
-                    op.set_last_error_kind(kind.into());
-                    op.failed_ms = now;
-                    q.insert(seq, op.encode_to_vec().as_slice()).map_err(db_err)?;
-                }
-                Ok(())
-            })
-            .await;
+        let c = pb::GiveUpOp { seq, failures, kind: pb::ErrorKind::from(e.kind()).into(), message: e.to_string() };
+        let r = self.propose_at(now, Op::GiveUpOp(c)).await;
         if let Err(err) = r {
             // Not given up then: it is retried with backoff, and given up after its next failure.
             tracing::warn!(seq, error = %err, "could not record a persist failure");
@@ -128,40 +108,7 @@ impl Master {
                 "no given-up persist queue operations at or below {path} (see locus report)"
             )));
         }
-        let s2 = seqs.clone();
-        self.commit(move |_, w, _| {
-            for &seq in &s2 {
-                let op: Option<pb::PersistOp> = {
-                    let q = w.open_table(PERSIST_QUEUE).map_err(db_err)?;
-                    let v = q.get(seq).map_err(db_err)?;
-                    v.map(|v| decode(v.value())).transpose()?
-                };
-                let Some(mut op) = op else { continue };
-                let mut q = w.open_table(PERSIST_QUEUE).map_err(db_err)?;
-                if retry {
-                    op.failures = 0;
-                    op.last_error.clear();
-                    op.set_last_error_kind(pb::ErrorKind::Unspecified);
-                    op.failed_ms = 0;
-                    q.insert(seq, op.encode_to_vec().as_slice()).map_err(db_err)?;
-                    continue;
-                }
-                q.remove(seq).map_err(db_err)?;
-                drop(q);
-                // The file stays, as a file never persisted (still pinned: its cached
-                // copies are its only ones); `locus fs persist` queues it again.
-                if op.kind() == pb::PersistOpKind::Persist
-                    && let Some(mut rec) = load_inode(w, op.inode_id)?
-                    && rec.version == op.version
-                    && rec.persist_state() == pb::PersistState::ToBePersisted
-                {
-                    rec.set_persist_state(pb::PersistState::NotPersisted);
-                    put_inode(w, &rec)?;
-                }
-            }
-            Ok(())
-        })
-        .await?;
+        self.propose(Op::ResolveFailures(pb::ResolveFailures { seqs: seqs.clone(), retry })).await?;
         let mut t = self.inner.persist.lock();
         for seq in &seqs {
             t.retry.remove(seq);

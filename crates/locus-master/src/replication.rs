@@ -15,10 +15,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use locus_common::Result;
 use locus_common::job::Job;
-use locus_proto::pb;
+use locus_proto::pb::{self, command::Op};
 use redb::ReadableTable;
 
-use crate::namespace::put_inode;
 use crate::store::*;
 use crate::{Master, is_persisted};
 
@@ -129,31 +128,8 @@ impl Master {
 
     /// Mark files LOST, or (when their blocks are back) queue their persist again.
     async fn set_lost(&self, lost: Vec<u64>, found: Vec<u64>) -> Result<()> {
-        let (lost, back) = self
-            .commit(move |me, w, fx| {
-                let (mut was_lost, mut back) = (Vec::new(), Vec::new());
-                for id in &lost {
-                    if let Some(mut rec) = load_inode(w, *id)? {
-                        rec.lost_from = std::mem::replace(&mut rec.persist_state, pb::PersistState::Lost.into());
-                        put_inode(w, &rec)?;
-                        was_lost.push((*id, rec.name));
-                    }
-                }
-                for id in &found {
-                    if let Some(mut rec) = load_inode(w, *id)? {
-                        let Some(path) = me.path_of(w, &rec)? else { continue };
-                        let Ok((m, rel)) = me.mount_for(&path) else { continue };
-                        rec.persist_state = std::mem::take(&mut rec.lost_from);
-                        if rec.persist_state() == pb::PersistState::ToBePersisted {
-                            fx.ops.push(me.enqueue(w, me.persist_op(&rec, &m, &rel, &path))?);
-                        }
-                        put_inode(w, &rec)?;
-                        back.push(path);
-                    }
-                }
-                Ok((was_lost, back))
-            })
-            .await?;
+        let r = self.propose(Op::SetLost(pb::SetLost { lost, found })).await?;
+        let (lost, back) = (r.records.into_iter().map(|rec| (rec.id, rec.name)), r.paths);
         for (id, name) in lost {
             tracing::error!(inode = id, name = %name, "every copy of a block of a file not persisted is gone: LOST");
         }
@@ -161,11 +137,6 @@ impl Master {
             tracing::info!(path, "the blocks of a LOST file are back");
         }
         Ok(())
-    }
-
-    /// The path of an entry, walking parents up to the root.
-    fn path_of(&self, w: &redb::WriteTransaction, rec: &pb::InodeRecord) -> Result<Option<String>> {
-        crate::journal::path_of(&w.open_table(INODES).map_err(db_err)?, rec)
     }
 
     /// One round: plan, then copy blocks (a few at a time).

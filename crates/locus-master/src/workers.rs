@@ -5,8 +5,7 @@ use std::collections::HashMap;
 
 use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind, Result};
-use locus_proto::pb;
-use prost::Message;
+use locus_proto::pb::{self, command::Op};
 use redb::ReadableTable;
 
 use crate::registry::WorkerState;
@@ -45,14 +44,12 @@ impl Master {
         }
         let (worker_id, blocks) = (req.worker_id, req.blocks);
         let nblocks = blocks.len();
-        let (addr, stale) = self
-            .commit(move |_, w, _| {
-                let known =
-                    worker_id != 0 && w.open_table(WORKERS).map_err(db_err)?.get(worker_id).map_err(db_err)?.is_some();
-                let id = if known { worker_id } else { next_id(w, "worker", 1)? };
-                let addr = pb::WorkerAddress { worker_id: id, ..addr.clone() };
-                w.open_table(WORKERS).map_err(db_err)?.insert(id, addr.encode_to_vec().as_slice()).map_err(db_err)?;
-                // Reconcile the full block report: it replaces what we knew of this worker.
+        let c = pb::RegisterWorker { worker_id, address: Some(addr.clone()) };
+        let id = self.propose(Op::RegisterWorker(c)).await?.id;
+        let addr = pb::WorkerAddress { worker_id: id, ..addr };
+        // Its full block report replaces what this master knew of its blocks (soft state).
+        let stale = self
+            .commit_soft(move |_, w, _| {
                 let mut stale = Vec::new();
                 let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
                 let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
@@ -70,10 +67,9 @@ impl Master {
                         stale.push(b.block_id);
                     }
                 }
-                Ok((addr, stale))
+                Ok(stale)
             })
             .await?;
-        let id = addr.worker_id;
         self.inner.workers.register(addr.clone(), req.tiers, stale);
         tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = nblocks, "worker registered");
         Ok(id)

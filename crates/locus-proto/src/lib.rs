@@ -28,12 +28,10 @@ use locus_common::{Error, ErrorKind};
 /// The user metadata an S3 UFS stores with an object: the `x-amz-meta-*` pairs, plus the
 /// tags as one `locus-tags` entry (S3 tagging is not in OpenDAL).
 pub fn ufs_user_metadata(meta: &pb::ObjectMeta) -> std::collections::HashMap<String, String> {
-    let mut m = meta.user.clone();
+    let mut m: std::collections::HashMap<String, String> = meta.user.clone().into_iter().collect();
     if !meta.tags.is_empty() {
         let mut enc = form_urlencoded::Serializer::new(String::new());
-        let mut sorted: Vec<_> = meta.tags.iter().collect();
-        sorted.sort();
-        for (k, v) in sorted {
+        for (k, v) in &meta.tags {
             enc.append_pair(k, v);
         }
         m.insert("locus-tags".into(), enc.finish());

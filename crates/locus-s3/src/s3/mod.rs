@@ -184,7 +184,7 @@ macro_rules! sent_meta {
     ($i:expr, $tags:expr) => {
         locus_proto::pb::ObjectMeta {
             content_type: $i.content_type.unwrap_or_default(),
-            user: $i.metadata.unwrap_or_default(),
+            user: $i.metadata.unwrap_or_default().into_iter().collect(),
             tags: $tags,
             cache_control: $i.cache_control.unwrap_or_default(),
             content_disposition: $i.content_disposition.unwrap_or_default(),

@@ -3,7 +3,7 @@
 //! it streams the parts, in order, into the object. The staging directory goes with the
 //! bucket's last upload (completed or aborted), so it does not stay in the user's bucket.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use futures::StreamExt;
 use locus_client::{PutOptions, ReadOptions};
@@ -350,8 +350,8 @@ pub(super) async fn list_multipart_uploads(
 struct UploadRecord {
     key: String,
     content_type: String,
-    user: HashMap<String, String>,
-    tags: HashMap<String, String>,
+    user: BTreeMap<String, String>,
+    tags: BTreeMap<String, String>,
     initiated_ms: i64,
     /// The standard headers the object gets (absent from records of older gateways).
     #[serde(default)]

@@ -2,7 +2,7 @@
 //! (a bucket's tags are the tags of its directory's object metadata), and the checks on
 //! tags however they come (an `x-amz-tagging` header or a Tagging body).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use locus_proto::pb;
 use s3s::dto::*;
@@ -60,7 +60,7 @@ pub(super) async fn delete_bucket_tagging(
 ) -> R<DeleteBucketTaggingOutput> {
     let fi = gw.bucket(&req.input.bucket).await?;
     if !meta_of(&fi).tags.is_empty() {
-        set_tags(gw, &fi, HashMap::new()).await?;
+        set_tags(gw, &fi, BTreeMap::new()).await?;
     }
     ok(DeleteBucketTaggingOutput {})
 }
@@ -79,19 +79,19 @@ pub(super) async fn delete_object_tagging(
 ) -> R<DeleteObjectTaggingOutput> {
     let i = req.input;
     let fi = gw.object_version(&i.bucket, &i.key, i.version_id.as_deref(), false).await?;
-    set_tags(gw, &fi, HashMap::new()).await?;
+    set_tags(gw, &fi, BTreeMap::new()).await?;
     ok(DeleteObjectTaggingOutput { version_id: i.version_id })
 }
 
 /// Replace an object's or a bucket's tags (its other metadata stays).
-async fn set_tags(gw: &LocusS3, fi: &pb::FileInfo, tags: HashMap<String, String>) -> S3Result<()> {
+async fn set_tags(gw: &LocusS3, fi: &pb::FileInfo, tags: BTreeMap<String, String>) -> S3Result<()> {
     let meta = pb::ObjectMeta { tags, ..Default::default() };
     gw.client.set_object_meta(&fi.path, meta, true).await.map_err(|e| s3_error(e, S3ErrorCode::NoSuchKey))?;
     Ok(())
 }
 
 /// The tags of an `x-amz-tagging` header (URL-encoded).
-pub(super) fn parse_tagging(h: Option<&str>) -> S3Result<HashMap<String, String>> {
+pub(super) fn parse_tagging(h: Option<&str>) -> S3Result<BTreeMap<String, String>> {
     let tags: Vec<(String, String)> = match h {
         Some(q) => form_urlencoded::parse(q.as_bytes()).into_owned().collect(),
         None => Vec::new(),
@@ -99,12 +99,12 @@ pub(super) fn parse_tagging(h: Option<&str>) -> S3Result<HashMap<String, String>
     check_tags(tags, OBJECT_TAGS)
 }
 
-fn check_tags(tags: Vec<(String, String)>, most: usize) -> S3Result<HashMap<String, String>> {
+fn check_tags(tags: Vec<(String, String)>, most: usize) -> S3Result<BTreeMap<String, String>> {
     if tags.len() > most {
         let what = if most == OBJECT_TAGS { "an object" } else { "a bucket" };
         return Err(s3_error!(InvalidTag, "{what} can have at most {most} tags"));
     }
-    let mut m = HashMap::new();
+    let mut m = BTreeMap::new();
     for (k, v) in tags {
         if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
             return Err(s3_error!(InvalidTag, "tag keys are 1-128 characters and values at most 256"));
@@ -116,7 +116,7 @@ fn check_tags(tags: Vec<(String, String)>, most: usize) -> S3Result<HashMap<Stri
     Ok(m)
 }
 
-fn tag_set(tags: &HashMap<String, String>) -> TagSet {
+fn tag_set(tags: &BTreeMap<String, String>) -> TagSet {
     let mut v: Vec<Tag> = tags.iter().map(|(k, v)| Tag { key: Some(k.clone()), value: Some(v.clone()) }).collect();
     v.sort_by(|a, b| a.key.cmp(&b.key));
     v

@@ -1,0 +1,185 @@
+//! The commands of `apply.rs` replayed: one command stream applied to two fresh stores
+//! leaves their replicated tables equal, byte for byte, failures included.
+
+use locus_proto::pb::{self, command::Op};
+use redb::{ReadableTable, TableDefinition, TableHandle};
+
+use crate::namespace::{Effects, Namespace};
+use crate::store::*;
+
+const NOW: i64 = 1_700_000_000_000;
+
+fn fresh(dir: &std::path::Path) -> Namespace {
+    Namespace::new(Store::open(dir, 1 << 20).unwrap(), 1 << 20)
+}
+
+/// Apply `op` at time `now` as the committer does: committed when it succeeds, rolled back
+/// (no trace) when it fails.
+fn run(ns: &Namespace, now: i64, op: &Op) -> locus_common::Result<pb::CommandResult> {
+    let cmd = pb::Command { now_ms: now, op: Some(op.clone()), ..Default::default() };
+    let w = ns.store().write().unwrap();
+    let r = ns.apply(&w, &cmd, &mut Effects::default());
+    if r.is_ok() {
+        w.commit().unwrap();
+    }
+    r
+}
+
+/// Every entry of a table of protobuf records (or of ids), as text.
+fn rows<K, V>(r: &redb::ReadTransaction, t: TableDefinition<K, V>) -> Vec<String>
+where
+    K: redb::Key + 'static,
+    V: redb::Value + 'static,
+    for<'a> K::SelfType<'a>: std::fmt::Debug,
+    for<'a> V::SelfType<'a>: std::fmt::Debug,
+{
+    let name = t.name().to_string();
+    let t = r.open_table(t).unwrap();
+    t.iter().unwrap().map(|e| e.unwrap()).map(|(k, v)| format!("{name}: {:?} = {:?}", k.value(), v.value())).collect()
+}
+
+/// The replicated tables (the cluster id, made at random by each store, left out).
+fn replicated(ns: &Namespace) -> Vec<String> {
+    let r = ns.read().unwrap();
+    let mut out = rows(&r, INODES);
+    out.extend(rows(&r, CHILDREN));
+    out.extend(rows(&r, MOUNTS));
+    out.extend(rows(&r, VERSIONS));
+    out.extend(rows(&r, WORKERS));
+    out.extend(rows(&r, PINNED));
+    out.extend(rows(&r, COUNTERS).into_iter().filter(|s| !s.contains(CLUSTER_ID)));
+    out.extend(rows(&r, PERSIST_QUEUE));
+    out.extend(rows(&r, PENDING_WRITES));
+    out.extend(rows(&r, REPLICATED));
+    out
+}
+
+/// A day of a namespace's life: a mount, writes of each type, an overwrite, pins,
+/// replication bounds, tags, persists landing, given up, retried and dropped, an
+/// abandoned write reaped, commands that fail, and the mount going again.
+fn stream() -> Vec<Op> {
+    let options = [("a", "1"), ("b", "2"), ("c", "3")].map(|(k, v)| (k.to_string(), v.to_string())).into();
+    let mount = pb::MountInfo { path: "/m".into(), uri: "file:///tmp/x".into(), options, ..Default::default() };
+    let complete = |version: u64, name: &str, wt: pb::WriteType, len: u64| {
+        Op::CompleteFile(pb::CompleteFile {
+            req: Some(pb::CompleteFileRequest {
+                path: format!("/m/{name}"),
+                length: len,
+                version,
+                write_type: wt.into(),
+                persist_wait_ms: 5,
+                ..Default::default()
+            }),
+            path: format!("/m/{name}"),
+            // The mount's directory is the first entry made after the root.
+            parent_id: ROOT_ID + 1,
+            name: name.into(),
+            mount_id: 1,
+            ufs_path: name.into(),
+            block_size: 1 << 20,
+        })
+    };
+    let tags = pb::ObjectMeta {
+        tags: [("k", "v"), ("a", "1"), ("z", "2"), ("m", "3")].map(|(k, v)| (k.to_string(), v.to_string())).into(),
+        ..Default::default()
+    };
+    vec![
+        Op::AddMount(pb::AddMount { info: Some(mount) }),
+        Op::DateBuckets(pb::DateBuckets { inode_ids: vec![ROOT_ID + 1] }),
+        Op::OpenWrite(pb::OpenWrite { pin: true }),
+        Op::OpenWrite(pb::OpenWrite { pin: false }),
+        Op::OpenWrite(pb::OpenWrite { pin: true }),
+        complete(1, "a", pb::WriteType::AsyncThrough, 3 << 20),
+        complete(2, "b", pb::WriteType::Through, 10),
+        complete(0, "c", pb::WriteType::MustCache, 7),
+        // Fails: version 1 is no longer pending.
+        complete(1, "a", pb::WriteType::AsyncThrough, 1),
+        complete(0, "b", pb::WriteType::CacheThrough, 20),
+        Op::SetPinned(pb::SetPinned { inode_ids: vec![3, 4, 99], pinned: true }),
+        Op::SetPinned(pb::SetPinned { inode_ids: vec![4], pinned: false }),
+        Op::SetReplication(pb::SetReplication { inode_ids: vec![3, 4], min: 2, max: 3 }),
+        Op::SetObjectMeta(pb::SetObjectMeta {
+            inode_id: 4,
+            meta: Some(tags),
+            tags_only: true,
+            stores_metadata: true,
+            path: "/m/b".into(),
+            mount_id: 1,
+            ufs_path: "b".into(),
+        }),
+        // Fails: no such entry.
+        Op::QueuePersist(pb::QueuePersist { inode_id: 99, path: "/m/z".into(), mount_id: 1, ufs_path: "z".into() }),
+        Op::QueuePersist(pb::QueuePersist { inode_id: 5, path: "/m/c".into(), mount_id: 1, ufs_path: "c".into() }),
+        Op::Persisted(pb::Persisted {
+            seq: 1,
+            inode_id: 3,
+            version: 1,
+            fingerprint: "f1".into(),
+            stores_metadata: true,
+            mount_id: 1,
+            ufs_path: "a".into(),
+            path: "/m/a".into(),
+            ..Default::default()
+        }),
+        Op::GiveUpOp(pb::GiveUpOp { seq: 2, failures: 5, kind: pb::ErrorKind::Ufs.into(), message: "no".into() }),
+        Op::GiveUpOp(pb::GiveUpOp { seq: 3, failures: 5, kind: pb::ErrorKind::Ufs.into(), message: "no".into() }),
+        Op::ResolveFailures(pb::ResolveFailures { seqs: vec![3], retry: true }),
+        Op::ResolveFailures(pb::ResolveFailures { seqs: vec![2], retry: false }),
+        Op::MetaRewritten(pb::MetaRewritten { seq: 2, inode_id: 4, version: 5, fingerprint: "f2".into() }),
+        Op::OpDone(pb::OpDone { seq: 9, mkdir_inode: 0 }),
+        Op::RemoveOp(pb::RemoveOp { seq: 4 }),
+        Op::ReapWrites(pb::ReapWrites { versions: vec![3, 1] }),
+        Op::RemoveMount(pb::RemoveMount { mount_id: 1, parent_path: "/".into(), name: "m".into() }),
+    ]
+}
+
+/// Store `b` replays the stream after `a` has, later by the clock: a change that read the
+/// clock, not its command, would leave them different.
+#[test]
+fn one_command_stream_leaves_two_stores_equal() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (fresh(d1.path()), fresh(d2.path()));
+    let ops = stream();
+    let mut seen = vec![replicated(&a)];
+    let mut answers = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        answers.push(run(&a, NOW + i as i64, op).map_err(|e| (e.kind(), e.to_string())));
+        seen.push(replicated(&a));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(replicated(&b), seen[0]);
+    for (i, op) in ops.iter().enumerate() {
+        let got = run(&b, NOW + i as i64, op).map_err(|e| (e.kind(), e.to_string()));
+        assert_eq!(got, answers[i], "command {i} answered differently");
+        assert_eq!(replicated(&b), seen[i + 1], "the stores differ after command {i}");
+    }
+    let failed = answers.iter().filter(|r| r.is_err()).count();
+    assert_eq!(failed, 2, "the stream's two bad commands fail, and only they: {answers:#?}");
+    // The stream did change the store, step by step (a no-op apply would pass the rest).
+    let changed = seen.windows(2).filter(|w| w[0] != w[1]).count();
+    assert_eq!(changed, ops.len() - 4, "commands that changed the store");
+    let mid = &seen[12];
+    assert!(mid.iter().any(|s| s.starts_with("pinned: 1 ")), "the pinned write's version is pinned: {mid:#?}");
+    let end = seen.last().unwrap();
+    assert!(!end.iter().any(|s| s.starts_with("mounts:")), "the mount is gone: {end:#?}");
+    assert!(end.iter().any(|s| s.starts_with("persist_queue: 3 ")), "the retried op stays queued: {end:#?}");
+}
+
+/// The time a change records is its command's.
+#[test]
+fn a_change_records_its_commands_time() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = fresh(d.path());
+    for (i, op) in stream().iter().take(6).enumerate() {
+        let _ = run(&ns, NOW + i as i64, op);
+    }
+    let r = ns.read().unwrap();
+    let inodes = r.open_table(INODES).unwrap();
+    let dir = get_inode(&inodes, ROOT_ID + 1).unwrap().unwrap();
+    assert_eq!(dir.mtime_ms, NOW + 1, "dated by DateBuckets, command 1");
+    let a = get_inode(&inodes, ROOT_ID + 2).unwrap().unwrap();
+    assert_eq!((a.mtime_ms, a.synced_ms), (NOW + 5, NOW + 5), "completed by command 5");
+    let q = r.open_table(PERSIST_QUEUE).unwrap();
+    let op: pb::PersistOp = decode(q.get(1).unwrap().unwrap().value()).unwrap();
+    assert_eq!((op.enqueued_ms, op.not_before_ms), (NOW + 5, NOW + 10), "queued at 5, waiting 5 ms");
+}
