@@ -45,6 +45,10 @@ impl Namespace {
             Op::Mkdir(c) => self.mkdir(w, c, now, fx),
             Op::Delete(c) => self.delete(w, c, now, fx),
             Op::Rename(c) => rename(w, c, now, fx),
+            Op::SyncFile(c) => self.sync_file(w, c, now, fx),
+            Op::LoadEntry(c) => self.load_entry(w, c, now, fx),
+            Op::MergeListing(c) => self.merge_listing(w, c, fx),
+            Op::FinishListing(c) => self.finish_listing(w, c, fx),
         }
     }
 
@@ -223,6 +227,145 @@ impl Namespace {
         Ok(done())
     }
 
+    fn sync_file(
+        &self,
+        w: &WriteTransaction,
+        c: &pb::SyncFile,
+        now: i64,
+        fx: &mut Effects,
+    ) -> Result<pb::CommandResult> {
+        let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &c.parent_path)?;
+        let child = match parent {
+            Some(p) => get_child(&w.open_table(CHILDREN).map_err(db_err)?, p, &c.name)?,
+            None => None,
+        };
+        let cur = child.map(|id| load_inode(w, id)).transpose()?.flatten();
+        if cur.as_ref().is_some_and(|r| r.id != c.inode_id || r.version != c.version || !is_persisted(r)) {
+            // Written or changed since the check read it: what the UFS said is older.
+            return Ok(pb::CommandResult { record: cur, ..done() });
+        }
+        let record = match (&c.stat, parent) {
+            (Some(st), Some(parent)) => {
+                let id = self.upsert_from_ufs(w, parent, &c.name, &ufs_status(st), now, fx)?;
+                load_inode(w, id)?
+            }
+            (None, Some(parent)) => {
+                self.remove_subtree(w, parent, &c.name, fx)?;
+                None
+            }
+            _ => None,
+        };
+        Ok(pb::CommandResult { record, ..done() })
+    }
+
+    fn load_entry(
+        &self,
+        w: &WriteTransaction,
+        c: &pb::LoadEntry,
+        now: i64,
+        fx: &mut Effects,
+    ) -> Result<pb::CommandResult> {
+        let st = c.stat.as_ref().ok_or_else(|| Error::invalid("an import without the UFS's status"))?;
+        if !load_inode(w, c.parent_id)?.is_some_and(|p| p.is_dir) {
+            return Ok(done()); // the directory went meanwhile
+        }
+        let id = self.upsert_from_ufs(w, c.parent_id, &st.name, &ufs_status(st), now, fx)?;
+        Ok(pb::CommandResult { id, ..done() })
+    }
+
+    fn merge_listing(&self, w: &WriteTransaction, c: &pb::MergeListing, fx: &mut Effects) -> Result<pb::CommandResult> {
+        if !load_inode(w, c.dir_id)?.is_some_and(|p| p.is_dir) {
+            return Ok(done()); // the directory went meanwhile
+        }
+        for st in &c.entries {
+            self.upsert_from_ufs(w, c.dir_id, &st.name, &ufs_status(st), c.start_ms, fx)?;
+        }
+        Ok(done())
+    }
+
+    fn finish_listing(
+        &self,
+        w: &WriteTransaction,
+        c: &pb::FinishListing,
+        fx: &mut Effects,
+    ) -> Result<pb::CommandResult> {
+        let stale: Vec<String> = {
+            let ch = w.open_table(CHILDREN).map_err(db_err)?;
+            let inodes = w.open_table(INODES).map_err(db_err)?;
+            let mut v = Vec::new();
+            for name in &c.gone {
+                if let Some(id) = get_child(&ch, c.dir_id, name)?
+                    && let Some(r) = get_inode(&inodes, id)?
+                    && r.synced_ms < c.start_ms
+                    && is_persisted(&r)
+                {
+                    v.push(name.clone());
+                }
+            }
+            v
+        };
+        for name in stale {
+            self.remove_subtree(w, c.dir_id, &name, fx)?;
+        }
+        // (A directory deleted meanwhile stays deleted.)
+        if let Some(mut d) = load_inode(w, c.dir_id)? {
+            d.children_loaded = true;
+            d.synced_ms = c.start_ms;
+            put_inode(w, &d)?;
+        }
+        Ok(done())
+    }
+
+    /// Insert or refresh `name` under `parent` from a UFS status, as of `now`. Returns the
+    /// child id. A file whose fingerprint changed drops its cached blocks (`fx`).
+    pub(crate) fn upsert_from_ufs(
+        &self,
+        w: &WriteTransaction,
+        parent: u64,
+        name: &str,
+        st: &UfsStatus,
+        now: i64,
+        fx: &mut Effects,
+    ) -> Result<u64> {
+        let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, name)?;
+        let fp = st.fingerprint();
+        let Some(id) = existing else {
+            // An S3 prefix has no time of its own: a directory gets the time Locus first saw
+            // it (what S3 clients show as a bucket's creation date).
+            let mtime = if st.is_dir && st.mtime_ms <= 0 { now } else { st.mtime_ms };
+            let rec = self.new_inode(w, parent, name, st.is_dir, st.length, fp, mtime, now, None)?;
+            fx.loaded += 1;
+            return Ok(rec.id);
+        };
+        let mut rec = load_inode(w, id)?.ok_or_else(|| Error::internal("dangling child"))?;
+        if !is_persisted(&rec) {
+            // Locus holds newer bytes than the UFS until the persist lands.
+            return Ok(id);
+        }
+        if rec.is_dir != st.is_dir {
+            // A file became a directory or back: replace the entry.
+            self.remove_subtree(w, parent, name, fx)?;
+            return self.upsert_from_ufs(w, parent, name, st, now, fx);
+        }
+        if !rec.is_dir && rec.fingerprint != fp {
+            self.drop_version(w, &rec, fx)?;
+            rec.version = next_id(w, "version", 1)?;
+            w.open_table(VERSIONS).map_err(db_err)?.insert(rec.version, rec.id).map_err(db_err)?;
+            if rec.pinned {
+                w.open_table(PINNED).map_err(db_err)?.insert(rec.version, ()).map_err(db_err)?;
+                self.bump_pin_epoch(w)?;
+            }
+            rec.length = st.length;
+            rec.fingerprint = fp;
+            rec.mtime_ms = st.mtime_ms;
+            // The object changed behind Locus: what was known about it is stale.
+            rec.meta = None;
+        }
+        rec.synced_ms = now;
+        put_inode(w, &rec)?;
+        Ok(id)
+    }
+
     fn set_pinned(&self, w: &WriteTransaction, c: &pb::SetPinned) -> Result<pb::CommandResult> {
         for &id in &c.inode_ids {
             let Some(mut r) = load_inode(w, id)? else { continue };
@@ -295,6 +438,21 @@ impl Namespace {
 /// The entry a command wrote, from its result.
 pub(crate) fn written(r: pb::CommandResult) -> Result<pb::InodeRecord> {
     r.record.ok_or_else(|| Error::internal("a namespace command returned no entry"))
+}
+
+/// A UFS's status as a command carries it.
+pub(crate) fn ufs_entry(st: &UfsStatus) -> pb::UfsEntry {
+    pb::UfsEntry {
+        name: st.path.clone(),
+        is_dir: st.is_dir,
+        length: st.length,
+        etag: st.etag.clone(),
+        mtime_ms: st.mtime_ms,
+    }
+}
+
+fn ufs_status(e: &pb::UfsEntry) -> UfsStatus {
+    UfsStatus { path: e.name.clone(), is_dir: e.is_dir, length: e.length, etag: e.etag.clone(), mtime_ms: e.mtime_ms }
 }
 
 /// A command's result with nothing in it.

@@ -54,9 +54,20 @@ fn replicated(ns: &Namespace) -> Vec<String> {
     out
 }
 
+fn entry(name: &str, length: u64, etag: &str) -> pb::UfsEntry {
+    pb::UfsEntry { name: name.into(), length, etag: etag.into(), mtime_ms: 5, ..Default::default() }
+}
+
+fn side(queued: bool, kind: pb::PersistOpKind, ufs_path: &str) -> pb::UfsSide {
+    let op = pb::PersistOp { kind: kind.into(), mount_id: 1, ufs_path: ufs_path.into(), ..Default::default() };
+    pb::UfsSide { queued, op: Some(op), ..Default::default() }
+}
+
 /// A day of a namespace's life: a mount, writes of each type, an overwrite, pins,
 /// replication bounds, tags, persists landing, given up, retried and dropped, an
-/// abandoned write reaped, commands that fail, and the mount going again.
+/// abandoned write reaped, a worker, a directory made and listed, a file imported,
+/// changed in the UFS, gone from a listing, one renamed and deleted, one lost and back,
+/// commands that fail, and the mount going again.
 fn stream() -> Vec<Op> {
     let options = [("a", "1"), ("b", "2"), ("c", "3")].map(|(k, v)| (k.to_string(), v.to_string())).into();
     let mount = pb::MountInfo { path: "/m".into(), uri: "file:///tmp/x".into(), options, ..Default::default() };
@@ -128,6 +139,53 @@ fn stream() -> Vec<Op> {
         Op::MetaRewritten(pb::MetaRewritten { seq: 2, inode_id: 4, version: 5, fingerprint: "f2".into() }),
         Op::OpDone(pb::OpDone { seq: 9, mkdir_inode: 0 }),
         Op::RemoveOp(pb::RemoveOp { seq: 4 }),
+        Op::RegisterWorker(pb::RegisterWorker {
+            worker_id: 0,
+            address: Some(pb::WorkerAddress { host: "h".into(), data_address: "h:1".into(), ..Default::default() }),
+        }),
+        // Directory d (inode 6), its UFS side queued (persist seq 4).
+        Op::Mkdir(pb::Mkdir {
+            parent_id: ROOT_ID + 1,
+            parent_path: "/m".into(),
+            name: "d".into(),
+            staging: false,
+            ufs: Some(side(true, pb::PersistOpKind::Mkdir, "d")),
+        }),
+        // x (inode 7) imported, then y (inode 8) by a listing that refreshes x too.
+        Op::LoadEntry(pb::LoadEntry { parent_id: 6, stat: Some(entry("x", 3, "e")) }),
+        Op::MergeListing(pb::MergeListing {
+            dir_id: 6,
+            entries: vec![entry("x", 3, "e"), entry("y", 5, "f")],
+            start_ms: NOW,
+        }),
+        // x changed in the UFS: a new version.
+        Op::SyncFile(pb::SyncFile {
+            parent_path: "/m/d".into(),
+            name: "x".into(),
+            stat: Some(entry("x", 4, "e2")),
+            inode_id: 7,
+            version: 6,
+        }),
+        Op::Rename(pb::Rename {
+            src_parent_path: "/m/d".into(),
+            src_name: "y".into(),
+            dst_parent_id: ROOT_ID + 1,
+            dst_name: "y2".into(),
+            inode_id: 8,
+            src: "/m/d/y".into(),
+            dst: "/m/y2".into(),
+            ufs: Some(side(false, pb::PersistOpKind::Rename, "d/y")),
+        }),
+        // A later listing of d without x: x goes.
+        Op::FinishListing(pb::FinishListing { dir_id: 6, gone: vec!["x".into()], start_ms: NOW + 1000 }),
+        Op::SetLost(pb::SetLost { lost: vec![5], found: vec![] }),
+        Op::SetLost(pb::SetLost { lost: vec![], found: vec![5] }),
+        Op::Delete(pb::Delete {
+            parent_path: "/m".into(),
+            name: "y2".into(),
+            only_empty: false,
+            ufs: Some(side(true, pb::PersistOpKind::Delete, "y2")),
+        }),
         Op::ReapWrites(pb::ReapWrites { versions: vec![3, 1] }),
         Op::RemoveMount(pb::RemoveMount { mount_id: 1, parent_path: "/".into(), name: "m".into() }),
     ]
@@ -163,6 +221,18 @@ fn one_command_stream_leaves_two_stores_equal() {
     let end = seen.last().unwrap();
     assert!(!end.iter().any(|s| s.starts_with("mounts:")), "the mount is gone: {end:#?}");
     assert!(end.iter().any(|s| s.starts_with("persist_queue: 3 ")), "the retried op stays queued: {end:#?}");
+    let after = |name: &str| {
+        let i = ops.iter().position(|op| format!("{op:?}").starts_with(name)).unwrap();
+        &seen[i + 1]
+    };
+    assert!(after("RegisterWorker").iter().any(|s| s.starts_with("workers: 1 ")));
+    assert!(after("Mkdir").iter().any(|s| s.starts_with("persist_queue: 4 ")), "the queued mkdir");
+    assert!(after("MergeListing").iter().any(|s| s.starts_with("children: (6, \"y\") = 8")));
+    assert!(after("Rename").iter().any(|s| s.starts_with("children: (2, \"y2\") = 8")));
+    assert!(!after("FinishListing").iter().any(|s| s.starts_with("children: (6, \"x\")")), "x is gone");
+    assert!(!after("Delete").iter().any(|s| s.contains("\"y2\"")), "y2 is deleted");
+    assert!(after("Delete").iter().any(|s| s.starts_with("persist_queue: 6 ")), "its UFS delete is queued");
+    assert!(!after("SetLost").iter().any(|s| s.starts_with("persist_queue: 5 ")), "lost: nothing queued");
 }
 
 /// The time a change records is its command's.
@@ -182,4 +252,32 @@ fn a_change_records_its_commands_time() {
     let q = r.open_table(PERSIST_QUEUE).unwrap();
     let op: pb::PersistOp = decode(q.get(1).unwrap().unwrap().value()).unwrap();
     assert_eq!((op.enqueued_ms, op.not_before_ms), (NOW + 5, NOW + 10), "queued at 5, waiting 5 ms");
+}
+
+/// Every durable change of the namespace is a command: nothing but the commit path in
+/// namespace.rs hands the store's committer a transaction of its own making.
+#[test]
+fn no_durable_change_bypasses_the_commands() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.clone()];
+    let mut offenders = Vec::new();
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let name = p.strip_prefix(&src).unwrap().display().to_string();
+        // (Tests set up their stores as they need.)
+        if ["namespace.rs", "store.rs"].contains(&name.as_str()) || name.ends_with("tests.rs") || !name.ends_with(".rs")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if [".mutate(", ".submit("].iter().any(|s| line.contains(s)) {
+                offenders.push(format!("{name}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "durable changes outside the commands: {offenders:#?}");
 }

@@ -1,13 +1,15 @@
 //! The namespace: its state type ([`Namespace`], the metadata store and the record edits
 //! changes share) and the one path by which a change commits and then carries out its
-//! effects ([`Master::commit`]).
+//! effects ([`Master::propose`]).
 //!
-//! Every durable change runs as a closure on the store's committer thread
-//! ([`Store::mutate`]), group committed with the changes that arrive meanwhile, and its
+//! Every durable change is a typed command ([`pb::Command`], applied by
+//! [`Namespace::apply`] in `apply.rs`) run on the store's committer thread
+//! ([`Store::submit`]), group committed with the changes that arrive meanwhile, and its
 //! caller hears back once it is on disk; nothing waits for redb's lock or its fsync on
-//! the async runtime. A closure may run more than once (when another change of its group
-//! fails), so it reads what it checks inside its transaction and records what is left to
-//! do after the commit in its [`Effects`], never acting outside the transaction itself.
+//! the async runtime. A command may be applied more than once (when another change of its
+//! group fails), so it reads what it checks inside its transaction and records what is
+//! left to do after the commit in its [`Effects`], never acting outside the transaction.
+//! Block locations, soft state, change through [`Master::commit_soft`].
 
 use locus_common::Result;
 use locus_proto::pb;
@@ -246,53 +248,60 @@ impl Master {
         &self.inner.ns
     }
 
-    /// Apply `f` in a durable, group-committed transaction (see the module doc); returns
-    /// its value and its effects, not carried out yet (see [`Master::carry_out`]).
-    pub(crate) async fn mutate<T: Send + 'static>(
+    /// Put command `op`, at time `now_ms`, in the commit order (changes commit in the
+    /// order they are submitted, group committed: see the module doc); the future answers
+    /// with its result and its effects, not carried out yet, once it is on disk.
+    fn submit(
         &self,
-        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
-    ) -> Result<(T, Effects)> {
+        now_ms: i64,
+        op: pb::command::Op,
+    ) -> Result<impl std::future::Future<Output = Result<(pb::CommandResult, Effects)>> + use<>> {
+        let cmd = pb::Command { now_ms, op: Some(op), ..Default::default() };
         let me = self.clone();
-        self.ns()
-            .store()
-            .mutate(move |w| {
-                let mut fx = Effects::default();
-                let v = f(&me, w, &mut fx)?;
-                Ok((v, fx))
-            })
-            .await
+        self.ns().store().submit(move |w| {
+            let mut fx = Effects::default();
+            let r = me.ns().apply(w, &cmd, &mut fx)?;
+            Ok((r, fx))
+        })
     }
 
-    /// Make the change `op` describes ([`Namespace::apply`], given this master's time) in
-    /// a durable, group-committed transaction, then carry out its effects.
+    /// Make the change `op` describes ([`Namespace::apply`], given this master's time)
+    /// durably, then carry out its effects.
     pub(crate) async fn propose(&self, op: pb::command::Op) -> Result<pb::CommandResult> {
-        let (r, fx) = self.propose_only(op).await?;
-        self.carry_out(fx);
-        Ok(r)
+        self.propose_at(now_ms(), op).await
     }
 
     /// [`Master::propose`] at time `now_ms` (a caller that records the same time).
     pub(crate) async fn propose_at(&self, now_ms: i64, op: pb::command::Op) -> Result<pb::CommandResult> {
-        let cmd = pb::Command { now_ms, op: Some(op), ..Default::default() };
-        let (r, fx) = self.mutate(move |me, w, fx| me.ns().apply(w, &cmd, fx)).await?;
+        let (r, fx) = self.submit(now_ms, op)?.await?;
         self.carry_out(fx);
         Ok(r)
     }
 
     /// [`Master::propose`], leaving the effects to the caller.
     pub(crate) async fn propose_only(&self, op: pb::command::Op) -> Result<(pb::CommandResult, Effects)> {
-        let cmd = pb::Command { now_ms: now_ms(), op: Some(op), ..Default::default() };
-        self.mutate(move |me, w, fx| me.ns().apply(w, &cmd, fx)).await
+        self.submit(now_ms(), op)?.await
     }
 
-    /// [`Master::mutate`], then carry out the change's effects.
-    pub(crate) async fn commit<T: Send + 'static>(
+    /// Propose the command `build` makes from the UFS paths of mount `mount_id` that
+    /// changes hold for a reader of the UFS that began at `mark` ([`Master::held_ufs_paths`]),
+    /// judged as the command takes its place in the commit order (under the persist
+    /// tracker's lock): a UFS change that begins later commits after the command, and one
+    /// that began before is among the paths. `None` (from `build` and here): no change.
+    pub(crate) async fn propose_unheld(
         &self,
-        f: impl Fn(&Master, &WriteTransaction, &mut Effects) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let (v, fx) = self.mutate(f).await?;
+        mount_id: u64,
+        mark: u64,
+        build: impl FnOnce(&[String]) -> Option<pb::command::Op>,
+    ) -> Result<Option<pb::CommandResult>> {
+        let committed = {
+            let t = self.inner.persist.lock();
+            let Some(op) = build(&crate::persist::held_in(&t, mount_id, mark)) else { return Ok(None) };
+            self.submit(now_ms(), op)?
+        };
+        let (r, fx) = committed.await?;
         self.carry_out(fx);
-        Ok(v)
+        Ok(Some(r))
     }
 
     /// Change soft state (block locations) without an fsync ([`Store::mutate_soft`]), then

@@ -82,14 +82,7 @@ impl Master {
     ///
     /// See [`held_by`].
     pub(crate) fn held_ufs_paths(&self, mount_id: u64, mark: u64) -> Vec<String> {
-        let t = self.inner.persist.lock();
-        if t.finished.front().is_some_and(|(first, _, _)| mark.saturating_add(1) < *first) {
-            return vec![String::new()]; // older than what is remembered: hold everything
-        }
-        let pending = t.pending.values().map(|p| (p.mount_id, &p.paths));
-        let sync = t.sync_ops.values().map(|(m, ps)| (*m, ps));
-        let done = t.finished.iter().filter(|(at, _, _)| *at > mark).map(|(_, m, ps)| (*m, ps));
-        pending.chain(sync).chain(done).filter(|(m, _)| *m == mount_id).flat_map(|(_, ps)| ps.iter().cloned()).collect()
+        held_in(&self.inner.persist.lock(), mount_id, mark)
     }
 
     /// Start a UFS change of `paths` in mount `mount_id`: whether it must be queued (queued
@@ -514,6 +507,17 @@ impl Master {
             .await
             .map_err(|e| e.context(format!("worker {addr}")))
     }
+}
+
+/// [`Master::held_ufs_paths`], from the tracker `t` its caller holds.
+pub(crate) fn held_in(t: &Tracker, mount_id: u64, mark: u64) -> Vec<String> {
+    if t.finished.front().is_some_and(|(first, _, _)| mark.saturating_add(1) < *first) {
+        return vec![String::new()]; // older than what is remembered: hold everything
+    }
+    let pending = t.pending.values().map(|p| (p.mount_id, &p.paths));
+    let sync = t.sync_ops.values().map(|(m, ps)| (*m, ps));
+    let done = t.finished.iter().filter(|(at, _, _)| *at > mark).map(|(_, m, ps)| (*m, ps));
+    pending.chain(sync).chain(done).filter(|(m, _)| *m == mount_id).flat_map(|(_, ps)| ps.iter().cloned()).collect()
 }
 
 /// Start the scheduler job.

@@ -4,11 +4,10 @@
 use futures::StreamExt;
 use locus_common::path::{self as lpath, normalize};
 use locus_common::{Error, Result};
-use locus_proto::pb;
-use locus_ufs::UfsStatus;
-use redb::{ReadableTable, WriteTransaction};
+use locus_proto::pb::{self, command::Op};
 
-use crate::namespace::{Effects, inode_by_path, put_inode};
+use crate::apply::ufs_entry;
+use crate::namespace::inode_by_path;
 use crate::persist::held_by;
 use crate::store::*;
 use crate::*;
@@ -21,62 +20,6 @@ fn child_rel(dir: &str, name: &str) -> String {
 impl Master {
     pub(crate) fn sync_due(rec: &pb::InodeRecord, m: &MountEntry) -> bool {
         now_ms() - rec.synced_ms >= m.info.sync_interval_ms as i64
-    }
-
-    /// Insert or refresh `name` under `parent` from a UFS status. Returns the child id.
-    /// Inside `w`; a file whose fingerprint changed drops its cached blocks (`fx`).
-    pub(crate) fn upsert_from_ufs(
-        &self,
-        w: &WriteTransaction,
-        parent: u64,
-        name: &str,
-        st: &UfsStatus,
-        now: i64,
-        fx: &mut Effects,
-    ) -> Result<u64> {
-        let existing = {
-            let ch = w.open_table(CHILDREN).map_err(db_err)?;
-            get_child(&ch, parent, name)?
-        };
-        let fp = st.fingerprint();
-        if let Some(id) = existing {
-            let mut rec = {
-                let t = w.open_table(INODES).map_err(db_err)?;
-                get_inode(&t, id)?.ok_or_else(|| Error::internal("dangling child"))?
-            };
-            if !is_persisted(&rec) {
-                // Locus holds newer bytes than the UFS until the persist lands.
-                return Ok(id);
-            }
-            if rec.is_dir != st.is_dir {
-                // A file became a directory or back: replace the entry.
-                self.ns().remove_subtree(w, parent, name, fx)?;
-                return self.upsert_from_ufs(w, parent, name, st, now, fx);
-            }
-            if !rec.is_dir && rec.fingerprint != fp {
-                self.ns().drop_version(w, &rec, fx)?;
-                rec.version = next_id(w, "version", 1)?;
-                w.open_table(VERSIONS).map_err(db_err)?.insert(rec.version, rec.id).map_err(db_err)?;
-                if rec.pinned {
-                    w.open_table(PINNED).map_err(db_err)?.insert(rec.version, ()).map_err(db_err)?;
-                    self.ns().bump_pin_epoch(w)?;
-                }
-                rec.length = st.length;
-                rec.fingerprint = fp;
-                rec.mtime_ms = st.mtime_ms;
-                // The object changed behind Locus: what was known about it is stale.
-                rec.meta = None;
-            }
-            rec.synced_ms = now;
-            put_inode(w, &rec)?;
-            return Ok(id);
-        }
-        // An S3 prefix has no time of its own: a directory gets the time Locus first saw it
-        // (what S3 clients show as a bucket's creation date).
-        let mtime = if st.is_dir && st.mtime_ms <= 0 { now } else { st.mtime_ms };
-        let rec = self.ns().new_inode(w, parent, name, st.is_dir, st.length, fp, mtime, now, None)?;
-        fx.loaded += 1;
-        Ok(rec.id)
     }
 
     /// Resolve a normalised path, loading it lazily from its UFS and re-checking a file
@@ -132,29 +75,22 @@ impl Master {
             tracing::info!(path, "file vanished from the UFS; dropping it");
         }
         let (parent_path, name) = lpath::parent_and_name(path)?;
-        let (parent_path, name, now) = (parent_path.to_string(), name.to_string(), now_ms());
-        let mount_id = m.info.id;
-        self.commit(move |me, w, fx| {
-            let parent = lookup(&w.open_table(CHILDREN).map_err(db_err)?, &parent_path)?;
-            if held_by(&me.held_ufs_paths(mount_id, mark), &rel) {
-                // A change of the path was made or queued while the UFS was asked.
-                let Some(parent) = parent else { return Ok(None) };
-                let id = get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, &name)?;
-                return id.map(|id| load_inode(w, id)).transpose().map(Option::flatten);
-            }
-            match (&st, parent) {
-                (Some(st), Some(parent)) => {
-                    let id = me.upsert_from_ufs(w, parent, &name, st, now, fx)?;
-                    load_inode(w, id)
-                }
-                (None, Some(parent)) => {
-                    me.ns().remove_subtree(w, parent, &name, fx)?;
-                    Ok(None)
-                }
-                _ => Ok(None),
-            }
-        })
-        .await
+        let stat = st.as_ref().map(|st| pb::UfsEntry { name: name.into(), ..ufs_entry(st) });
+        let c = pb::SyncFile {
+            parent_path: parent_path.into(),
+            name: name.into(),
+            stat,
+            inode_id: rec.id,
+            version: rec.version,
+        };
+        let synced =
+            self.propose_unheld(m.info.id, mark, |held| (!held_by(held, &rel)).then_some(Op::SyncFile(c))).await?;
+        match synced {
+            Some(r) => Ok(r.record),
+            // A change of the path was made or queued while the UFS was asked: the
+            // namespace has it right.
+            None => self.ns().inode_by_path(path),
+        }
     }
 
     /// One step of the walk down to a path: `comp` under directory `parent` (`cur` is the
@@ -203,16 +139,15 @@ impl Master {
             return Ok(None);
         };
         locus_common::delay_point("master.resolve.after_ufs").await;
-        let (name, now, mount_id) = (comp.to_string(), now_ms(), m.info.id);
-        self.commit(move |me, w, fx| {
-            if held_by(&me.held_ufs_paths(mount_id, mark), &rel) {
-                // A change of the path was made or queued since the stat (a delete that
-                // the stat came before, say): the namespace has it right.
-                return get_child(&w.open_table(CHILDREN).map_err(db_err)?, parent, &name);
-            }
-            me.upsert_from_ufs(w, parent, &name, &st, now, fx).map(Some)
-        })
-        .await
+        let c = pb::LoadEntry { parent_id: parent, stat: Some(pb::UfsEntry { name: comp.into(), ..ufs_entry(&st) }) };
+        let loaded =
+            self.propose_unheld(m.info.id, mark, |held| (!held_by(held, &rel)).then_some(Op::LoadEntry(c))).await?;
+        match loaded {
+            Some(r) => Ok(Some(r.id).filter(|id| *id != 0)),
+            // A change of the path was made or queued since the stat (a delete that the
+            // stat came before, say): the namespace has it right.
+            None => get_child(&self.ns().read()?.open_table(CHILDREN).map_err(db_err)?, parent, comp),
+        }
     }
 
     pub(crate) async fn must_resolve(&self, path: &str) -> Result<pb::InodeRecord> {
@@ -273,15 +208,12 @@ impl Master {
             }
             if batch.len() >= 1000 || (done && !batch.is_empty()) {
                 locus_common::delay_point("master.load_children.listed").await;
-                let (page, dir_id, rel) = (std::mem::take(&mut batch), dir.id, rel.clone());
-                self.commit(move |me, w, fx| {
-                    let queued = me.held_ufs_paths(mount_id, mark);
-                    for st in &page {
-                        if !held_by(&queued, &child_rel(&rel, &st.path)) {
-                            me.upsert_from_ufs(w, dir_id, &st.path, st, start, fx)?;
-                        }
-                    }
-                    Ok(())
+                let page = std::mem::take(&mut batch);
+                self.propose_unheld(mount_id, mark, |held| {
+                    let entries: Vec<_> =
+                        page.iter().filter(|st| !held_by(held, &child_rel(&rel, &st.path))).map(ufs_entry).collect();
+                    let c = pb::MergeListing { dir_id: dir.id, entries, start_ms: start };
+                    (!c.entries.is_empty()).then_some(Op::MergeListing(c))
                 })
                 .await?;
             }
@@ -300,37 +232,15 @@ impl Master {
                 gone.push(name);
             }
         }
-        let (path, dir) = (path.to_string(), dir.clone());
-        self.commit(move |me, w, fx| {
-            let queued = me.held_ufs_paths(mount_id, mark);
-            let stale: Vec<String> = {
-                let ch = w.open_table(CHILDREN).map_err(db_err)?;
-                let inodes = w.open_table(INODES).map_err(db_err)?;
-                let mut v = Vec::new();
-                for e in ch.range((dir.id, "")..(dir.id + 1, "")).map_err(db_err)? {
-                    let (k, id) = e.map_err(db_err)?;
-                    let name = k.value().1.to_string();
-                    if let Some(r) = get_inode(&inodes, id.value())?
-                        && r.synced_ms < start
-                        && is_persisted(&r)
-                        && !me.is_mount_point(&lpath::join(&path, &name))
-                        && !held_by(&queued, &child_rel(&rel, &name))
-                        && gone.contains(&name)
-                    {
-                        v.push(name);
-                    }
-                }
-                v
-            };
-            for name in stale {
-                me.ns().remove_subtree(w, dir.id, &name, fx)?;
-            }
-            let mut d = load_inode(w, dir.id)?.unwrap_or_else(|| dir.clone());
-            d.children_loaded = true;
-            d.synced_ms = start;
-            put_inode(w, &d)
+        self.propose_unheld(mount_id, mark, |held| {
+            // Mount points, and names UFS changes hold, stay whatever the listing said.
+            gone.retain(|name| {
+                !self.is_mount_point(&lpath::join(path, name)) && !held_by(held, &child_rel(&rel, name))
+            });
+            Some(Op::FinishListing(pb::FinishListing { dir_id: dir.id, gone, start_ms: start }))
         })
-        .await
+        .await?;
+        Ok(())
     }
 
     /// Entries of directory `dir` a listing that began at `start` (`mark`) may drop: not

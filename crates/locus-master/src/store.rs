@@ -312,6 +312,17 @@ impl Store {
         &self,
         f: impl Fn(&WriteTransaction) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.submit(f)?.await
+    }
+
+    /// [`Store::mutate`] in two steps: the change takes its place in the commit order now
+    /// (changes commit in the order they are submitted), and the future returned answers
+    /// once it is on disk.
+    pub fn submit<T, F>(&self, f: F) -> Result<impl std::future::Future<Output = Result<T>> + use<T, F>>
+    where
+        T: Send + 'static,
+        F: Fn(&WriteTransaction) -> Result<T> + Send + 'static,
+    {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let op: Op = Box::new(move |w| f(w).map(|v| Box::new(v) as AnyBox));
         self.ops
@@ -319,8 +330,10 @@ impl Store {
             .ok_or_else(|| Error::internal("metadata store is closed"))?
             .send((op, tx))
             .map_err(|_| Error::internal("metadata committer is gone"))?;
-        let v = rx.await.map_err(|_| Error::internal("metadata committer is gone"))??;
-        Ok(*v.downcast::<T>().map_err(|_| Error::internal("metadata committer returned the wrong type"))?)
+        Ok(async move {
+            let v = rx.await.map_err(|_| Error::internal("metadata committer is gone"))??;
+            Ok(*v.downcast::<T>().map_err(|_| Error::internal("metadata committer returned the wrong type"))?)
+        })
     }
 
     /// A durable write transaction, for [`Store::open`] and `journal::create` only: every later change goes
