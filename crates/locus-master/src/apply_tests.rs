@@ -281,3 +281,50 @@ fn no_durable_change_bypasses_the_commands() {
     }
     assert!(offenders.is_empty(), "durable changes outside the commands: {offenders:#?}");
 }
+
+/// A sync that found a file gone from the UFS leaves it when it was written since the
+/// check read it (a MUST_CACHE overwrite between the stat and the commit): its only
+/// bytes are in the cache.
+#[test]
+fn a_sync_leaves_a_file_written_since_it_looked() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = fresh(d.path());
+    let ops = stream();
+    for (i, op) in ops.iter().take(7).enumerate() {
+        run(&ns, NOW + i as i64, op).unwrap(); // the mount, a, b (inode 4, version 2)
+    }
+    let gone = |version| {
+        let c = pb::SyncFile { parent_path: "/m".into(), name: "b".into(), stat: None, inode_id: 4, version };
+        Op::SyncFile(c)
+    };
+    // b overwritten MUST_CACHE (version 4) after a check that read version 2.
+    let overwrite = Op::CompleteFile(pb::CompleteFile {
+        req: Some(pb::CompleteFileRequest {
+            length: 3,
+            write_type: pb::WriteType::MustCache.into(),
+            ..Default::default()
+        }),
+        path: "/m/b".into(),
+        parent_id: ROOT_ID + 1,
+        name: "b".into(),
+        mount_id: 1,
+        ufs_path: "b".into(),
+        block_size: 1 << 20,
+    });
+    run(&ns, NOW + 10, &overwrite).unwrap();
+    let r = run(&ns, NOW + 11, &gone(2)).unwrap();
+    assert_eq!(r.record.map(|r| r.version), Some(4), "the new version stays");
+    assert!(ns.inode_by_path("/m/b").unwrap().is_some());
+    // Not persisted, it stays even for a check of this version; persisted, it goes.
+    run(&ns, NOW + 12, &gone(4)).unwrap();
+    let mut rec = ns.inode_by_path("/m/b").unwrap().unwrap();
+    assert_eq!(rec.persist_state(), pb::PersistState::NotPersisted);
+    rec.set_persist_state(pb::PersistState::Persisted);
+    {
+        let w = ns.store().write().unwrap();
+        crate::namespace::put_inode(&w, &rec).unwrap();
+        w.commit().unwrap();
+    }
+    run(&ns, NOW + 13, &gone(4)).unwrap();
+    assert!(ns.inode_by_path("/m/b").unwrap().is_none(), "gone from the UFS and from the namespace");
+}
