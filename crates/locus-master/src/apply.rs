@@ -12,7 +12,7 @@ use locus_common::{Error, ErrorKind, Result, UNPERSISTED_FINGERPRINT};
 use locus_proto::pb::{self, command::Op};
 use locus_ufs::UfsStatus;
 use prost::Message;
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::is_persisted;
 use crate::namespace::{Effects, Namespace, put_inode};
@@ -22,6 +22,21 @@ impl Namespace {
     /// Make the change `cmd` describes inside `w`, leaving what follows it in `fx`. May
     /// run more than once for one command (when another change of its group fails).
     pub(crate) fn apply(&self, w: &WriteTransaction, cmd: &pb::Command, fx: &mut Effects) -> Result<pb::CommandResult> {
+        let id = cmd.request_id.as_slice();
+        if !id.is_empty()
+            && let Some(first) = retried(w, id)?
+        {
+            // A resend of a call whose change committed: its effects are carried out.
+            return Ok(first);
+        }
+        let r = self.apply_op(w, cmd, fx)?;
+        if !id.is_empty() {
+            remember(w, id, cmd.now_ms, &r)?;
+        }
+        Ok(r)
+    }
+
+    fn apply_op(&self, w: &WriteTransaction, cmd: &pb::Command, fx: &mut Effects) -> Result<pb::CommandResult> {
         let now = cmd.now_ms;
         match cmd.op.as_ref().ok_or_else(|| Error::invalid("a namespace command without an operation"))? {
             Op::OpenWrite(c) => self.open_write(w, c, now),
@@ -453,6 +468,46 @@ pub(crate) fn ufs_entry(st: &UfsStatus) -> pb::UfsEntry {
 
 fn ufs_status(e: &pb::UfsEntry) -> UfsStatus {
     UfsStatus { path: e.name.clone(), is_dir: e.is_dir, length: e.length, etag: e.etag.clone(), mtime_ms: e.mtime_ms }
+}
+
+/// How long the retry cache keeps a result: longer than a caller goes on resending.
+pub(crate) const RETRY_KEEP_MS: i64 = 10 * 60 * 1000;
+/// Most results the retry cache keeps (the oldest go first).
+pub(crate) const RETRY_MOST: u64 = 100_000;
+/// Most entries one command trims from the retry cache (it never grows by more than one).
+const RETRY_TRIM: usize = 8;
+
+/// The first result of the command with request id `id`, if it committed and is kept.
+fn retried(w: &WriteTransaction, id: &[u8]) -> Result<Option<pb::CommandResult>> {
+    let t = w.open_table(RETRY_CACHE).map_err(db_err)?;
+    let Some(v) = t.get(id).map_err(db_err)? else { return Ok(None) };
+    let e = pb::RetryEntry::decode(v.value()).map_err(|e| Error::internal(format!("retry cache entry: {e}")))?;
+    Ok(Some(e.result.unwrap_or_default()))
+}
+
+/// Keep result `r` of the command with request id `id`, made at `now`, and drop the
+/// entries older than [`RETRY_KEEP_MS`] or beyond [`RETRY_MOST`], a few at a time.
+fn remember(w: &WriteTransaction, id: &[u8], now: i64, r: &pb::CommandResult) -> Result<()> {
+    let mut cache = w.open_table(RETRY_CACHE).map_err(db_err)?;
+    let mut by_time = w.open_table(RETRY_BY_TIME).map_err(db_err)?;
+    let e = pb::RetryEntry { at_ms: now, result: Some(r.clone()) };
+    cache.insert(id, e.encode_to_vec().as_slice()).map_err(db_err)?;
+    by_time.insert((now, id), ()).map_err(db_err)?;
+    let over = cache.len().map_err(db_err)?.saturating_sub(RETRY_MOST);
+    let mut old = Vec::new();
+    for (i, k) in by_time.iter().map_err(db_err)?.take(RETRY_TRIM).enumerate() {
+        let (k, _) = k.map_err(db_err)?;
+        let (at, key) = k.value();
+        if at >= now - RETRY_KEEP_MS && i as u64 >= over {
+            break;
+        }
+        old.push((at, key.to_vec()));
+    }
+    for (at, key) in old {
+        by_time.remove((at, key.as_slice())).map_err(db_err)?;
+        cache.remove(key.as_slice()).map_err(db_err)?;
+    }
+    Ok(())
 }
 
 /// A command's result with nothing in it.

@@ -51,6 +51,8 @@ fn replicated(ns: &Namespace) -> Vec<String> {
     out.extend(rows(&r, PERSIST_QUEUE));
     out.extend(rows(&r, PENDING_WRITES));
     out.extend(rows(&r, REPLICATED));
+    out.extend(rows(&r, RETRY_CACHE));
+    out.extend(rows(&r, RETRY_BY_TIME));
     out
 }
 
@@ -327,4 +329,40 @@ fn a_sync_leaves_a_file_written_since_it_looked() {
     }
     run(&ns, NOW + 13, &gone(4)).unwrap();
     assert!(ns.inode_by_path("/m/b").unwrap().is_none(), "gone from the UFS and from the namespace");
+}
+
+/// A command sent again with its request id (a caller that did not hear back) changes
+/// nothing and answers what the first one did; another id is another change. Results
+/// older than the cache keeps are trimmed by later commands.
+#[test]
+fn a_resent_command_answers_its_first_result() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = fresh(d.path());
+    let sent = |id: &[u8], now: i64, op: &Op| {
+        let cmd = pb::Command { request_id: id.to_vec(), now_ms: now, op: Some(op.clone()) };
+        let w = ns.store().write().unwrap();
+        let r = ns.apply(&w, &cmd, &mut Effects::default()).unwrap();
+        w.commit().unwrap();
+        r
+    };
+    let open = Op::OpenWrite(pb::OpenWrite { pin: true });
+    let first = sent(b"call-1", NOW, &open);
+    assert_eq!(first.id, 1);
+    let before = replicated(&ns);
+    let again = sent(b"call-1", NOW + 5, &open);
+    assert_eq!(again, first, "the resend answers the first result");
+    assert_eq!(replicated(&ns), before, "and changes nothing");
+    assert_eq!(sent(b"call-2", NOW + 6, &open).id, 2, "another call is another write");
+    assert_eq!(run(&ns, NOW + 7, &open).unwrap().id, 3, "a command with no id is never cached");
+    // Past the time the cache keeps results, a later command trims them: the old id
+    // is new again.
+    let later = NOW + crate::apply::RETRY_KEEP_MS + 10;
+    sent(b"call-3", later, &open);
+    let r = ns.read().unwrap();
+    let cached: Vec<Vec<u8>> =
+        r.open_table(RETRY_CACHE).unwrap().iter().unwrap().map(|e| e.unwrap().0.value().to_vec()).collect();
+    assert_eq!(cached, vec![b"call-3".to_vec()], "the expired results are gone");
+    assert_eq!(r.open_table(RETRY_BY_TIME).unwrap().iter().unwrap().count(), 1);
+    drop(r);
+    assert_eq!(sent(b"call-1", later + 1, &open).id, 5, "an expired id applies again");
 }

@@ -15,6 +15,8 @@
 //! | `persist_queue` | seq | `PersistOp` (protobuf): UFS changes still to make, in order |
 //! | `pending_writes` | file version | creation time (ms) of a write not completed yet |
 //! | `replicated` | file version | () for files with replication bounds (`setReplication`) |
+//! | `retry_cache` | request id | `RetryEntry` (protobuf): the first result of a command sent again (`apply.rs`) |
+//! | `retry_by_time` | (time ms, request id) | (): the retry cache in age order, to trim it |
 //! | `catalog_journal` | seq | `CatalogChange` (protobuf): changes the search index has still to take (`journal`; created by the indexer) |
 //!
 //! A file version is in `versions` from `CreateFile` on (mapped to inode 0 until the
@@ -45,6 +47,8 @@ pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters"
 pub const PERSIST_QUEUE: TableDefinition<u64, &[u8]> = TableDefinition::new("persist_queue");
 pub const PENDING_WRITES: TableDefinition<u64, i64> = TableDefinition::new("pending_writes");
 pub const REPLICATED: TableDefinition<u64, ()> = TableDefinition::new("replicated");
+pub const RETRY_CACHE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("retry_cache");
+pub const RETRY_BY_TIME: TableDefinition<(i64, &[u8]), ()> = TableDefinition::new("retry_by_time");
 
 pub const ROOT_ID: u64 = 1;
 
@@ -288,6 +292,8 @@ impl Store {
             w.open_table(PERSIST_QUEUE).map_err(db_err)?;
             w.open_table(PENDING_WRITES).map_err(db_err)?;
             w.open_table(REPLICATED).map_err(db_err)?;
+            w.open_table(RETRY_CACHE).map_err(db_err)?;
+            w.open_table(RETRY_BY_TIME).map_err(db_err)?;
             // The cluster's identity, made once with the namespace: a worker holding blocks
             // of another namespace (whose ids mean other data here) is told to drop them.
             let mut counters = w.open_table(COUNTERS).map_err(db_err)?;
