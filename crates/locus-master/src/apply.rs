@@ -99,7 +99,7 @@ impl Namespace {
             }
             req.version
         };
-        if !load_inode(w, c.parent_id)?.is_some_and(|p| p.is_dir) {
+        if !is_dir(w, c.parent_id)? {
             return Err(Error::not_found(format!("the directory of {path} was deleted")));
         }
         let existing = get_child(&w.open_table(CHILDREN).map_err(db_err)?, c.parent_id, &c.name)?;
@@ -198,7 +198,7 @@ impl Namespace {
     }
 
     fn mkdir(&self, w: &WriteTransaction, c: &pb::Mkdir, now: i64, fx: &mut Effects) -> Result<pb::CommandResult> {
-        if !load_inode(w, c.parent_id)?.is_some_and(|p| p.is_dir) {
+        if !is_dir(w, c.parent_id)? {
             return Err(Error::not_found(format!("{} was deleted", c.parent_path)));
         }
         if get_child(&w.open_table(CHILDREN).map_err(db_err)?, c.parent_id, &c.name)?.is_some() {
@@ -281,7 +281,7 @@ impl Namespace {
         fx: &mut Effects,
     ) -> Result<pb::CommandResult> {
         let st = c.stat.as_ref().ok_or_else(|| Error::invalid("an import without the UFS's status"))?;
-        if !load_inode(w, c.parent_id)?.is_some_and(|p| p.is_dir) {
+        if !is_dir(w, c.parent_id)? {
             return Ok(done()); // the directory went meanwhile
         }
         let id = self.upsert_from_ufs(w, c.parent_id, &st.name, &ufs_status(st), now, fx)?;
@@ -289,7 +289,7 @@ impl Namespace {
     }
 
     fn merge_listing(&self, w: &WriteTransaction, c: &pb::MergeListing, fx: &mut Effects) -> Result<pb::CommandResult> {
-        if !load_inode(w, c.dir_id)?.is_some_and(|p| p.is_dir) {
+        if !is_dir(w, c.dir_id)? {
             return Ok(done()); // the directory went meanwhile
         }
         for st in &c.entries {
@@ -508,6 +508,11 @@ fn remember(w: &WriteTransaction, id: &[u8], now: i64, r: &pb::CommandResult) ->
         cache.remove(key.as_slice()).map_err(db_err)?;
     }
     Ok(())
+}
+
+/// Whether entry `id` is there and a directory.
+fn is_dir(w: &WriteTransaction, id: u64) -> Result<bool> {
+    Ok(load_inode(w, id)?.is_some_and(|r| r.is_dir))
 }
 
 /// A command's result with nothing in it.

@@ -16,7 +16,12 @@ fn fresh(dir: &std::path::Path) -> Namespace {
 /// Apply `op` at time `now` as the committer does: committed when it succeeds, rolled back
 /// (no trace) when it fails.
 fn run(ns: &Namespace, now: i64, op: &Op) -> locus_common::Result<pb::CommandResult> {
-    let cmd = pb::Command { now_ms: now, op: Some(op.clone()), ..Default::default() };
+    run_as(ns, b"", now, op)
+}
+
+/// [`run`] as a call with request id `id` (empty: none).
+fn run_as(ns: &Namespace, id: &[u8], now: i64, op: &Op) -> locus_common::Result<pb::CommandResult> {
+    let cmd = pb::Command { request_id: id.to_vec(), now_ms: now, op: Some(op.clone()) };
     let w = ns.store().write().unwrap();
     let r = ns.apply(&w, &cmd, &mut Effects::default());
     if r.is_ok() {
@@ -338,13 +343,7 @@ fn a_sync_leaves_a_file_written_since_it_looked() {
 fn a_resent_command_answers_its_first_result() {
     let d = tempfile::tempdir().unwrap();
     let ns = fresh(d.path());
-    let sent = |id: &[u8], now: i64, op: &Op| {
-        let cmd = pb::Command { request_id: id.to_vec(), now_ms: now, op: Some(op.clone()) };
-        let w = ns.store().write().unwrap();
-        let r = ns.apply(&w, &cmd, &mut Effects::default()).unwrap();
-        w.commit().unwrap();
-        r
-    };
+    let sent = |id: &[u8], now: i64, op: &Op| run_as(&ns, id, now, op).unwrap();
     let open = Op::OpenWrite(pb::OpenWrite { pin: true });
     let first = sent(b"call-1", NOW, &open);
     assert_eq!(first.id, 1);
