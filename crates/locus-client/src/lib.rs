@@ -62,8 +62,13 @@ pub struct Client {
 pub(crate) enum Retry {
     /// Sending it twice does what sending it once does (reads, pins, persist requests...).
     Idempotent,
-    /// Only if it surely never reached the master (creates, deletes, renames, mounts).
+    /// Only if it surely never reached the master (mounts).
     IfNotSent,
+    /// A change the master carries out once however often it is sent: each try carries
+    /// the same request id ([`locus_proto::REQUEST_ID_KEY`]), and a resend of a change
+    /// made is answered with its first result (creates, completes, mkdirs, deletes,
+    /// renames). Sent again as an idempotent call is.
+    Once,
 }
 
 /// A status's message with the errors under it, for deciding what a transport failure
@@ -248,13 +253,13 @@ impl Client {
 
     /// One master RPC, sent again with backoff while the master cannot be reached (a
     /// restart), for up to `client.master_retry`; then a clear `Unavailable` error.
-    /// `retry` says when a call may be sent again: any idempotent call after any
-    /// transport failure; the others only when the connection was never made (so the
-    /// master never saw them).
+    /// `retry` says when a call may be sent again: any idempotent call, or one sent with
+    /// a request id, after any transport failure; the others only when the connection
+    /// was never made (so the master never saw them).
     pub(crate) async fn rpc<Req, T, F, Fut>(&self, retry: Retry, req: Req, f: F) -> Result<T>
     where
         Req: Clone,
-        F: Fn(AuthedMasterClient, Req) -> Fut,
+        F: Fn(AuthedMasterClient, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let started = std::time::Instant::now();
@@ -263,8 +268,15 @@ impl Client {
         // restarting refuses connections (or drops the calls in flight once); a port that
         // keeps doing it is not a master.
         let mut dropped = 0;
+        let id = (retry == Retry::Once)
+            .then(|| tonic::metadata::MetadataValue::try_from(locus_proto::new_request_id()).ok())
+            .flatten();
         loop {
-            let s = match f(self.m(), req.clone()).await {
+            let mut r = tonic::Request::new(req.clone());
+            if let Some(id) = &id {
+                r.metadata_mut().insert(locus_proto::REQUEST_ID_KEY, id.clone());
+            }
+            let s = match f(self.m(), r).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => s,
             };
@@ -288,7 +300,7 @@ impl Client {
             if dropped >= 3 {
                 return Err(self.not_a_master(&s));
             }
-            let again = refused || (unreachable && retry == Retry::Idempotent);
+            let again = refused || (unreachable && retry != Retry::IfNotSent);
             if !again {
                 return Err(self.err(s));
             }

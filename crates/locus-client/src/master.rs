@@ -56,19 +56,19 @@ impl Client {
 
     pub async fn mkdir(&self, path: &str, recursive: bool) -> Result<()> {
         let r = pb::PathRequest { path: path.into(), recursive };
-        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.create_directory(r).await }).await?;
+        self.rpc(Retry::Once, r, |mut m, r| async move { m.create_directory(r).await }).await?;
         Ok(())
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
         let r = pb::PathRequest { path: path.into(), recursive };
-        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.delete(r).await }).await?;
+        self.rpc(Retry::Once, r, |mut m, r| async move { m.delete(r).await }).await?;
         Ok(())
     }
 
     pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
         let r = pb::RenameRequest { src: src.into(), dst: dst.into() };
-        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.rename(r).await }).await?;
+        self.rpc(Retry::Once, r, |mut m, r| async move { m.rename(r).await }).await?;
         Ok(())
     }
 
@@ -170,20 +170,20 @@ impl Client {
     pub async fn touch(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
         let wt = pb::WriteType::from_opt(write_type.or(self.cfg.write_type)).into();
         let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: true };
-        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.create_file(r).await }).await
+        self.rpc(Retry::Once, r, |mut m, r| async move { m.create_file(r).await }).await
     }
 
     /// Create an empty file the way a data write does: CreateFile, then CompleteFile.
     pub async fn create_and_complete_empty(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
         let wt = pb::WriteType::from_opt(write_type.or(self.cfg.write_type)).into();
         let r = pb::CreateFileRequest { path: path.into(), overwrite: false, write_type: wt, complete_empty: false };
-        let target = self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.create_file(r).await }).await?;
+        let target = self.rpc(Retry::Once, r, |mut m, r| async move { m.create_file(r).await }).await?;
         let req = pb::CompleteFileRequest {
             path: target.path,
             version: target.version,
             write_type: target.write_type,
             ..Default::default()
         };
-        self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.complete_file(r).await }).await
+        self.rpc(Retry::Once, req, |mut m, r| async move { m.complete_file(r).await }).await
     }
 }

@@ -62,7 +62,7 @@ impl Client {
         let write_type = pb::WriteType::from_opt(opts.write_type.or(self.cfg.write_type)).into();
         let r =
             pb::CreateFileRequest { path: path.into(), overwrite: opts.overwrite, write_type, complete_empty: false };
-        let target = self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.create_file(r).await }).await?;
+        let target = self.rpc(Retry::Once, r, |mut m, r| async move { m.create_file(r).await }).await?;
         let wt = target
             .write_type()
             .typed()
@@ -107,7 +107,7 @@ impl Client {
             write_type: applied,
             persist_wait_ms: opts.persist_wait.map(|d| d.as_millis() as u64).unwrap_or(0),
         };
-        self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.complete_file(r).await }).await
+        self.rpc(Retry::Once, req, |mut m, r| async move { m.complete_file(r).await }).await
     }
 
     /// Worker copies a write of type `wt` needs (0: min(2, live workers)).

@@ -479,10 +479,7 @@ const RETRY_TRIM: usize = 8;
 
 /// The first result of the command with request id `id`, if it committed and is kept.
 fn retried(w: &WriteTransaction, id: &[u8]) -> Result<Option<pb::CommandResult>> {
-    let t = w.open_table(RETRY_CACHE).map_err(db_err)?;
-    let Some(v) = t.get(id).map_err(db_err)? else { return Ok(None) };
-    let e = pb::RetryEntry::decode(v.value()).map_err(|e| Error::internal(format!("retry cache entry: {e}")))?;
-    Ok(Some(e.result.unwrap_or_default()))
+    crate::calls::cached(&w.open_table(RETRY_CACHE).map_err(db_err)?, id)
 }
 
 /// Keep result `r` of the command with request id `id`, made at `now`, and drop the

@@ -76,17 +76,26 @@ impl Master {
     /// the write type that applies (the request's, else the mount's, else the cluster
     /// default), and the new file version whose blocks the write creates.
     /// With `complete_empty`, the file is created empty and complete in one step (one
-    /// durable change; THROUGH types write the empty object first).
-    pub async fn create_file(
+    /// durable change; THROUGH types write the empty object first). For call `id`.
+    pub(crate) async fn create_file(
         &self,
         path: &str,
         overwrite: bool,
         write_type: Option<WriteType>,
         complete_empty: bool,
+        id: &CallId,
     ) -> Result<pb::FileInfo> {
         let path = normalize(path)?;
         if path == "/" {
             return Err(Error::invalid("cannot write to /"));
+        }
+        if let Some(first) = self.first_result(id)? {
+            let (m, rel) = self.writable(&path)?;
+            let wt = write_type.or(m.info.write_type().typed()).unwrap_or(self.inner.cfg.write_type);
+            return match complete_empty {
+                true => self.file_info(&path, &written(first)?),
+                false => Ok(self.opened(path, m, rel, wt, first)),
+            };
         }
         // A name the UFS cannot hold as it is is refused now, not by a persist later.
         let (m, rel) = self.mount_for(&path)?;
@@ -119,25 +128,29 @@ impl Master {
                 req.mtime_ms = st.mtime_ms;
             }
             // (Under a parent made again if a concurrent delete took it, as any write.)
-            return self.complete_file(req).await;
+            return self.complete_file(req, id).await;
         }
         // Pinned from the start when the write's copies are its only ones.
         let open = pb::OpenWrite { pin: wt.needs_durable_copies() };
-        let r = self.propose(Op::OpenWrite(open)).await?;
-        let (version, pin_epoch) = (r.id, r.pin_epoch);
-        Ok(pb::FileInfo {
-            path: path.clone(),
+        let r = self.propose_call(id, Op::OpenWrite(open)).await?;
+        Ok(self.opened(path, m, rel, wt, r))
+    }
+
+    /// What a write opened by `r` (an `OpenWrite`'s result) at `path` is told.
+    fn opened(&self, path: String, m: MountEntry, rel: String, wt: WriteType, r: pb::CommandResult) -> pb::FileInfo {
+        pb::FileInfo {
+            path,
             mount_id: m.info.id,
             // The worker takes the write only with it: this mount (writable), this path.
-            write_grant: self.inner.verifier.grant(m.info.id, &rel, version),
+            write_grant: self.inner.verifier.grant(m.info.id, &rel, r.id),
             ufs_path: rel,
             block_size: self.ns().block_size(),
             mount_point: m.info.path.clone(),
-            version,
+            version: r.id,
             write_type: pb::WriteType::from(wt).into(),
-            pin_epoch,
+            pin_epoch: r.pin_epoch,
             ..Default::default()
-        })
+        }
     }
 
     /// Record a written file: its bytes are in the UFS (THROUGH, CACHE_THROUGH), or in
@@ -146,9 +159,14 @@ impl Master {
     ///
     /// The parent directory may have gone while the bytes streamed (the S3 gateway
     /// removes a directory its deletes leave empty, and a write not yet complete does not
-    /// count): it is made again, as the write's create made it.
-    pub async fn complete_file(&self, req: pb::CompleteFileRequest) -> Result<pb::FileInfo> {
+    /// count): it is made again, as the write's create made it. For call `id`.
+    pub(crate) async fn complete_file(&self, req: pb::CompleteFileRequest, id: &CallId) -> Result<pb::FileInfo> {
         let path = normalize(&req.path)?;
+        let copies =
+            |fi: pb::FileInfo| pb::FileInfo { copies_wanted: req.copies_wanted, copies_made: req.copies_made, ..fi };
+        if let Some(first) = self.first_result(id)? {
+            return self.file_info(&path, &written(first)?).map(copies);
+        }
         let (parent_path, _) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
         let (m, rel) = self.writable(&path)?;
         let wt = req.write_type().typed().unwrap_or(WriteType::Through);
@@ -164,7 +182,7 @@ impl Master {
                 Ok(_) => match self.must_resolve(parent_path).await {
                     Ok(parent) => {
                         let (req, path, m, rel) = (req.clone(), path.clone(), m.clone(), rel.clone());
-                        self.commit_complete(req, path, parent.id, wt, m, rel).await
+                        self.commit_complete(req, path, parent.id, wt, m, rel, id).await
                     }
                     Err(e) => Err(e),
                 },
@@ -172,11 +190,12 @@ impl Master {
             };
             match r {
                 Err(e) if e.kind() == ErrorKind::NotFound && tries < 10 => tries += 1,
-                r => return r.map(|fi| pb::FileInfo { copies_wanted: wanted, copies_made: made, ..fi }),
+                r => return r.map(copies),
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn commit_complete(
         &self,
         mut req: pb::CompleteFileRequest,
@@ -185,6 +204,7 @@ impl Master {
         wt: WriteType,
         m: MountEntry,
         rel: String,
+        id: &CallId,
     ) -> Result<pb::FileInfo> {
         let name = lpath::split_parent(&path).map(|(_, n)| n.to_string()).unwrap_or_default();
         req.write_type = pb::WriteType::from(wt).into();
@@ -201,7 +221,7 @@ impl Master {
             ufs_path: rel.clone(),
             block_size: self.ns().block_size(),
         };
-        let rec = self.propose(Op::CompleteFile(c)).await.and_then(written)?;
+        let rec = self.propose_call(id, Op::CompleteFile(c)).await.and_then(written)?;
         if matches!(wt, WriteType::Through | WriteType::CacheThrough) {
             self.settle_markers(&m, &rel).await;
         }

@@ -19,6 +19,7 @@ mod absent;
 mod apply;
 #[cfg(test)]
 mod apply_tests;
+mod calls;
 mod files;
 mod journal;
 mod markers;
@@ -51,6 +52,7 @@ use parking_lot::Mutex;
 use store::Store;
 use tokio::net::TcpListener;
 
+use calls::CallId;
 use locus_common::now_ms;
 use metrics::Metrics;
 use mounts::MountEntry;

@@ -197,7 +197,7 @@ impl Master {
         let (parent_path, name) = lpath::parent_and_name(&path)?;
         let id = m.info.id;
         let c = pb::RemoveMount { mount_id: id, parent_path: parent_path.to_string(), name: name.to_string() };
-        let (_, fx) = self.propose_only(Op::RemoveMount(c)).await?;
+        let (_, fx) = self.propose_only(&CallId::NONE, Op::RemoveMount(c)).await?;
         self.inner.mounts.remove(id);
         self.carry_out(fx);
         Ok(())

@@ -15,6 +15,7 @@ use locus_common::Result;
 use locus_proto::pb;
 use redb::{ReadableTable, WriteTransaction};
 
+use crate::calls::CallId;
 use crate::journal;
 use crate::store::*;
 use crate::*;
@@ -248,15 +249,17 @@ impl Master {
         &self.inner.ns
     }
 
-    /// Put command `op`, at time `now_ms`, in the commit order (changes commit in the
-    /// order they are submitted, group committed: see the module doc); the future answers
-    /// with its result and its effects, not carried out yet, once it is on disk.
+    /// Put command `op` of call `id`, at time `now_ms`, in the commit order (changes
+    /// commit in the order they are submitted, group committed: see the module doc); the
+    /// future answers with its result and its effects, not carried out yet, once it is on
+    /// disk.
     fn submit(
         &self,
         now_ms: i64,
+        id: &CallId,
         op: pb::command::Op,
     ) -> Result<impl std::future::Future<Output = Result<(pb::CommandResult, Effects)>> + use<>> {
-        let cmd = pb::Command { now_ms, op: Some(op), ..Default::default() };
+        let cmd = pb::Command { request_id: id.key().to_vec(), now_ms, op: Some(op) };
         let me = self.clone();
         self.ns().store().submit(move |w| {
             let mut fx = Effects::default();
@@ -273,14 +276,22 @@ impl Master {
 
     /// [`Master::propose`] at time `now_ms` (a caller that records the same time).
     pub(crate) async fn propose_at(&self, now_ms: i64, op: pb::command::Op) -> Result<pb::CommandResult> {
-        let (r, fx) = self.submit(now_ms, op)?.await?;
+        let (r, fx) = self.submit(now_ms, &CallId::NONE, op)?.await?;
         self.carry_out(fx);
         Ok(r)
     }
 
-    /// [`Master::propose`], leaving the effects to the caller.
-    pub(crate) async fn propose_only(&self, op: pb::command::Op) -> Result<(pb::CommandResult, Effects)> {
-        self.submit(now_ms(), op)?.await
+    /// [`Master::propose`] for a client's call `id`: a resend of it answers this result
+    /// ([`crate::calls`]).
+    pub(crate) async fn propose_call(&self, id: &CallId, op: pb::command::Op) -> Result<pb::CommandResult> {
+        let (r, fx) = self.propose_only(id, op).await?;
+        self.carry_out(fx);
+        Ok(r)
+    }
+
+    /// [`Master::propose_call`], leaving the effects to the caller.
+    pub(crate) async fn propose_only(&self, id: &CallId, op: pb::command::Op) -> Result<(pb::CommandResult, Effects)> {
+        self.submit(now_ms(), id, op)?.await
     }
 
     /// Propose the command `build` makes from the UFS paths of mount `mount_id` that
@@ -297,7 +308,7 @@ impl Master {
         let committed = {
             let t = self.inner.persist.lock();
             let Some(op) = build(&crate::persist::held_in(&t, mount_id, mark)) else { return Ok(None) };
-            self.submit(now_ms(), op)?
+            self.submit(now_ms(), &CallId::NONE, op)?
         };
         let (r, fx) = committed.await?;
         self.carry_out(fx);

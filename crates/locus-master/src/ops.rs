@@ -30,8 +30,10 @@ impl Master {
     /// A rename (`paths` = [source, destination], `renamed_to` its destination path)
     /// queued that way takes along the persists still queued for what it moves, queued
     /// again at their new paths behind the rename (see [`Master::claim_persists`]).
+    #[allow(clippy::too_many_arguments)]
     async fn ufs_change(
         &self,
+        id: &CallId,
         mount_id: u64,
         paths: &[&str],
         renamed_to: Option<&str>,
@@ -54,7 +56,7 @@ impl Master {
             side.claimed = c.seqs.clone();
             (side.src_ufs_path, side.dst, side.dst_ufs_path) = (paths[0].into(), dst.into(), paths[1].into());
         }
-        let (_, fx) = self.propose_only(change(side)).await?;
+        let (_, fx) = self.propose_only(id, change(side)).await?;
         locus_common::delay_point("master.ufs_change.committed").await;
         if let Some(c) = claim {
             c.requeued();
@@ -67,7 +69,7 @@ impl Master {
     /// Makes `path` and its missing ancestors, as the parent of something to create: a
     /// file in the way is `NotADirectory` (as `mkdir -p a/b` answers when `a` is a file).
     pub(crate) async fn ensure_parent(&self, path: &str) -> Result<()> {
-        self.create_directory(path, true).await.map_err(|e| {
+        self.create_directory(path, true, &CallId::NONE).await.map_err(|e| {
             if e.kind() == ErrorKind::AlreadyExists {
                 Error::new(ErrorKind::NotADirectory, format!("{path} is not a directory"))
             } else {
@@ -76,10 +78,14 @@ impl Master {
         })
     }
 
-    pub async fn create_directory(&self, path: &str, recursive: bool) -> Result<()> {
+    /// Make directory `path` (and, `recursive`, its missing ancestors) for call `id`.
+    pub(crate) async fn create_directory(&self, path: &str, recursive: bool, id: &CallId) -> Result<()> {
+        if self.first_result(id)?.is_some() {
+            return Ok(());
+        }
         let mut tries = 0;
         loop {
-            match self.create_directory_once(path, recursive).await {
+            match self.create_directory_once(path, recursive, id).await {
                 // A parent went while it was made (the S3 gateway removes directories its
                 // deletes leave empty): make it again.
                 Err(e) if e.kind() == ErrorKind::NotFound && recursive && tries < 10 => tries += 1,
@@ -88,7 +94,7 @@ impl Master {
         }
     }
 
-    async fn create_directory_once(&self, path: &str, recursive: bool) -> Result<()> {
+    async fn create_directory_once(&self, path: &str, recursive: bool, id: &CallId) -> Result<()> {
         let path = normalize(path)?;
         // A name the UFS cannot hold as it is is refused now (its ancestors' too).
         let (m, rel) = self.mount_for(&path)?;
@@ -127,10 +133,15 @@ impl Master {
             Ok(())
         };
         let c = pb::Mkdir { parent_id: parent.id, parent_path, name, staging, ufs: None };
-        self.ufs_change(m.info.id, &[&rel], None, ufs, op, |side| Op::Mkdir(pb::Mkdir { ufs: Some(side), ..c })).await
+        self.ufs_change(id, m.info.id, &[&rel], None, ufs, op, |side| Op::Mkdir(pb::Mkdir { ufs: Some(side), ..c }))
+            .await
     }
 
-    pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
+    /// Delete `path` (a directory with what is below it, `recursive`) for call `id`.
+    pub(crate) async fn delete(&self, path: &str, recursive: bool, id: &CallId) -> Result<()> {
+        if self.first_result(id)?.is_some() {
+            return Ok(());
+        }
         let path = normalize(path)?;
         if path == "/" || self.is_mount_point(&path) {
             return Err(Error::invalid(format!("cannot delete {path}: it is a mount point (unmount it instead)")));
@@ -167,10 +178,15 @@ impl Master {
             if only_empty { m.ufs.delete_empty_dir(&rel).await } else { m.ufs.delete(&rel, rec.is_dir).await }
         };
         let c = pb::Delete { parent_path, name, only_empty, ufs: None };
-        self.ufs_change(m.info.id, &[&rel], None, ufs, op, |side| Op::Delete(pb::Delete { ufs: Some(side), ..c })).await
+        self.ufs_change(id, m.info.id, &[&rel], None, ufs, op, |side| Op::Delete(pb::Delete { ufs: Some(side), ..c }))
+            .await
     }
 
-    pub async fn rename(&self, src: &str, dst: &str) -> Result<()> {
+    /// Move `src` to `dst` for call `id`.
+    pub(crate) async fn rename(&self, src: &str, dst: &str, id: &CallId) -> Result<()> {
+        if self.first_result(id)?.is_some() {
+            return Ok(());
+        }
         let src = normalize(src)?;
         let dst = normalize(dst)?;
         if src == "/" || self.is_mount_point(&src) {
@@ -231,7 +247,7 @@ impl Master {
             ufs: None,
         };
         let paths = [srel.as_str(), drel.as_str()];
-        self.ufs_change(sm.info.id, &paths, Some(&dst), ufs, op, |side| Op::Rename(pb::Rename { ufs: Some(side), ..c }))
-            .await
+        let rename = |side| Op::Rename(pb::Rename { ufs: Some(side), ..c });
+        self.ufs_change(id, sm.info.id, &paths, Some(&dst), ufs, op, rename).await
     }
 }

@@ -11,11 +11,35 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use crate::Master;
+use crate::calls::{CallId, CallKind};
 
 type R<T> = std::result::Result<Response<T>, Status>;
 
 fn ok<T>(r: Result<T>) -> R<T> {
     r.map(Response::new).map_err(to_status)
+}
+
+/// The id of change call `r` of `kind`, with the request id its client sent
+/// ([`crate::calls`]).
+fn call_id<T: prost::Message>(r: &Request<T>, kind: CallKind) -> std::result::Result<CallId, Status> {
+    let header = r.metadata().get(locus_proto::REQUEST_ID_KEY).map(|v| v.to_str().unwrap_or("?"));
+    CallId::parse(kind, header, &r.get_ref().encode_to_vec()).map_err(to_status)
+}
+
+/// [`ok`] for a change call with a request id. Fault point
+/// `master.after_apply_before_reply` loses the reply of a change made: as a connection
+/// broken mid-call (`return`), or with the master killed by SIGKILL (`return(kill)`).
+fn reply<T>(r: Result<T>) -> R<T> {
+    if r.is_ok() {
+        locus_common::fail::fail_point!("master.after_apply_before_reply", |a: Option<String>| {
+            if a.as_deref() == Some("kill") {
+                // SAFETY: a signal to this process, which it does not survive.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            Err(Status::unknown("the reply was lost (fault point master.after_apply_before_reply)"))
+        });
+    }
+    ok(r)
 }
 
 pub(crate) async fn serve(
@@ -73,23 +97,28 @@ impl pb::master_server::Master for Master {
             .map(|(entries, truncated)| pb::ListStatusResponse { entries, truncated }))
     }
     async fn create_directory(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
+        let id = call_id(&r, CallKind::CreateDirectory)?;
         let r = r.into_inner();
-        ok(Master::create_directory(self, &r.path, r.recursive).await.map(|_| pb::Empty {}))
+        reply(Master::create_directory(self, &r.path, r.recursive, &id).await.map(|_| pb::Empty {}))
     }
     async fn delete(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
+        let id = call_id(&r, CallKind::Delete)?;
         let r = r.into_inner();
-        ok(Master::delete(self, &r.path, r.recursive).await.map(|_| pb::Empty {}))
+        reply(Master::delete(self, &r.path, r.recursive, &id).await.map(|_| pb::Empty {}))
     }
     async fn rename(&self, r: Request<pb::RenameRequest>) -> R<pb::Empty> {
+        let id = call_id(&r, CallKind::Rename)?;
         let r = r.into_inner();
-        ok(Master::rename(self, &r.src, &r.dst).await.map(|_| pb::Empty {}))
+        reply(Master::rename(self, &r.src, &r.dst, &id).await.map(|_| pb::Empty {}))
     }
     async fn create_file(&self, r: Request<pb::CreateFileRequest>) -> R<pb::FileInfo> {
+        let id = call_id(&r, CallKind::CreateFile)?;
         let r = r.into_inner();
-        ok(Master::create_file(self, &r.path, r.overwrite, r.write_type().typed(), r.complete_empty).await)
+        reply(Master::create_file(self, &r.path, r.overwrite, r.write_type().typed(), r.complete_empty, &id).await)
     }
     async fn complete_file(&self, r: Request<pb::CompleteFileRequest>) -> R<pb::FileInfo> {
-        ok(Master::complete_file(self, r.into_inner()).await)
+        let id = call_id(&r, CallKind::CompleteFile)?;
+        reply(Master::complete_file(self, r.into_inner(), &id).await)
     }
     async fn set_object_meta(&self, r: Request<pb::SetObjectMetaRequest>) -> R<pb::FileInfo> {
         let r = r.into_inner();

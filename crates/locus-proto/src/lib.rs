@@ -59,6 +59,33 @@ pub fn etag_of(meta: Option<&pb::ObjectMeta>, is_dir: bool, length: u64, fingerp
     }
 }
 
+/// Metadata key of a change call's request id: a client makes one per logical call and
+/// sends it on every resend of that call, so the master carries the change out once and
+/// answers a resend with the first result (the master's retry cache).
+pub const REQUEST_ID_KEY: &str = "x-locus-request-id";
+/// Bytes in a request id (sent as twice as many hex digits).
+pub const REQUEST_ID_LEN: usize = 16;
+
+/// A new request id: [`REQUEST_ID_LEN`] random bytes as lowercase hex digits.
+pub fn new_request_id() -> String {
+    let b: [u8; REQUEST_ID_LEN] = rand::random();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The bytes of request id `s`; `None` unless it is [`REQUEST_ID_LEN`] bytes of hex.
+pub fn parse_request_id(s: &str) -> Option<[u8; REQUEST_ID_LEN]> {
+    let s = s.as_bytes();
+    if s.len() != 2 * REQUEST_ID_LEN || !s.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+    let mut out = [0u8; REQUEST_ID_LEN];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = digit(s[2 * i]) << 4 | digit(s[2 * i + 1]);
+    }
+    Some(out)
+}
+
 /// Metadata key carrying the exact Locus error kind on a gRPC status.
 const KIND_KEY: &str = "x-locus-kind";
 /// Metadata key carrying whether the error may pass if the call is made again.
@@ -190,5 +217,17 @@ mod tests {
                 assert_eq!((e.kind(), e.is_retryable()), (k, r));
             }
         }
+    }
+
+    #[test]
+    fn a_request_id_reads_back_and_nothing_else_passes_for_one() {
+        let id = new_request_id();
+        let b = parse_request_id(&id).unwrap();
+        assert_eq!(b.iter().map(|x| format!("{x:02x}")).collect::<String>(), id);
+        assert_ne!(new_request_id(), id);
+        for bad in ["", "00", &"0".repeat(31), &"0".repeat(33), &format!("+{}", "0".repeat(31)), &"g".repeat(32)] {
+            assert_eq!(parse_request_id(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_request_id(&"Ff".repeat(16)), Some([0xff; 16]));
     }
 }

@@ -80,6 +80,10 @@ enum Cmd {
 
 fn main() {
     no_huge_pages();
+    // A build with fault points takes them from `FAILPOINTS` (the fault-point tests run
+    // this binary, killed at one).
+    #[cfg(feature = "failpoints")]
+    let _faults = locus_common::fail::FailScenario::setup();
     let cli = Cli::parse();
     // SIGPIPE stays ignored (Rust's default): a peer that hangs up on one of our sockets
     // is an error to report, never a silent death. Output piped into `head` and the like

@@ -1,7 +1,7 @@
 //! The `locus` crate's integration tests, in one binary (one link instead of one per
 //! file): the in-process MiniCluster scenarios, roles and security, availability,
 //! hardening, near-data compute, SQL, and the crate rules. `memory.rs` (its own global
-//! allocator) and `failpoints.rs` (another feature set) stay binaries of their own.
+//! allocator) and `failpoints` (another feature set) stay binaries of their own.
 #![allow(clippy::unwrap_used)] // a test that cannot go on fails
 
 #[path = "../common/mod.rs"]

@@ -437,3 +437,45 @@ async fn a_client_cannot_cache_other_bytes_under_a_files_block_id() {
     assert_eq!(common::read_all(&cl, "/victim.txt").await, b"the victim's own bytes");
     c.shutdown().await;
 }
+
+/// A request id is no key to another call's result. A resend of the same request gets
+/// the first result; the same id with another path gets its own version and grant (the
+/// first call's would let two files share a version); the same id on another kind of
+/// call is a call of its own; and an id that is none is refused, saying what it must be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_id_answers_only_a_resend_of_its_own_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(dir.path(), 1, 64 << 20, false).await;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", c.master_address()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut m = locus_proto::auth::master_client(ch, &c.client_token()).unwrap();
+    fn with_id<T>(id: &str, r: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(r);
+        r.metadata_mut().insert(locus_proto::REQUEST_ID_KEY, id.parse().unwrap());
+        r
+    }
+    let create = |p: &str| pb::CreateFileRequest { path: p.into(), overwrite: true, ..Default::default() };
+    let id = locus_proto::new_request_id();
+    let a = m.create_file(with_id(&id, create("/a"))).await.unwrap().into_inner();
+    let again = m.create_file(with_id(&id, create("/a"))).await.unwrap().into_inner();
+    assert_eq!((again.version, &again.write_grant), (a.version, &a.write_grant));
+    let b = m.create_file(with_id(&id, create("/b"))).await.unwrap().into_inner();
+    assert_ne!(b.version, a.version);
+    assert_eq!(b.path, "/b");
+    let gone = pb::PathRequest { path: "/nothing".into(), ..Default::default() };
+    let e = m.delete(with_id(&id, gone)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+
+    let long = "0".repeat(64);
+    for bad in ["", "not-an-id", "../../../etc/passwd", &"0".repeat(31), &long, &format!("+{}", "0".repeat(31))] {
+        let e = m.create_file(with_id(bad, create("/c"))).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}: {e:?}");
+        assert!(e.message().contains("x-locus-request-id must be 32 hex digits"), "{e:?}");
+    }
+    let e = locus_client::Client::status(&c.client(Default::default()).unwrap(), "/c", false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "a refused call made nothing");
+    c.shutdown().await;
+}

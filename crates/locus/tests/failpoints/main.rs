@@ -1,8 +1,12 @@
-//! Fault injection through named fault points (built with `--features failpoints`).
+//! Fault injection through named fault points (built with `--features failpoints`):
+//! in-process clusters here, and in `retries` also the real `locus` binary, killed at a
+//! fault point.
 #![cfg(feature = "failpoints")]
 #![allow(clippy::unwrap_used)] // a test that cannot go on fails
 
+#[path = "../common/mod.rs"]
 mod common;
+mod retries;
 
 use std::time::Duration;
 
