@@ -13,6 +13,7 @@ fn main() {
         // master: the same record, the same bytes.
         .btree_map(".locus.v1.ObjectMeta")
         .btree_map(".locus.v1.MountInfo.options")
+        .btree_map(".locus.v1.RaftMembership.nodes")
         .compile_fds(fds)
         .expect("generate code");
 }

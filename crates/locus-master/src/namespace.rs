@@ -34,7 +34,7 @@ pub(crate) struct Namespace {
 }
 
 /// What a committed namespace change leaves to do: see [`Master::carry_out`].
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Effects {
     /// (worker, block) copies their workers must delete.
     pub dropped: Vec<(u64, u64)>,

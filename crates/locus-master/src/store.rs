@@ -151,55 +151,91 @@ fn run_committer(db: std::sync::Arc<Database>, rx: std::sync::mpsc::Receiver<(Op
                 Err(_) => break,
             }
         }
-        // Run the batch in one transaction. A change that fails is answered with its
-        // error and the rest run again without it (it must leave no trace).
-        loop {
-            let w = match db.begin_write() {
-                Ok(w) => w,
-                Err(e) => {
-                    let msg = e.to_string();
-                    for (_, reply) in batch.drain(..) {
-                        let _ = reply.send(Err(db_err(&msg)));
-                    }
-                    break;
-                }
-            };
-            let mut results = Vec::with_capacity(batch.len());
-            let mut failed = None;
-            for (i, (op, _)) in batch.iter().enumerate() {
-                match op(&w) {
-                    Ok(v) => results.push(v),
-                    Err(e) => {
-                        failed = Some((i, e));
-                        break;
-                    }
+        match run_group(&db, batch.len(), Durability::Immediate, |w, i| (batch[i].0)(w), |_| Ok(())) {
+            Ok(results) => {
+                for ((_, reply), r) in batch.drain(..).zip(results) {
+                    let _ = reply.send(r);
                 }
             }
-            if let Some((i, e)) = failed {
-                drop(w); // abort
-                let (_, reply) = batch.remove(i);
-                let _ = reply.send(Err(e));
-                if batch.is_empty() {
-                    break;
-                }
-                continue;
-            }
-            match w.commit() {
-                Ok(()) => {
-                    for ((_, reply), v) in batch.drain(..).zip(results) {
-                        let _ = reply.send(Ok(v));
-                    }
-                }
-                Err(e) => {
-                    let msg = e.to_string();
-                    for (_, reply) in batch.drain(..) {
-                        let _ = reply.send(Err(db_err(&msg)));
-                    }
+            Err(e) => {
+                let msg = e.to_string();
+                for (_, reply) in batch.drain(..) {
+                    let _ = reply.send(Err(db_err(&msg)));
                 }
             }
-            break;
         }
     }
+}
+
+/// Runs changes `0..n` (`op(w, i)`) in one transaction of `db`, then `finish`, and
+/// commits it with `durability`: each change's result. A change that fails is answered
+/// with its error and the rest run again without it, so it leaves no trace. The outer
+/// error is the transaction's own (begin, `finish`, commit), which every change shares.
+pub(crate) fn run_group<T>(
+    db: &Database,
+    n: usize,
+    durability: Durability,
+    op: impl Fn(&WriteTransaction, usize) -> Result<T>,
+    finish: impl Fn(&WriteTransaction) -> Result<()>,
+) -> Result<Vec<Result<T>>> {
+    let mut failed: Vec<Option<Error>> = (0..n).map(|_| None).collect();
+    'again: loop {
+        let mut w = db.begin_write().map_err(db_err)?;
+        w.set_durability(durability).map_err(db_err)?;
+        let mut done = Vec::with_capacity(n);
+        for (i, f) in failed.iter_mut().enumerate() {
+            if f.is_some() {
+                continue;
+            }
+            match op(&w, i) {
+                Ok(v) => done.push((i, v)),
+                Err(e) => {
+                    drop(w); // abort
+                    *f = Some(e);
+                    continue 'again;
+                }
+            }
+        }
+        finish(&w)?;
+        w.commit().map_err(db_err)?;
+        let mut done = done.into_iter().peekable();
+        let mut out = Vec::with_capacity(n);
+        for (i, f) in failed.into_iter().enumerate() {
+            match f {
+                Some(e) => out.push(Err(e)),
+                None => match done.next_if(|(j, _)| *j == i) {
+                    Some((_, v)) => out.push(Ok(v)),
+                    None => out.push(Err(Error::internal("a change of a group did not run"))),
+                },
+            }
+        }
+        return Ok(out);
+    }
+}
+
+/// Takes each replicated table of the metadata store in turn: what every member of a
+/// master group holds alike (soft state, such as block locations, stays out).
+pub(crate) trait Tables {
+    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &mut self,
+        t: TableDefinition<'static, K, V>,
+    ) -> Result<()>;
+}
+
+/// Hands every replicated table to `v`.
+pub(crate) fn replicated_tables(v: &mut impl Tables) -> Result<()> {
+    v.table(INODES)?;
+    v.table(CHILDREN)?;
+    v.table(MOUNTS)?;
+    v.table(VERSIONS)?;
+    v.table(WORKERS)?;
+    v.table(PINNED)?;
+    v.table(COUNTERS)?;
+    v.table(PERSIST_QUEUE)?;
+    v.table(PENDING_WRITES)?;
+    v.table(REPLICATED)?;
+    v.table(RETRY_CACHE)?;
+    v.table(RETRY_BY_TIME)
 }
 
 /// A protobuf record kept in a table. Records written before the protocol's enums were
@@ -309,6 +345,12 @@ impl Store {
         }
         w.commit().map_err(db_err)?;
         Ok(s)
+    }
+
+    /// The database, for the replicated log's state machine (`raft/state.rs`), which
+    /// commits applied entries itself.
+    pub(crate) fn db(&self) -> std::sync::Arc<Database> {
+        self.db.clone()
     }
 
     /// Apply `f` in a group-committed durable transaction and return its result once
