@@ -27,6 +27,8 @@ pub struct MetaBench {
     pub concurrency: usize,
     pub runs: usize,
     pub work_dir: PathBuf,
+    /// Run the master as a one-member replicated group (its changes through the log).
+    pub group: bool,
 }
 
 #[derive(Serialize)]
@@ -51,7 +53,11 @@ where
 
 impl MetaBench {
     pub async fn run(&self) -> Result<Vec<MetaRow>> {
-        with_cluster(loopback_config(), &self.work_dir, false, async |c| self.measure(c).await).await
+        let mut cfg = loopback_config();
+        if self.group {
+            cfg.master.raft_address = "127.0.0.1:0".into();
+        }
+        with_cluster(cfg, &self.work_dir, false, async |c| self.measure(c).await).await
     }
 
     async fn measure(&self, cluster: &locus_cluster::LocalCluster) -> Result<Vec<MetaRow>> {
@@ -128,8 +134,11 @@ impl MetaBench {
 pub fn markdown(b: &MetaBench, rows: &[MetaRow]) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "### locus bench meta: {} files per run, {} callers in flight, {} runs (medians)\n\n",
-        b.files, b.concurrency, b.runs
+        "### locus bench meta: {} files per run, {} callers in flight, {} runs (medians){}\n\n",
+        b.files,
+        b.concurrency,
+        b.runs,
+        if b.group { ", the master a one-member replicated group" } else { "" }
     ));
     s.push_str("| operation | median ops/s | runs (ops/s) |\n|---|---:|---|\n");
     for r in rows {

@@ -277,6 +277,11 @@ impl LocalCluster {
         w
     }
 
+    /// Change the master's configuration from its next start on.
+    pub fn configure_master(&mut self, f: impl FnOnce(&mut locus_common::config::MasterConfig)) {
+        f(&mut self.cfg.master);
+    }
+
     /// Change worker `i`'s configuration from its next start on (a test's other host:
     /// another `host` name, no short-circuit socket).
     pub fn configure_worker(

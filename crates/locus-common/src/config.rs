@@ -107,6 +107,12 @@ pub struct MasterConfig {
     /// full of them go through to the UFS. Default `5m`; `0s` persists at once.
     #[serde(with = "humantime_serde")]
     pub staged_persist_wait: Duration,
+    /// Where the other masters of a replicated group reach this one. Set, the master's
+    /// changes go through a replicated log (openraft, `raft.redb` beside the metadata
+    /// store) before they apply; an existing metadata store becomes the group's first
+    /// member. The group has this one member for now (docs/design/ha-plan.md, stage 3):
+    /// nothing listens on the address yet. Default empty: no log.
+    pub raft_address: String,
 }
 
 impl Default for MasterConfig {
@@ -126,6 +132,7 @@ impl Default for MasterConfig {
             replication_min: 1,
             abandoned_write_timeout: Duration::from_secs(3600),
             staged_persist_wait: Duration::from_secs(300),
+            raft_address: String::new(),
         }
     }
 }

@@ -30,8 +30,6 @@ mod ops;
 mod persist;
 mod persist_failures;
 mod persist_tracker;
-// The group is built and tested, not yet the master's commit path (ha-plan stage 3).
-#[allow(dead_code)]
 mod raft;
 mod reads;
 mod registry;
@@ -78,7 +76,10 @@ pub(crate) struct Inner {
     /// What no mount may hold: the metadata dir and the credential files.
     protected: Vec<std::path::PathBuf>,
     /// The namespace's state (`namespace`).
-    ns: namespace::Namespace,
+    ns: Arc<namespace::Namespace>,
+    /// This master's member of its replicated group (`raft`), when it has one
+    /// (`master.raft_address`): the namespace's changes go through its log.
+    group: Option<raft::Group>,
     /// The search index (`search`), kept current from the namespace's journal.
     catalog: search::indexer::Catalog,
     /// The mount table (`mounts`).
@@ -150,9 +151,18 @@ impl MasterBuilder {
         let mut protected = self.protected;
         protected.push(self.cfg.meta_dir.clone());
         let workers = Registry::new(self.cfg.worker_timeout);
+        let ns = Arc::new(namespace::Namespace::new(store, self.cfg.block_size.as_u64()));
+        let group = match self.cfg.raft_address.as_str() {
+            "" => None,
+            addr => {
+                let node = raft::MasterNode { raft_address: addr.into(), rpc_address: self.cfg.rpc_address.clone() };
+                Some(raft::Group::start(ns.clone(), &self.cfg.meta_dir, node).await?)
+            }
+        };
         let inner = Arc::new(Inner {
             protected,
-            ns: namespace::Namespace::new(store, self.cfg.block_size.as_u64()),
+            ns,
+            group,
             cfg: self.cfg,
             catalog,
             mounts: Default::default(),
@@ -233,6 +243,9 @@ impl Master {
         persist_job.stop().await;
         replication_job.stop().await;
         indexer_job.stop().await;
+        if let Some(g) = &self.inner.group {
+            g.shutdown().await;
+        }
         res
     }
 }

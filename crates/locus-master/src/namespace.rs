@@ -250,22 +250,27 @@ impl Master {
     }
 
     /// Put command `op` of call `id`, at time `now_ms`, in the commit order (changes
-    /// commit in the order they are submitted, group committed: see the module doc); the
-    /// future answers with its result and its effects, not carried out yet, once it is on
-    /// disk.
+    /// commit in the order they are submitted, group committed: see the module doc; with
+    /// a replicated group, the log's order); the future answers with its result and its
+    /// effects, not carried out yet, once it is on disk.
     fn submit(
         &self,
         now_ms: i64,
         id: &CallId,
         op: pb::command::Op,
     ) -> Result<impl std::future::Future<Output = Result<(pb::CommandResult, Effects)>> + use<>> {
+        use futures::future::Either;
         let cmd = pb::Command { request_id: id.key().to_vec(), now_ms, op: Some(op) };
+        if let Some(g) = &self.inner.group {
+            return Ok(Either::Left(g.submit(cmd)?));
+        }
         let me = self.clone();
-        self.ns().store().submit(move |w| {
+        let applied = self.ns().store().submit(move |w| {
             let mut fx = Effects::default();
             let r = me.ns().apply(w, &cmd, &mut fx)?;
             Ok((r, fx))
-        })
+        })?;
+        Ok(Either::Right(applied))
     }
 
     /// Make the change `op` describes ([`Namespace::apply`], given this master's time)

@@ -17,6 +17,7 @@
 //! | `replicated` | file version | () for files with replication bounds (`setReplication`) |
 //! | `retry_cache` | request id | `RetryEntry` (protobuf): the first result of a command sent again (`apply.rs`) |
 //! | `retry_by_time` | (time ms, request id) | (): the retry cache in age order, to trim it |
+//! | `raft_state` | `applied`, `membership` | `RaftLogId`, `RaftStoredMembership`: the log's last entry applied here (`raft/state.rs`; a member of a group only) |
 //! | `catalog_journal` | seq | `CatalogChange` (protobuf): changes the search index has still to take (`journal`; created by the indexer) |
 //!
 //! A file version is in `versions` from `CreateFile` on (mapped to inode 0 until the

@@ -4,10 +4,13 @@
 //!
 //! `log.rs` keeps the log in `raft.redb`; `state.rs` applies its entries to the
 //! namespace through [`crate::namespace::Namespace::apply`], and makes and installs
-//! snapshots of it. Neither reaches the [`crate::Master`]: what a command leaves to do
+//! snapshots of it; `group.rs` runs this master's member and proposes the master's
+//! commands; `net.rs` is the network between members. Neither reaches the [`crate::Master`]: what a command leaves to do
 //! travels back in its [`Applied`] result, for the leader to carry out.
 
+mod group;
 mod log;
+mod net;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -19,6 +22,7 @@ use locus_common::{Error, ErrorKind};
 use locus_proto::pb;
 use openraft::{AnyError, CommittedLeaderId, EntryPayload, StorageIOError};
 
+pub(crate) use group::Group;
 pub(crate) use state::Applied;
 
 openraft::declare_raft_types!(

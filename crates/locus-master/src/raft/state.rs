@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
@@ -45,6 +46,8 @@ pub(crate) struct StateMachine {
     ns: Arc<Namespace>,
     dir: PathBuf,
     current: Current,
+    /// Set by each apply: something applied is not on disk yet ([`flush`]).
+    dirty: Arc<AtomicBool>,
 }
 
 pub(crate) struct SnapshotBuilder {
@@ -73,10 +76,17 @@ impl StateMachine {
                 let _ = std::fs::remove_file(&p);
             }
         }
-        Ok(StateMachine { ns, dir, current: Arc::new(Mutex::new(best)) })
+        Ok(StateMachine { ns, dir, current: Arc::new(Mutex::new(best)), dirty: Arc::default() })
+    }
+
+    /// Whether entries were applied and not flushed since (shared: the group's flusher
+    /// clears it).
+    pub(crate) fn dirty(&self) -> Arc<AtomicBool> {
+        self.dirty.clone()
     }
 
     /// The namespace it applies entries to.
+    #[cfg(test)]
     pub(crate) fn namespace(&self) -> &Namespace {
         &self.ns
     }
@@ -109,6 +119,17 @@ fn set_applied(w: &WriteTransaction, last: Option<&LogId>, m: Option<&StoredMemb
     Ok(())
 }
 
+/// Makes every change applied so far durable. Entries are applied without an fsync
+/// (the log's own is what makes a change durable: after a crash, openraft applies again
+/// the entries after the last applied id on disk); this runs each second, before a
+/// snapshot is read (so that no entry a snapshot holds, and the log may purge, is lost
+/// from the namespace), and when the member stops.
+pub(crate) fn flush(ns: &Namespace) -> Result<()> {
+    let mut w = ns.store().db().begin_write().map_err(db_err)?;
+    w.set_durability(Durability::Immediate).map_err(db_err)?;
+    w.commit().map_err(db_err)
+}
+
 /// Applies `entries` in one transaction: one [`Applied`] each.
 fn apply_entries(ns: &Namespace, entries: &[Entry]) -> Result<Vec<Applied>> {
     let cmds: Vec<(usize, &pb::Command)> = entries
@@ -127,7 +148,7 @@ fn apply_entries(ns: &Namespace, entries: &[Entry]) -> Result<Vec<Applied>> {
     let results = run_group(
         &ns.store().db(),
         cmds.len(),
-        Durability::Immediate,
+        Durability::None,
         |w, k| {
             let mut fx = Effects::default();
             ns.apply(w, cmds[k].1, &mut fx).map(|r| (r, fx))
@@ -240,6 +261,7 @@ impl RaftSnapshotBuilder<Locus> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> std::result::Result<Snapshot<Locus>, StorageError> {
         let (ns, dir) = (self.ns.clone(), self.dir.clone());
         let built = blocking(move || {
+            flush(&ns)?;
             let r = ns.read()?;
             let (last, membership) = applied_state(&r)?;
             let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -282,6 +304,7 @@ impl RaftStateMachine<Locus> for StateMachine {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let ns = self.ns.clone();
+        self.dirty.store(true, Ordering::Release);
         blocking(move || apply_entries(&ns, &entries))
             .await
             .map_err(|e| storage_err(StorageIOError::write_state_machine, e))

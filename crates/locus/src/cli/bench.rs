@@ -30,6 +30,10 @@ pub enum BenchCmd {
         concurrency: usize,
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Run the master as a one-member replicated group: every change through the
+        /// log (docs/design/ha-plan.md, stage 3).
+        #[arg(long)]
+        group: bool,
         /// Write the Markdown table here as well (and the raw runs next to it as JSON).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -144,8 +148,8 @@ pub fn run(cmd: &BenchCmd) -> Result<()> {
                 emit(&locus_bench::gateway::markdown(&b, &rows), out, json!({"rows": rows}))
             })
         }
-        BenchCmd::Meta { files, concurrency, runs, out } => with_scratch(|work_dir| {
-            let b = MetaBench { files: *files, concurrency: *concurrency, runs: *runs, work_dir };
+        BenchCmd::Meta { files, concurrency, runs, group, out } => with_scratch(|work_dir| {
+            let b = MetaBench { files: *files, concurrency: *concurrency, runs: *runs, work_dir, group: *group };
             let rows = runtime()?.block_on(b.run())?;
             emit(&locus_bench::meta::markdown(&b, &rows), out, json!({"rows": rows}))
         }),

@@ -23,6 +23,11 @@ pub struct MasterArgs {
     /// UFS mounted at / when the namespace is new (default file://<meta-dir>/../ufs; "none" for no root mount).
     #[arg(long)]
     pub root_ufs: Option<String>,
+    /// Run as a member of a replicated master group, reached by its peers here: every
+    /// change goes through the group's log (raft.redb beside the metadata). One member
+    /// for now; an existing metadata dir becomes the group's first member.
+    #[arg(long)]
+    pub raft_address: Option<String>,
 }
 
 #[derive(Args)]
@@ -50,6 +55,7 @@ pub fn master(g: &Global, a: &MasterArgs) -> Result<()> {
         ("master.rpc_address", flag(&a.rpc_address)),
         ("master.web_address", flag(&a.web_address)),
         ("master.meta_dir", flag(&a.meta_dir)),
+        ("master.raft_address", flag(&a.raft_address)),
     ])?;
     locus_common::init_logging(cfg.log_json);
     let root = match a.root_ufs.as_deref() {
