@@ -56,7 +56,9 @@ impl Client {
 
     pub async fn mkdir(&self, path: &str, recursive: bool) -> Result<()> {
         let r = pb::PathRequest { path: path.into(), recursive };
-        self.rpc(Retry::Once, r, |mut m, r| async move { m.create_directory(r).await }).await?;
+        // `mkdir -p` is idempotent: sent again, it makes nothing twice.
+        let retry = if recursive { Retry::Idempotent } else { Retry::Once };
+        self.rpc(retry, r, |mut m, r| async move { m.create_directory(r).await }).await?;
         Ok(())
     }
 

@@ -31,7 +31,13 @@ impl Namespace {
         }
         let r = self.apply_op(w, cmd, fx)?;
         if !id.is_empty() {
-            remember(w, id, cmd.now_ms, &r)?;
+            // A resend of a namespace change answers only that it was made: its entry is
+            // not kept (the cache holds each result 10 minutes).
+            let kept = match cmd.op {
+                Some(Op::Mkdir(_) | Op::Delete(_) | Op::Rename(_)) => done(),
+                _ => r.clone(),
+            };
+            remember(w, id, cmd.now_ms, &kept)?;
         }
         Ok(r)
     }

@@ -4,7 +4,8 @@
 //! store keeps the command's result under it in the same transaction (`retry_cache`,
 //! `apply.rs`). A resend after a lost reply (a dropped connection, a master killed
 //! between its commit and its answer) is answered from that result before the handler's
-//! checks, which would refuse it (a rename's source is gone), and changes nothing.
+//! checks, which would refuse it (a rename's source is gone), and changes nothing
+//! ([`Master::once`]).
 //!
 //! Only the call's own command carries the id: never the ancestors' `Mkdir`s a write
 //! makes on its way, which are made again harmlessly.
@@ -18,6 +19,9 @@ use sha2::{Digest, Sha256};
 use crate::Master;
 use crate::store::*;
 
+/// Bytes of a call's key in the retry cache.
+const KEY_LEN: usize = 16;
+
 /// The calls whose change a resend does not make twice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -30,7 +34,7 @@ pub(crate) enum CallKind {
 }
 
 /// A change call's key in the retry cache: SHA-256 of its kind, the client's id and the
-/// request's bytes. A resend is the same request, so it finds its first result; another
+/// request's bytes, cut to 128 bits. A resend is the same request, so it finds its first result; another
 /// request sent with the same id (a client's bug, or a caller trying to have another
 /// call's result, such as a write's version, answered for its own path) does not. Empty
 /// for a call sent without an id (older clients, the master's own changes).
@@ -56,7 +60,9 @@ impl CallId {
         d.update([kind as u8]);
         d.update(id);
         d.update(request);
-        Ok(CallId(d.finalize().to_vec()))
+        // 128 bits: two requests that share a key take about 2^64 tries to find; each
+        // byte less is a byte less in both retry tables, kept 10 minutes.
+        Ok(CallId(d.finalize()[..KEY_LEN].to_vec()))
     }
 
     /// The bytes a command carries as its `request_id`.
@@ -66,6 +72,27 @@ impl CallId {
 }
 
 impl Master {
+    /// Runs call `id`'s handler `f`; a call made before is answered from its first result
+    /// (`first`) instead: found before `f` runs (a resend), or after `f` failed (its checks
+    /// refused what a first try, running beside it, has just done).
+    pub(crate) async fn once<T>(
+        &self,
+        id: &CallId,
+        first: impl Fn(pb::CommandResult) -> Result<T>,
+        f: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        if let Some(r) = self.first_result(id)? {
+            return first(r);
+        }
+        match f.await {
+            Err(e) => match self.first_result(id)? {
+                Some(r) => first(r),
+                None => Err(e),
+            },
+            done => done,
+        }
+    }
+
     /// The result the change of call `id` committed with, if it did: `id` is a resend.
     pub(crate) fn first_result(&self, id: &CallId) -> Result<Option<pb::CommandResult>> {
         if id.0.is_empty() {
@@ -94,7 +121,7 @@ mod tests {
         let h = "0123456789abcdef0123456789ABCDEF";
         let a = CallId::parse(CallKind::Delete, Some(h), b"/a").unwrap();
         assert_eq!(a, CallId::parse(CallKind::Delete, Some(h), b"/a").unwrap());
-        assert_eq!(a.key().len(), 32);
+        assert_eq!(a.key().len(), KEY_LEN);
         for other in [
             CallId::parse(CallKind::Rename, Some(h), b"/a"),
             CallId::parse(CallKind::Delete, Some(h), b"/b"),

@@ -89,14 +89,26 @@ impl Master {
         if path == "/" {
             return Err(Error::invalid("cannot write to /"));
         }
-        if let Some(first) = self.first_result(id)? {
+        let first = |first| {
             let (m, rel) = self.writable(&path)?;
             let wt = write_type.or(m.info.write_type().typed()).unwrap_or(self.inner.cfg.write_type);
-            return match complete_empty {
+            match complete_empty {
                 true => self.file_info(&path, &written(first)?),
-                false => Ok(self.opened(path, m, rel, wt, first)),
-            };
-        }
+                false => Ok(self.opened(path.clone(), m, rel, wt, first)),
+            }
+        };
+        self.once(id, first, self.create_file_now(&path, overwrite, write_type, complete_empty, id)).await
+    }
+
+    async fn create_file_now(
+        &self,
+        path: &str,
+        overwrite: bool,
+        write_type: Option<WriteType>,
+        complete_empty: bool,
+        id: &CallId,
+    ) -> Result<pb::FileInfo> {
+        let path = path.to_string();
         // A name the UFS cannot hold as it is is refused now, not by a persist later.
         let (m, rel) = self.mount_for(&path)?;
         m.ufs.check_name(&rel, false)?;
@@ -164,9 +176,12 @@ impl Master {
         let path = normalize(&req.path)?;
         let copies =
             |fi: pb::FileInfo| pb::FileInfo { copies_wanted: req.copies_wanted, copies_made: req.copies_made, ..fi };
-        if let Some(first) = self.first_result(id)? {
-            return self.file_info(&path, &written(first)?).map(copies);
-        }
+        let first = |first| self.file_info(&path, &written(first)?);
+        self.once(id, first, self.complete_file_now(&req, &path, id)).await.map(copies)
+    }
+
+    async fn complete_file_now(&self, req: &pb::CompleteFileRequest, path: &str, id: &CallId) -> Result<pb::FileInfo> {
+        let (req, path) = (req.clone(), path.to_string());
         let (parent_path, _) = lpath::split_parent(&path).ok_or_else(|| Error::invalid("bad path"))?;
         let (m, rel) = self.writable(&path)?;
         let wt = req.write_type().typed().unwrap_or(WriteType::Through);
@@ -190,7 +205,7 @@ impl Master {
             };
             match r {
                 Err(e) if e.kind() == ErrorKind::NotFound && tries < 10 => tries += 1,
-                r => return r.map(copies),
+                r => return r,
             }
         }
     }

@@ -80,18 +80,18 @@ impl Master {
 
     /// Make directory `path` (and, `recursive`, its missing ancestors) for call `id`.
     pub(crate) async fn create_directory(&self, path: &str, recursive: bool, id: &CallId) -> Result<()> {
-        if self.first_result(id)?.is_some() {
-            return Ok(());
-        }
-        let mut tries = 0;
-        loop {
-            match self.create_directory_once(path, recursive, id).await {
-                // A parent went while it was made (the S3 gateway removes directories its
-                // deletes leave empty): make it again.
-                Err(e) if e.kind() == ErrorKind::NotFound && recursive && tries < 10 => tries += 1,
-                r => return r,
+        self.once(id, |_| Ok(()), async {
+            let mut tries = 0;
+            loop {
+                match self.create_directory_once(path, recursive, id).await {
+                    // A parent went while it was made (the S3 gateway removes directories
+                    // its deletes leave empty): make it again.
+                    Err(e) if e.kind() == ErrorKind::NotFound && recursive && tries < 10 => tries += 1,
+                    r => return r,
+                }
             }
-        }
+        })
+        .await
     }
 
     async fn create_directory_once(&self, path: &str, recursive: bool, id: &CallId) -> Result<()> {
@@ -139,9 +139,10 @@ impl Master {
 
     /// Delete `path` (a directory with what is below it, `recursive`) for call `id`.
     pub(crate) async fn delete(&self, path: &str, recursive: bool, id: &CallId) -> Result<()> {
-        if self.first_result(id)?.is_some() {
-            return Ok(());
-        }
+        self.once(id, |_| Ok(()), self.delete_now(path, recursive, id)).await
+    }
+
+    async fn delete_now(&self, path: &str, recursive: bool, id: &CallId) -> Result<()> {
         let path = normalize(path)?;
         if path == "/" || self.is_mount_point(&path) {
             return Err(Error::invalid(format!("cannot delete {path}: it is a mount point (unmount it instead)")));
@@ -184,9 +185,10 @@ impl Master {
 
     /// Move `src` to `dst` for call `id`.
     pub(crate) async fn rename(&self, src: &str, dst: &str, id: &CallId) -> Result<()> {
-        if self.first_result(id)?.is_some() {
-            return Ok(());
-        }
+        self.once(id, |_| Ok(()), self.rename_now(src, dst, id)).await
+    }
+
+    async fn rename_now(&self, src: &str, dst: &str, id: &CallId) -> Result<()> {
         let src = normalize(src)?;
         let dst = normalize(dst)?;
         if src == "/" || self.is_mount_point(&src) {

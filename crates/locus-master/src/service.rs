@@ -26,6 +26,14 @@ fn call_id<T: prost::Message>(r: &Request<T>, kind: CallKind) -> std::result::Re
     CallId::parse(kind, header, &r.get_ref().encode_to_vec()).map_err(to_status)
 }
 
+/// Runs a change call's handler on a task of its own: a client that gives up (its
+/// timeout, a broken connection) does not stop it half-way, its change committed and
+/// what the change leaves to do (persists to schedule, blocks to remove) not done. Its
+/// resend finds the result in the retry cache once it is made ([`Master::once`]).
+async fn detached<T: Send + 'static>(f: impl std::future::Future<Output = Result<T>> + Send + 'static) -> Result<T> {
+    tokio::spawn(f).await.map_err(|e| locus_common::Error::internal(format!("a change call's task: {e}")))?
+}
+
 /// [`ok`] for a change call with a request id. Fault point
 /// `master.after_apply_before_reply` loses the reply of a change made: as a connection
 /// broken mid-call (`return`), or with the master killed by SIGKILL (`return(kill)`).
@@ -97,28 +105,25 @@ impl pb::master_server::Master for Master {
             .map(|(entries, truncated)| pb::ListStatusResponse { entries, truncated }))
     }
     async fn create_directory(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
-        let id = call_id(&r, CallKind::CreateDirectory)?;
-        let r = r.into_inner();
-        reply(Master::create_directory(self, &r.path, r.recursive, &id).await.map(|_| pb::Empty {}))
+        let (id, r, m) = (call_id(&r, CallKind::CreateDirectory)?, r.into_inner(), self.clone());
+        reply(detached(async move { m.create_directory(&r.path, r.recursive, &id).await }).await.map(|_| pb::Empty {}))
     }
     async fn delete(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
-        let id = call_id(&r, CallKind::Delete)?;
-        let r = r.into_inner();
-        reply(Master::delete(self, &r.path, r.recursive, &id).await.map(|_| pb::Empty {}))
+        let (id, r, m) = (call_id(&r, CallKind::Delete)?, r.into_inner(), self.clone());
+        reply(detached(async move { m.delete(&r.path, r.recursive, &id).await }).await.map(|_| pb::Empty {}))
     }
     async fn rename(&self, r: Request<pb::RenameRequest>) -> R<pb::Empty> {
-        let id = call_id(&r, CallKind::Rename)?;
-        let r = r.into_inner();
-        reply(Master::rename(self, &r.src, &r.dst, &id).await.map(|_| pb::Empty {}))
+        let (id, r, m) = (call_id(&r, CallKind::Rename)?, r.into_inner(), self.clone());
+        reply(detached(async move { m.rename(&r.src, &r.dst, &id).await }).await.map(|_| pb::Empty {}))
     }
     async fn create_file(&self, r: Request<pb::CreateFileRequest>) -> R<pb::FileInfo> {
-        let id = call_id(&r, CallKind::CreateFile)?;
-        let r = r.into_inner();
-        reply(Master::create_file(self, &r.path, r.overwrite, r.write_type().typed(), r.complete_empty, &id).await)
+        let (id, r, m) = (call_id(&r, CallKind::CreateFile)?, r.into_inner(), self.clone());
+        let wt = r.write_type().typed();
+        reply(detached(async move { m.create_file(&r.path, r.overwrite, wt, r.complete_empty, &id).await }).await)
     }
     async fn complete_file(&self, r: Request<pb::CompleteFileRequest>) -> R<pb::FileInfo> {
-        let id = call_id(&r, CallKind::CompleteFile)?;
-        reply(Master::complete_file(self, r.into_inner(), &id).await)
+        let (id, r, m) = (call_id(&r, CallKind::CompleteFile)?, r.into_inner(), self.clone());
+        reply(detached(async move { m.complete_file(r, &id).await }).await)
     }
     async fn set_object_meta(&self, r: Request<pb::SetObjectMetaRequest>) -> R<pb::FileInfo> {
         let r = r.into_inner();

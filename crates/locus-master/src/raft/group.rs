@@ -70,13 +70,11 @@ impl Group {
         .validate()
         .map_err(|e| fatal("config", e))?;
         let raft = Raft::new(1, Arc::new(config), NoPeers, log, sm).await.map_err(|e| fatal("start", e))?;
-        if !raft.is_initialized().await.map_err(|e| fatal("start", e))? {
-            raft.initialize(BTreeMap::from([(1, node)])).await.map_err(|e| fatal("initialize", e))?;
+        if let Err(e) = lead(&raft, node).await {
+            // Its tasks hold both databases open: a start that failed closes them.
+            let _ = raft.shutdown().await;
+            return Err(e);
         }
-        let wait = raft.wait(Some(START_WAIT));
-        wait.state(ServerState::Leader, "lead").await.map_err(|e| fatal("become leader", e))?;
-        let last = raft.metrics().borrow().last_log_index;
-        raft.wait(Some(START_WAIT)).applied_index_at_least(last, "apply").await.map_err(|e| fatal("apply", e))?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(propose(raft.clone(), rx));
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -92,8 +90,10 @@ impl Group {
         let (reply, rx) = oneshot::channel();
         self.tx.send((cmd, reply)).map_err(|_| Error::unavailable("the master's replicated log has stopped"))?;
         Ok(async move {
-            rx.await
-                .map_err(|_| Error::unavailable("the master's replicated log stopped before the change was made"))?
+            // (It may yet be made: the entry may be in the log, applied at the next start.)
+            let stopped =
+                || Error::unavailable("the master's replicated log stopped: the change may or may not be made");
+            rx.await.map_err(|_| stopped())?
         })
     }
 
@@ -106,6 +106,19 @@ impl Group {
             tracing::warn!(error = %e, "cannot flush the namespace at shutdown; the log applies it again at the next start");
         }
     }
+}
+
+/// Initializes a new member's group (of itself), and waits until it leads and has
+/// applied its whole log.
+async fn lead(raft: &Raft<Locus>, node: MasterNode) -> Result<()> {
+    if !raft.is_initialized().await.map_err(|e| fatal("start", e))? {
+        raft.initialize(BTreeMap::from([(1, node)])).await.map_err(|e| fatal("initialize", e))?;
+    }
+    let wait = raft.wait(Some(START_WAIT));
+    wait.state(ServerState::Leader, "lead").await.map_err(|e| fatal("become leader", e))?;
+    let last = raft.metrics().borrow().last_log_index;
+    raft.wait(Some(START_WAIT)).applied_index_at_least(last, "apply").await.map_err(|e| fatal("apply", e))?;
+    Ok(())
 }
 
 /// Packs the commands waiting into one entry each time, and hands each its result. At
@@ -165,6 +178,7 @@ async fn flusher(ns: Arc<Namespace>, dirty: Arc<AtomicBool>, mut stop: tokio::sy
 
 fn fail(replies: Vec<Reply>, e: &dyn std::fmt::Display) {
     for reply in replies {
-        let _ = reply.send(Err(Error::unavailable(format!("the master's replicated log: {e}"))));
+        let msg = format!("the master's replicated log: {e}: the change may or may not be made");
+        let _ = reply.send(Err(Error::unavailable(msg)));
     }
 }

@@ -68,7 +68,16 @@ impl StateMachine {
         for e in std::fs::read_dir(&dir).map_err(|e| Error::io(format!("list {}", dir.display()), e))? {
             let p = e.map_err(|e| Error::io(format!("list {}", dir.display()), e))?.path();
             if p.extension().is_some_and(|x| x == "snap") {
-                let meta = read_snapshot(&p)?.0;
+                // A snapshot is derived from the namespace and the log: one that cannot be
+                // read is dropped (a new one is made when needed), never a reason not to start.
+                let meta = match read_snapshot(&p) {
+                    Ok((meta, _)) => meta,
+                    Err(e) => {
+                        tracing::warn!(file = %p.display(), error = %e, "dropping an unreadable raft snapshot");
+                        let _ = std::fs::remove_file(&p);
+                        continue;
+                    }
+                };
                 if best.as_ref().is_none_or(|(b, _)| b.last_log_id < meta.last_log_id) {
                     best = Some((meta, p));
                 }
@@ -235,21 +244,34 @@ fn read_snapshot(p: &Path) -> Result<SnapshotRows> {
     parse_snapshot(&bytes, &p.display().to_string())
 }
 
-/// Writes `bytes` as the snapshot file `dir/<id>.snap` (whole, or not at all), and
-/// removes the older ones.
-fn keep_snapshot(dir: &Path, id: &str, bytes: &[u8]) -> Result<PathBuf> {
+/// Writes `bytes`, the snapshot `meta` describes, as a file of `dir` (whole, or not at
+/// all; named here, never by the sender's id), makes it the current snapshot unless a
+/// newer one is, and removes every other snapshot file, and snapshots half received.
+/// Returns the file open for reading (it stays readable if a newer one replaces it).
+fn keep_snapshot(dir: &Path, current: &Current, meta: &SnapshotMeta, bytes: &[u8]) -> Result<std::fs::File> {
     use std::io::Write;
-    let path = dir.join(format!("{id}.snap"));
-    let tmp = dir.join(format!("{id}.tmp"));
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let (term, index) = meta.last_log_id.map_or((0, 0), |l| (l.leader_id.term, l.index));
+    let name = format!("{term}-{index}-{}", stamp.as_nanos());
+    let (path, tmp) = (dir.join(format!("{name}.snap")), dir.join(format!("{name}.tmp")));
     let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(format!("create {}", tmp.display()), e))?;
     f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(format!("rename {}", tmp.display()), e))?;
+    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    let read = std::fs::File::open(&path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+    let mut cur = current.lock();
+    if cur.as_ref().is_none_or(|(m, _)| m.last_log_id <= meta.last_log_id) {
+        *cur = Some((meta.clone(), path));
+    }
+    let keep = cur.as_ref().map(|(_, p)| p.clone());
     for e in std::fs::read_dir(dir).map_err(|e| Error::io(format!("list {}", dir.display()), e))?.flatten() {
-        if e.path() != path && e.path().extension().is_some_and(|x| x == "snap") {
-            let _ = std::fs::remove_file(e.path());
+        let p = e.path();
+        let old = p.extension().is_some_and(|x| x == "snap" || x == "part") && Some(&p) != keep.as_ref();
+        if old {
+            let _ = std::fs::remove_file(p);
         }
     }
-    Ok(path)
+    Ok(read)
 }
 
 async fn open_snapshot(meta: SnapshotMeta, path: &Path) -> Result<Snapshot<Locus>> {
@@ -259,10 +281,12 @@ async fn open_snapshot(meta: SnapshotMeta, path: &Path) -> Result<Snapshot<Locus
 
 impl RaftSnapshotBuilder<Locus> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> std::result::Result<Snapshot<Locus>, StorageError> {
-        let (ns, dir) = (self.ns.clone(), self.dir.clone());
+        let (ns, dir, current) = (self.ns.clone(), self.dir.clone(), self.current.clone());
         let built = blocking(move || {
-            flush(&ns)?;
+            // Read, then flush: what the read sees is durable before the log may purge it
+            // (entries applied meanwhile are not in this snapshot).
             let r = ns.read()?;
+            flush(&ns)?;
             let (last, membership) = applied_state(&r)?;
             let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             let id = match &last {
@@ -276,14 +300,13 @@ impl RaftSnapshotBuilder<Locus> for SnapshotBuilder {
             };
             let mut out = header.encode_length_delimited_to_vec();
             replicated_tables(&mut Dump { r: &r, out: &mut out })?;
-            let path = keep_snapshot(&dir, &id, &out)?;
             let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id: id };
-            Ok((meta, path))
+            let f = keep_snapshot(&dir, &current, &meta, &out)?;
+            Ok((meta, f))
         })
         .await;
-        let (meta, path) = built.map_err(|e| storage_err(|e| StorageIOError::write_snapshot(None, e), e))?;
-        *self.current.lock() = Some((meta.clone(), path.clone()));
-        open_snapshot(meta, &path).await.map_err(|e| storage_err(|e| StorageIOError::read_snapshot(None, e), e))
+        let (meta, f) = built.map_err(|e| storage_err(|e| StorageIOError::write_snapshot(None, e), e))?;
+        Ok(Snapshot { meta, snapshot: Box::new(tokio::fs::File::from_std(f)) })
     }
 }
 
@@ -304,10 +327,10 @@ impl RaftStateMachine<Locus> for StateMachine {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let ns = self.ns.clone();
+        let applied = blocking(move || apply_entries(&ns, &entries)).await;
+        // (Set once committed: a flush that ran before the commit leaves it to the next.)
         self.dirty.store(true, Ordering::Release);
-        blocking(move || apply_entries(&ns, &entries))
-            .await
-            .map_err(|e| storage_err(StorageIOError::write_state_machine, e))
+        applied.map_err(|e| storage_err(StorageIOError::write_state_machine, e))
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
@@ -337,8 +360,8 @@ impl RaftStateMachine<Locus> for StateMachine {
             snapshot.read_to_end(&mut bytes).await
         };
         read.await.map_err(|e| err(Error::io("read a received snapshot", e)))?;
-        let (ns, dir, meta) = (self.ns.clone(), self.dir.clone(), meta.clone());
-        let installed = blocking(move || {
+        let (ns, dir, current, meta) = (self.ns.clone(), self.dir.clone(), self.current.clone(), meta.clone());
+        blocking(move || {
             let (_, rows) = parse_snapshot(&bytes, &meta.snapshot_id)?;
             let mut w = ns.store().db().begin_write().map_err(db_err)?;
             w.set_durability(Durability::Immediate).map_err(db_err)?;
@@ -348,18 +371,22 @@ impl RaftStateMachine<Locus> for StateMachine {
                 w.open_table(STATE).map_err(db_err)?.remove(APPLIED).map_err(db_err)?;
             }
             w.commit().map_err(db_err)?;
-            let path = keep_snapshot(&dir, &meta.snapshot_id, &bytes)?;
-            Ok((meta, path))
+            keep_snapshot(&dir, &current, &meta, &bytes).map(drop)
         })
         .await
-        .map_err(err)?;
-        *self.current.lock() = Some(installed);
-        Ok(())
+        .map_err(err)
     }
 
     async fn get_current_snapshot(&mut self) -> std::result::Result<Option<Snapshot<Locus>>, StorageError> {
-        let Some((meta, path)) = self.current.lock().clone() else { return Ok(None) };
-        let s = open_snapshot(meta, &path).await;
-        s.map(Some).map_err(|e| storage_err(|e| StorageIOError::read_snapshot(None, e), e))
+        // A newer snapshot may replace the file between the look and the open: look again.
+        let mut tries = 0;
+        loop {
+            let Some((meta, path)) = self.current.lock().clone() else { return Ok(None) };
+            match open_snapshot(meta, &path).await {
+                Ok(s) => return Ok(Some(s)),
+                Err(e) if e.kind() == ErrorKind::NotFound && tries < 3 => tries += 1,
+                Err(e) => return Err(storage_err(|e| StorageIOError::read_snapshot(None, e), e)),
+            }
+        }
     }
 }

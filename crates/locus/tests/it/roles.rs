@@ -177,14 +177,19 @@ async fn write_as(
     read_response(&mut s).await
 }
 
-/// CreateFile at the master with the client token, as any client may.
-async fn create(c: &LocalCluster, path: &str) -> locus_common::Result<pb::FileInfo> {
+/// A raw master client holding the client token, as any client may.
+async fn master_as_client(c: &LocalCluster) -> locus_proto::auth::AuthedMasterClient {
     let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", c.master_address()))
         .unwrap()
         .connect()
         .await
         .unwrap();
-    let mut m = locus_proto::auth::master_client(ch, &c.client_token()).unwrap();
+    locus_proto::auth::master_client(ch, &c.client_token()).unwrap()
+}
+
+/// CreateFile at the master with the client token, as any client may.
+async fn create(c: &LocalCluster, path: &str) -> locus_common::Result<pb::FileInfo> {
+    let mut m = master_as_client(c).await;
     let r = pb::CreateFileRequest { path: path.into(), overwrite: true, ..Default::default() };
     m.create_file(r).await.map(|r| r.into_inner()).map_err(locus_proto::from_status)
 }
@@ -446,12 +451,7 @@ async fn a_client_cannot_cache_other_bytes_under_a_files_block_id() {
 async fn a_request_id_answers_only_a_resend_of_its_own_request() {
     let dir = tempfile::tempdir().unwrap();
     let c = common::start(dir.path(), 1, 64 << 20, false).await;
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", c.master_address()))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut m = locus_proto::auth::master_client(ch, &c.client_token()).unwrap();
+    let mut m = master_as_client(&c).await;
     fn with_id<T>(id: &str, r: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(r);
         r.metadata_mut().insert(locus_proto::REQUEST_ID_KEY, id.parse().unwrap());
