@@ -4,6 +4,9 @@
 //! the change needs, travel in it. One command stream applied to two stores that agree
 //! leaves them agreeing, which a replicated log asks of it (a test holds it to that).
 //!
+//! One file, about 800 lines: every durable change the namespace knows, side by side, so
+//! that what each command does to the tables is read in one place.
+//!
 //! This module must not reach the [`crate::Master`]: not the worker registry, the
 //! mounts' UFS handles, the config, the persist scheduler or the clock. What a change
 //! leaves to them goes into its [`Effects`].
