@@ -189,7 +189,7 @@ pub(crate) fn run_group<T>(
                 continue;
             }
             match op(&w, i) {
-                Ok(v) => done.push((i, v)),
+                Ok(v) => done.push(v),
                 Err(e) => {
                     drop(w); // abort
                     *f = Some(e);
@@ -199,18 +199,13 @@ pub(crate) fn run_group<T>(
         }
         finish(&w)?;
         w.commit().map_err(db_err)?;
-        let mut done = done.into_iter().peekable();
-        let mut out = Vec::with_capacity(n);
-        for (i, f) in failed.into_iter().enumerate() {
-            match f {
-                Some(e) => out.push(Err(e)),
-                None => match done.next_if(|(j, _)| *j == i) {
-                    Some((_, v)) => out.push(Ok(v)),
-                    None => out.push(Err(Error::internal("a change of a group did not run"))),
-                },
-            }
-        }
-        return Ok(out);
+        // `done` holds the changes that did not fail, in order.
+        let mut done = done.into_iter();
+        let out = failed.into_iter().map(|f| match f {
+            Some(e) => Err(e),
+            None => done.next().ok_or_else(|| Error::internal("a change of a group did not run")),
+        });
+        return Ok(out.collect());
     }
 }
 

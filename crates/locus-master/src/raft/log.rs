@@ -75,8 +75,12 @@ impl LogStore {
                 }
                 let mut t = w.open_table(META).map_err(db_err)?;
                 match &meta {
-                    Some((k, Some(v))) => drop_guard(t.insert(*k, v.as_slice()).map_err(db_err)?),
-                    Some((k, None)) => drop_guard(t.remove(*k).map_err(db_err)?),
+                    Some((k, Some(v))) => {
+                        t.insert(*k, v.as_slice()).map_err(db_err)?;
+                    }
+                    Some((k, None)) => {
+                        t.remove(*k).map_err(db_err)?;
+                    }
                     None => {}
                 }
             }
@@ -95,9 +99,6 @@ impl LogStore {
         .await
     }
 }
-
-/// (The old value a table's `insert` or `remove` hands back is not needed.)
-fn drop_guard<T>(_: T) {}
 
 fn decode(v: &[u8]) -> Result<Entry> {
     let p = pb::RaftEntry::decode(v).map_err(|e| Error::internal(format!("raft log entry: {e}")))?;

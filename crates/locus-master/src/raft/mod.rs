@@ -16,7 +16,6 @@ mod state;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::io::Cursor;
 
 use locus_common::{Error, ErrorKind};
 use locus_proto::pb;
@@ -35,10 +34,6 @@ openraft::declare_raft_types!(
         Node = MasterNode,
         SnapshotData = tokio::fs::File,
 );
-
-// (The macro's defaults name `Cursor`; ours replace them all.)
-#[allow(dead_code)]
-type Unused = Cursor<Vec<u8>>;
 
 pub(crate) type LogId = openraft::LogId<u64>;
 pub(crate) type Vote = openraft::Vote<u64>;

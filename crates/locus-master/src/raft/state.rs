@@ -70,8 +70,8 @@ impl StateMachine {
             if p.extension().is_some_and(|x| x == "snap") {
                 // A snapshot is derived from the namespace and the log: one that cannot be
                 // read is dropped (a new one is made when needed), never a reason not to start.
-                let meta = match read_snapshot(&p) {
-                    Ok((meta, _)) => meta,
+                let meta = match read_meta(&p) {
+                    Ok(meta) => meta,
                     Err(e) => {
                         tracing::warn!(file = %p.display(), error = %e, "dropping an unreadable raft snapshot");
                         let _ = std::fs::remove_file(&p);
@@ -225,12 +225,7 @@ type SnapshotRows = (SnapshotMeta, Rows);
 fn parse_snapshot(bytes: &[u8], what: &str) -> Result<SnapshotRows> {
     let bad = |e: prost::DecodeError| Error::new(ErrorKind::Corrupt, format!("snapshot {what}: {e}"));
     let mut buf = bytes;
-    let h = pb::SnapshotHeader::decode_length_delimited(&mut buf).map_err(bad)?;
-    let meta = SnapshotMeta {
-        last_log_id: h.last_log_id.as_ref().map(log_id_from_pb),
-        last_membership: h.last_membership.as_ref().map(stored_membership_from_pb).unwrap_or_default(),
-        snapshot_id: h.snapshot_id,
-    };
+    let meta = meta_of(pb::SnapshotHeader::decode_length_delimited(&mut buf).map_err(bad)?);
     let mut rows = Rows::new();
     while !buf.is_empty() {
         let r = pb::SnapshotRecord::decode_length_delimited(&mut buf).map_err(bad)?;
@@ -239,9 +234,29 @@ fn parse_snapshot(bytes: &[u8], what: &str) -> Result<SnapshotRows> {
     Ok((meta, rows))
 }
 
-fn read_snapshot(p: &Path) -> Result<SnapshotRows> {
-    let bytes = std::fs::read(p).map_err(|e| Error::io(format!("read {}", p.display()), e))?;
-    parse_snapshot(&bytes, &p.display().to_string())
+fn meta_of(h: pb::SnapshotHeader) -> SnapshotMeta {
+    SnapshotMeta {
+        last_log_id: h.last_log_id.as_ref().map(log_id_from_pb),
+        last_membership: h.last_membership.as_ref().map(stored_membership_from_pb).unwrap_or_default(),
+        snapshot_id: h.snapshot_id,
+    }
+}
+
+/// The meta of snapshot file `p`, from its header alone (the rows may be large).
+fn read_meta(p: &Path) -> Result<SnapshotMeta> {
+    use std::io::Read;
+    let io = |e| Error::io(format!("read {}", p.display()), e);
+    let bad = |e: prost::DecodeError| Error::new(ErrorKind::Corrupt, format!("snapshot {}: {e}", p.display()));
+    let mut f = std::fs::File::open(p).map_err(io)?;
+    // The header's length is a varint of at most 10 bytes.
+    let mut start = Vec::with_capacity(10);
+    (&mut f).take(10).read_to_end(&mut start).map_err(io)?;
+    let len = prost::decode_length_delimiter(start.as_slice()).map_err(bad)?;
+    let mut header = start.split_off(prost::length_delimiter_len(len));
+    let rest = len.saturating_sub(header.len());
+    header.truncate(len);
+    f.take(rest as u64).read_to_end(&mut header).map_err(io)?;
+    Ok(meta_of(pb::SnapshotHeader::decode(header.as_slice()).map_err(bad)?))
 }
 
 /// Writes `bytes`, the snapshot `meta` describes, as a file of `dir` (whole, or not at

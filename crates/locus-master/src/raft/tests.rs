@@ -97,6 +97,10 @@ async fn a_snapshot_carries_the_namespace_to_another_member() {
         t.get(crate::store::CLUSTER_ID).unwrap().unwrap().value()
     };
     assert_eq!(cluster(&sm_a), cluster(&sm_b));
+    // Reopened, the state machine finds its snapshot by the file's header.
+    drop(sm_b);
+    let (_, mut again) = open(b.path());
+    assert_eq!(again.get_current_snapshot().await.unwrap().unwrap().meta, snap.meta);
 }
 
 /// The log keeps what it is given across a reopen: entries, vote, purge point.
