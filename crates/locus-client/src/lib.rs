@@ -41,8 +41,13 @@ pub use write::PutOptions;
 /// A connection to a Locus cluster.
 pub struct Client {
     cfg: ClientConfig,
+    /// The masters as given (`host:port`, comma-separated for a group), for messages.
     master_address: String,
-    master: AuthedMasterClient,
+    /// A client of each master of the group (one without a group): those given, and
+    /// leaders named by them.
+    masters: parking_lot::RwLock<Vec<(String, AuthedMasterClient)>>,
+    /// The index of the master that led last, which calls go to first.
+    leader: std::sync::atomic::AtomicUsize,
     /// What it proves to workers: its token, as a client (the master gets the token
     /// itself, as a bearer header).
     identity: Identity,
@@ -145,6 +150,16 @@ fn rpc_err(addr: &str, s: tonic::Status) -> Error {
     e
 }
 
+/// A client of the master at `addr`, proving `identity`.
+fn master_client(addr: &str, cfg: &ClientConfig, identity: &Identity, tls: &Tls) -> Result<AuthedMasterClient> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| Error::invalid(format!("bad master address {addr:?}: {e}")))?
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(cfg.rpc_timeout);
+    let ch = tls.master_channel(addr, endpoint);
+    Ok(locus_proto::auth::master_client_as(ch, identity.clone()).max_decoding_message_size(64 << 20))
+}
+
 /// How a library front end (the Hadoop connector, the Python client) finds its cluster:
 /// the configuration file if one is named, then the `LOCUS_*` variables, then each of
 /// these that is set.
@@ -215,16 +230,26 @@ impl Client {
     /// [`Client::new`] connecting to the master and to workers with `tls` (see
     /// `locus_proto::tls`; plain TCP when it has no CA).
     pub fn with_tls(master_address: &str, cfg: ClientConfig, token: Secret, tls: Tls) -> Result<Client> {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{master_address}"))
-            .map_err(|e| Error::invalid(format!("bad master address {master_address:?}: {e}")))?
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(cfg.rpc_timeout);
-        let ch = tls.master_channel(master_address, endpoint);
+        Client::with_identity(master_address, cfg, Identity::client(&token), tls)
+    }
+
+    /// [`Client::with_tls`] proving `identity` to the masters (`locus admin masters`
+    /// proves the master's role with the cluster secret). `master_address` lists the
+    /// masters of a group comma-separated; calls find the leader among them.
+    pub fn with_identity(master_address: &str, cfg: ClientConfig, identity: Identity, tls: Tls) -> Result<Client> {
+        let mut masters = Vec::new();
+        for addr in master_address.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            masters.push((addr.to_string(), master_client(addr, &cfg, &identity, &tls)?));
+        }
+        if masters.is_empty() {
+            return Err(Error::invalid("no master address: set --master or LOCUS_MASTER (host:port, or a,b,c)"));
+        }
         Ok(Client {
             cfg,
             master_address: master_address.to_string(),
-            master: locus_proto::auth::master_client(ch, &token)?.max_decoding_message_size(64 << 20),
-            identity: Identity::client(&token),
+            masters: parking_lot::RwLock::new(masters),
+            leader: Default::default(),
+            identity,
             tls,
             workers: Mutex::new(WorkerCache::default()),
             conns: Mutex::new(HashMap::new()),
@@ -247,8 +272,28 @@ impl Client {
         e.1 += bytes;
     }
 
-    fn m(&self) -> AuthedMasterClient {
-        self.master.clone()
+    /// The master calls go to now: its index, address and client.
+    fn m(&self) -> (usize, String, AuthedMasterClient) {
+        let masters = self.masters.read();
+        let i = self.leader.load(std::sync::atomic::Ordering::Relaxed) % masters.len();
+        (i, masters[i].0.clone(), masters[i].1.clone())
+    }
+
+    /// After master `i` refused a call naming `leader` ("" for none): calls go to the
+    /// leader named (a master of the group this client was not given is added), else to
+    /// the next master.
+    fn follow(&self, i: usize, leader: &str) {
+        let mut masters = self.masters.write();
+        let mut next = masters.iter().position(|(a, _)| a == leader);
+        if next.is_none()
+            && !leader.is_empty()
+            && let Ok(c) = master_client(leader, &self.cfg, &self.identity, &self.tls)
+        {
+            masters.push((leader.to_string(), c));
+            next = Some(masters.len() - 1);
+        }
+        let next = next.unwrap_or((i + 1) % masters.len());
+        self.leader.store(next, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// One master RPC, sent again with backoff while the master cannot be reached (a
@@ -264,10 +309,13 @@ impl Client {
     {
         let started = std::time::Instant::now();
         let mut wait = Duration::from_millis(50);
+        let n = self.masters.read().len();
         // Connections accepted and then dropped without an answer, in a row: a master
         // restarting refuses connections (or drops the calls in flight once); a port that
         // keeps doing it is not a master.
         let mut dropped = 0;
+        // Failed tries in a row: the client waits after each round of the masters.
+        let mut failed = 0;
         let id = (retry == Retry::Once)
             .then(|| tonic::metadata::MetadataValue::try_from(locus_proto::new_request_id()).ok())
             .flatten();
@@ -276,60 +324,79 @@ impl Client {
             if let Some(id) = &id {
                 r.metadata_mut().insert(locus_proto::REQUEST_ID_KEY, id.clone());
             }
-            let s = match f(self.m(), r).await {
+            let (i, addr, m) = self.m();
+            let addr = &addr;
+            let s = match f(m, r).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => s,
             };
-            let ours = s.metadata().get("x-locus-kind").is_some();
-            if let Some(e) = tls_failure(&s) {
-                return Err(e.context(format!("master {}", self.master_address)));
+            if let Some(leader) = locus_proto::leader_hint(&s) {
+                // A member that does not lead: to the leader it names, or the next one. A
+                // call it refused was not carried out; one under way as it lost the lead
+                // (not retryable) may have been, and goes again only with a request id.
+                self.follow(i, &leader);
+                let refused = from_status(s.clone()).is_retryable();
+                if !refused && retry == Retry::IfNotSent {
+                    return Err(self.err(addr, s));
+                }
+                dropped = 0;
+            } else {
+                let ours = s.metadata().get("x-locus-kind").is_some();
+                if let Some(e) = tls_failure(&s) {
+                    return Err(e.context(format!("master {addr}")));
+                }
+                // An HTTP server that is no gRPC one (the gateway, the status page): no
+                // grpc-status, or a body that is no gRPC message under an HTTP error status.
+                let foreign = s.message().contains("grpc-status header missing")
+                    || s.message().contains("while receiving response with status")
+                    || s.code() == tonic::Code::Unimplemented
+                    || speaks_no_http2(&s);
+                if !ours && foreign {
+                    return Err(self.not_a_master(addr, &s));
+                }
+                let unreachable = !ours
+                    && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
+                let refused = unreachable && never_sent(&s);
+                dropped = if unreachable && !refused { dropped + 1 } else { 0 };
+                if dropped >= 3 * n {
+                    return Err(self.not_a_master(addr, &s));
+                }
+                let again = refused || (unreachable && retry != Retry::IfNotSent);
+                if !again {
+                    return Err(self.err(addr, s));
+                }
+                self.follow(i, "");
             }
-            // An HTTP server that is no gRPC one (the gateway, the status page): no
-            // grpc-status, or a body that is no gRPC message under an HTTP error status.
-            let foreign = s.message().contains("grpc-status header missing")
-                || s.message().contains("while receiving response with status")
-                || s.code() == tonic::Code::Unimplemented
-                || speaks_no_http2(&s);
-            if !ours && foreign {
-                return Err(self.not_a_master(&s));
-            }
-            let unreachable =
-                !ours && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
-            let refused = unreachable && never_sent(&s);
-            dropped = if unreachable && !refused { dropped + 1 } else { 0 };
-            if dropped >= 3 {
-                return Err(self.not_a_master(&s));
-            }
-            let again = refused || (unreachable && retry != Retry::IfNotSent);
-            if !again {
-                return Err(self.err(s));
+            failed += 1;
+            if failed % n != 0 {
+                continue;
             }
             if started.elapsed() + wait > self.cfg.master_retry {
+                let what = if n == 1 { "the master at" } else { "a leading master among" };
                 return Err(Error::unavailable(format!(
-                    "cannot reach the master at {} ({}; tried for {:.1} s, client.master_retry; is it running? \
+                    "cannot reach {what} {} ({}; tried for {:.1} s, client.master_retry; is it running? \
                      set --master or LOCUS_MASTER)",
                     self.master_address,
                     status_text(&s),
                     started.elapsed().as_secs_f64()
                 )));
             }
-            tracing::debug!(status = %s.message(), "master unreachable; trying again");
+            tracing::debug!(status = %s.message(), "no master answered; trying again");
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(Duration::from_secs(1));
         }
     }
 
     /// The error for a `--master` that answers, but not as a Locus master.
-    fn not_a_master(&self, s: &tonic::Status) -> Error {
+    fn not_a_master(&self, addr: &str, s: &tonic::Status) -> Error {
         Error::invalid(format!(
-            "{} is not a Locus master ({}): --master and LOCUS_MASTER take the master's RPC host:port \
+            "{addr} is not a Locus master ({}): --master and LOCUS_MASTER take the master's RPC host:port \
              (default 127.0.0.1:19998), not the gateway's, a worker's or the status page's",
-            self.master_address,
             status_text(s)
         ))
     }
 
-    fn err(&self, s: tonic::Status) -> Error {
-        rpc_err(&self.master_address, s)
+    fn err(&self, addr: &str, s: tonic::Status) -> Error {
+        rpc_err(addr, s)
     }
 }

@@ -168,6 +168,24 @@ impl Client {
         Ok(self.rpc(Retry::Idempotent, pb::Empty {}, |mut m, r| async move { m.check_ufs(r).await }).await?.mounts)
     }
 
+    /// The master group's members, as the master asked knows them.
+    pub async fn masters(&self) -> Result<pb::MastersResponse> {
+        self.rpc(Retry::Idempotent, pb::Empty {}, |mut m, r| async move { m.get_masters(r).await }).await
+    }
+
+    /// Adds the master at raft address `raft_address` to the group (a client proving the
+    /// master's role: [`Client::with_identity`]). Adding a member twice adds it once.
+    pub async fn add_master(&self, raft_address: &str) -> Result<pb::MastersResponse> {
+        let r = pb::MasterAddressRequest { raft_address: raft_address.into() };
+        self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.add_master(r).await }).await
+    }
+
+    /// Removes the master at raft address `raft_address` from the group.
+    pub async fn remove_master(&self, raft_address: &str) -> Result<pb::MastersResponse> {
+        let r = pb::MasterAddressRequest { raft_address: raft_address.into() };
+        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.remove_master(r).await }).await
+    }
+
     /// Create an empty file: one master call, no worker involved.
     pub async fn touch(&self, path: &str, write_type: Option<WriteType>) -> Result<pb::FileInfo> {
         let wt = pb::WriteType::from_opt(write_type.or(self.cfg.write_type)).into();

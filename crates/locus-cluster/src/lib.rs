@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// A master and its workers in this process.
+/// A master (or a replicated group of masters) and its workers in this process.
 pub struct LocalCluster {
     cfg: Config,
     /// The cluster secret (master and workers); clients get its client token.
@@ -31,7 +31,9 @@ pub struct LocalCluster {
     tls: Tls,
     data_dir: PathBuf,
     root_ufs: Option<String>,
-    master: Option<RunningMaster>,
+    /// Each master, with its own configuration (addresses, metadata dir): one, or the
+    /// members of a group ([`LocalCluster::start_group`]).
+    masters: Vec<MasterSlot>,
     workers: Vec<Option<Worker>>,
     gateway: Option<RunningGateway>,
     /// How workers run SQL fragments (none: they refuse them; callers run them).
@@ -48,6 +50,11 @@ struct RunningGateway {
     addr: SocketAddr,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<()>>,
+}
+
+struct MasterSlot {
+    cfg: locus_common::config::MasterConfig,
+    running: Option<RunningMaster>,
 }
 
 struct RunningMaster {
@@ -151,8 +158,32 @@ impl LocalCluster {
 
     /// [`LocalCluster::start`], with workers that run SQL fragments through `fragments`.
     pub async fn start_with(
+        cfg: Config,
+        data_dir: &Path,
+        workers: usize,
+        root_ufs: Option<String>,
+        fragments: Option<FragmentFactory>,
+    ) -> Result<LocalCluster> {
+        Self::start_all(cfg, data_dir, 1, workers, root_ufs, fragments).await
+    }
+
+    /// [`LocalCluster::start`] with a replicated group of `masters` masters, each on
+    /// ports of its own on 127.0.0.1 with its metadata in `master<i>`; returns once the
+    /// group has them all as voters and one leads. Clients and workers get the list.
+    pub async fn start_group(
+        cfg: Config,
+        data_dir: &Path,
+        masters: usize,
+        workers: usize,
+        root_ufs: Option<String>,
+    ) -> Result<LocalCluster> {
+        Self::start_all(cfg, data_dir, masters, workers, root_ufs, None).await
+    }
+
+    async fn start_all(
         mut cfg: Config,
         data_dir: &Path,
+        masters: usize,
         workers: usize,
         root_ufs: Option<String>,
         fragments: Option<FragmentFactory>,
@@ -188,13 +219,17 @@ impl LocalCluster {
             tls,
             data_dir,
             root_ufs,
-            master: None,
+            masters: Vec::new(),
             workers: Vec::new(),
             gateway: None,
             fragments,
             overrides: Default::default(),
         };
+        c.masters = c.master_slots(masters)?;
         c.start_master().await?;
+        if masters > 1 {
+            c.wait_for_group(Duration::from_secs(60)).await?;
+        }
         for _ in 0..workers {
             c.workers.push(None);
         }
@@ -207,20 +242,61 @@ impl LocalCluster {
         Ok(c)
     }
 
+    /// The masters' configurations: the one configured, or `n` members of a group.
+    fn master_slots(&self, n: usize) -> Result<Vec<MasterSlot>> {
+        if n <= 1 {
+            return Ok(vec![MasterSlot { cfg: self.cfg.master.clone(), running: None }]);
+        }
+        let free = || -> Result<String> {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("pick a free port", e))?;
+            Ok(l.local_addr().map_err(|e| Error::io("pick a free port", e))?.to_string())
+        };
+        let mut slots = Vec::new();
+        for i in 0..n {
+            let mut m = self.cfg.master.clone();
+            m.meta_dir = self.data_dir.join(format!("master{i}"));
+            (m.rpc_address, m.web_address, m.raft_address) = (free()?, free()?, free()?);
+            slots.push(MasterSlot { cfg: m, running: None });
+        }
+        let peers: Vec<String> = slots.iter().map(|s| s.cfg.raft_address.clone()).collect();
+        for s in &mut slots {
+            s.cfg.peers = peers.clone();
+        }
+        Ok(slots)
+    }
+
+    /// Starts every master not running.
     pub async fn start_master(&mut self) -> Result<()> {
-        let rpc = TcpListener::bind(&self.cfg.master.rpc_address)
+        for i in 0..self.masters.len() {
+            if self.masters[i].running.is_none() {
+                self.start_master_at(i).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts master `i` (of a group; 0 for the one master).
+    pub async fn start_master_at(&mut self, i: usize) -> Result<()> {
+        let cfg = &self.masters[i].cfg;
+        let rpc = TcpListener::bind(&cfg.rpc_address)
             .await
-            .map_err(|e| Error::io(format!("bind master rpc {}", self.cfg.master.rpc_address), e))?;
-        let web = TcpListener::bind(&self.cfg.master.web_address)
+            .map_err(|e| Error::io(format!("bind master rpc {}", cfg.rpc_address), e))?;
+        let web = TcpListener::bind(&cfg.web_address)
             .await
-            .map_err(|e| Error::io(format!("bind master web {}", self.cfg.master.web_address), e))?;
+            .map_err(|e| Error::io(format!("bind master web {}", cfg.web_address), e))?;
         let local = |l: &TcpListener| l.local_addr().map_err(|e| Error::io("a bound listener's address", e));
         let addrs = MasterAddrs { rpc: local(&rpc)?, web: local(&web)? };
         // Restarts reuse the ports chosen the first time, so workers find the master again.
-        self.cfg.master.rpc_address = addrs.rpc.to_string();
-        self.cfg.master.web_address = addrs.web.to_string();
-        self.cfg.master_address = addrs.rpc.to_string();
-        let master = MasterBuilder::new(self.cfg.master.clone(), self.secret.clone())
+        let cfg = &mut self.masters[i].cfg;
+        cfg.rpc_address = addrs.rpc.to_string();
+        cfg.web_address = addrs.web.to_string();
+        let cfg = cfg.clone();
+        if self.masters.len() == 1 {
+            self.cfg.master.rpc_address = cfg.rpc_address.clone();
+            self.cfg.master.web_address = cfg.web_address.clone();
+        }
+        self.cfg.master_address = self.masters.iter().map(|m| m.cfg.rpc_address.as_str()).collect::<Vec<_>>().join(",");
+        let master = MasterBuilder::new(cfg, self.secret.clone())
             .protect([self.cfg.security.secret_file.clone(), self.cfg.security.token_file.clone()])
             .tls(self.tls.clone())
             .root_ufs(self.root_ufs.clone())
@@ -234,13 +310,50 @@ impl LocalCluster {
             })
             .await
         });
-        self.master = Some(RunningMaster { master, stop, task });
+        self.masters[i].running = Some(RunningMaster { master, stop, task });
         Ok(())
     }
 
-    /// Stop the master (its metadata stays on disk for [`LocalCluster::start_master`]).
+    /// Waits until the group has every master as a voter and one of them leads.
+    pub async fn wait_for_group(&self, limit: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(l) = self.leader()
+                && l.members().is_ok_and(|m| m.masters.iter().filter(|m| m.voter).count() == self.masters.len())
+            {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::unavailable(format!("the master group did not form in {limit:?}")));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The index of the master that leads its group now, if one does.
+    pub fn leader_index(&self) -> Option<usize> {
+        self.masters.iter().position(|s| s.running.as_ref().is_some_and(|r| r.master.is_leader()))
+    }
+
+    fn leader(&self) -> Option<&Master> {
+        self.leader_index().and_then(|i| self.masters[i].running.as_ref()).map(|r| &r.master)
+    }
+
+    /// How many masters the cluster has (running or not).
+    pub fn masters(&self) -> usize {
+        self.masters.len()
+    }
+
+    /// Stop every master (their metadata stays on disk for [`LocalCluster::start_master`]).
     pub async fn stop_master(&mut self) {
-        if let Some(m) = self.master.take() {
+        for i in 0..self.masters.len() {
+            self.stop_master_at(i).await;
+        }
+    }
+
+    /// Stop master `i`.
+    pub async fn stop_master_at(&mut self, i: usize) {
+        if let Some(m) = self.masters[i].running.take() {
             let _ = m.stop.send(());
             let _ = m.task.await;
             // Work still in flight (a change on the committer thread, a request being
@@ -251,6 +364,11 @@ impl LocalCluster {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
+    }
+
+    /// The configuration of master `i`.
+    pub fn master_config(&self, i: usize) -> &locus_common::config::MasterConfig {
+        &self.masters[i].cfg
     }
 
     fn worker_config(&self, i: usize) -> locus_common::config::WorkerConfig {
@@ -278,8 +396,11 @@ impl LocalCluster {
     }
 
     /// Change the master's configuration from its next start on.
-    pub fn configure_master(&mut self, f: impl FnOnce(&mut locus_common::config::MasterConfig)) {
+    pub fn configure_master(&mut self, f: impl Fn(&mut locus_common::config::MasterConfig)) {
         f(&mut self.cfg.master);
+        for m in &mut self.masters {
+            f(&mut m.cfg);
+        }
     }
 
     /// Change worker `i`'s configuration from its next start on (a test's other host:
@@ -321,7 +442,10 @@ impl LocalCluster {
     }
 
     pub fn master(&self) -> &Master {
-        &self.master.as_ref().expect("master running").master
+        // The leader of a group; else the first running.
+        self.leader()
+            .or_else(|| self.masters.iter().find_map(|s| s.running.as_ref()).map(|r| &r.master))
+            .expect("master running")
     }
 
     pub fn master_address(&self) -> String {

@@ -107,12 +107,17 @@ pub struct MasterConfig {
     /// full of them go through to the UFS. Default `5m`; `0s` persists at once.
     #[serde(with = "humantime_serde")]
     pub staged_persist_wait: Duration,
-    /// Where the other masters of a replicated group reach this one. Set, the master's
-    /// changes go through a replicated log (openraft, `raft.redb` beside the metadata
-    /// store) before they apply; an existing metadata store becomes the group's first
-    /// member. The group has this one member for now (docs/design/ha-plan.md, stage 3):
-    /// nothing listens on the address yet. Default empty: no log.
+    /// Where the other masters of a replicated group reach this one (it listens there).
+    /// Set, the master's changes go through a replicated log (openraft, `raft.redb` beside
+    /// the metadata store) before they apply. Default empty: no log, no group.
     pub raft_address: String,
+    /// The raft addresses of the group's founding members, this one among them
+    /// (comma-separated on the command line). The one whose address sorts first founds
+    /// the group: its metadata store (new, or a single master's being upgraded) becomes
+    /// the group's state, and it adds the others, which start empty. Read only while the
+    /// group has its founder alone; `locus admin masters add|remove` changes members
+    /// after. Default empty: a group of this member alone.
+    pub peers: Vec<String>,
 }
 
 impl Default for MasterConfig {
@@ -133,6 +138,7 @@ impl Default for MasterConfig {
             abandoned_write_timeout: Duration::from_secs(3600),
             staged_persist_wait: Duration::from_secs(300),
             raft_address: String::new(),
+            peers: Vec::new(),
         }
     }
 }

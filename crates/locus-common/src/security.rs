@@ -126,6 +126,8 @@ const PROOF_LABEL: &[u8] = b"locus data-path proof v1";
 const GRANT_LABEL: &[u8] = b"locus write grant v1";
 /// The label of the master's challenge nonces.
 const NONCE_LABEL: &[u8] = b"locus rpc nonce v1";
+/// The label of a master group member's proof of itself.
+const MEMBER_LABEL: &[u8] = b"locus raft member v1";
 /// How long a master RPC challenge's proof is taken.
 pub const RPC_NONCE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -204,11 +206,15 @@ impl Identity {
 pub struct Verifier {
     secret: Secret,
     client: Secret,
+    /// Random per verifier (its clones share it), in each nonce's MAC: a nonce is taken
+    /// only where it was made, so a proof seen at one master of a group, or at one of its
+    /// ports, is worthless at another.
+    issuer: [u8; 16],
 }
 
 impl Verifier {
     pub fn new(secret: &Secret) -> Verifier {
-        Verifier { secret: secret.clone(), client: secret.client_token() }
+        Verifier { secret: secret.clone(), client: secret.client_token(), issuer: rand::random() }
     }
 
     /// The role a bearer credential (master RPC, web) proves, if any: the client token
@@ -269,12 +275,13 @@ impl Verifier {
         let r: [u8; 16] = rand::random();
         let mut n = now.to_be_bytes().to_vec();
         n.extend_from_slice(&r);
-        let m = mac(&self.secret, &[NONCE_LABEL, &n]);
+        let m = mac(&self.secret, &[NONCE_LABEL, &self.issuer, &n]);
         n.extend_from_slice(&m);
         n
     }
 
-    /// Whether `nonce` is one this cluster's master made, at most [`RPC_NONCE_TTL`] ago.
+    /// Whether `nonce` is one this verifier (or a clone) made, at most [`RPC_NONCE_TTL`]
+    /// ago.
     pub fn fresh(&self, nonce: &[u8]) -> bool {
         if nonce.len() != 8 + 16 + 32 {
             return false;
@@ -282,9 +289,21 @@ impl Verifier {
         let (n, m) = nonce.split_at(24);
         let made = u64::from_be_bytes(n[..8].try_into().unwrap_or_default());
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-        same(&mac(&self.secret, &[NONCE_LABEL, n]), m)
+        same(&mac(&self.secret, &[NONCE_LABEL, &self.issuer, n]), m)
             && made <= now + 5
             && now - made.min(now) < RPC_NONCE_TTL.as_secs()
+    }
+
+    /// A master group member's answer to a caller's `nonce`: that the member at
+    /// `raft_address` holds the cluster secret. Bound to the address, so a port that
+    /// relays the nonce to a real member gets a proof for that member's address only.
+    pub fn member_proof(&self, raft_address: &str, nonce: &[u8]) -> Vec<u8> {
+        mac(&self.secret, &[MEMBER_LABEL, raft_address.as_bytes(), nonce]).to_vec()
+    }
+
+    /// Whether `proof` is [`Verifier::member_proof`] of the member at `raft_address`.
+    pub fn check_member(&self, raft_address: &str, nonce: &[u8], proof: &[u8]) -> bool {
+        same(&self.member_proof(raft_address, nonce), proof)
     }
 
     /// This service's identity on the data path, as `role` (worker or master).
@@ -463,20 +482,34 @@ mod tests {
 
     #[test]
     fn rpc_nonces_are_the_masters_own_and_fresh() {
-        let v = Verifier::new(&Secret::generate());
+        let s = Secret::generate();
+        let v = Verifier::new(&s);
         let n = v.nonce();
         assert!(v.fresh(&n));
         assert_ne!(n, v.nonce(), "each nonce is new");
         // Another cluster's, a changed one, an old one: not taken.
         assert!(!Verifier::new(&Secret::generate()).fresh(&n));
+        assert!(v.clone().fresh(&n), "a clone serves the same port");
+        assert!(!Verifier::new(&s).fresh(&n), "another master of the cluster did not make it");
         let mut bad = n.clone();
         bad[12] ^= 1;
         assert!(!v.fresh(&bad) && !v.fresh(&n[..40]) && !v.fresh(&[]));
         let old = 1_000u64.to_be_bytes();
         let mut stale = old.to_vec();
         stale.extend_from_slice(&n[8..24]);
-        stale.extend_from_slice(&mac(&v.secret, &[NONCE_LABEL, &stale]));
+        stale.extend_from_slice(&mac(&v.secret, &[NONCE_LABEL, &v.issuer, &stale]));
         assert!(!v.fresh(&stale), "a nonce from long ago");
+    }
+
+    #[test]
+    fn a_member_proof_names_its_address_and_needs_the_secret() {
+        let s = Secret::generate();
+        let v = Verifier::new(&s);
+        let p = v.member_proof("m1:19997", b"n1");
+        assert!(v.check_member("m1:19997", b"n1", &p));
+        assert!(!v.check_member("evil:19997", b"n1", &p), "relayed from another address");
+        assert!(!v.check_member("m1:19997", b"n2", &p), "another nonce");
+        assert!(!Verifier::new(&s.client_token()).check_member("m1:19997", b"n1", &p), "the client token");
     }
 
     #[test]

@@ -25,6 +25,11 @@ pub(crate) struct AbsentPaths {
 impl AbsentPaths {
     /// Whether the UFS said `rel` (of mount `mount`) is missing less than `interval_ms`
     /// before `now`.
+    /// Forgets every path (a new leader asks the UFS afresh).
+    pub(crate) fn forget(&self) {
+        self.seen.lock().clear();
+    }
+
     pub(crate) fn is_absent(&self, mount: u64, rel: &str, interval_ms: u64, now: i64) -> bool {
         let seen = self.seen.lock();
         seen.get(&(mount, rel.to_string())).is_some_and(|&t| now - t < interval_ms as i64)

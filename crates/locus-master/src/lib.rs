@@ -22,6 +22,7 @@ mod apply_tests;
 mod calls;
 mod files;
 mod journal;
+mod leading;
 mod markers;
 mod metrics;
 mod mounts;
@@ -156,7 +157,9 @@ impl MasterBuilder {
             "" => None,
             addr => {
                 let node = raft::MasterNode { raft_address: addr.into(), rpc_address: self.cfg.rpc_address.clone() };
-                Some(raft::Group::start(ns.clone(), &self.cfg.meta_dir, node).await?)
+                let (peers, secret, tls) = (self.cfg.peers.clone(), self.secret.clone(), self.tls.clone());
+                let setup = raft::Setup { node, peers, secret, tls };
+                Some(raft::Group::start(ns.clone(), &self.cfg.meta_dir, setup).await?)
             }
         };
         let inner = Arc::new(Inner {
@@ -177,8 +180,10 @@ impl MasterBuilder {
         });
         let m = Master { inner };
         m.load_mounts()?;
-        m.load_persist_queue()?;
-        m.date_undated_buckets().await?;
+        if !m.take_over_now().await? {
+            // A member that does not lead: it takes over when it is elected.
+            return Ok(m);
+        }
         let no_mounts = m.inner.mounts.is_empty();
         if no_mounts && let Some(uri) = self.root_ufs {
             if let Some(dir) = uri.strip_prefix("file://") {
@@ -203,6 +208,17 @@ impl Master {
     /// holds one; the metadata store closes when the last goes.
     pub fn handles(&self) -> usize {
         Arc::strong_count(&self.inner)
+    }
+
+    /// Whether this master takes calls: it leads its group and has taken over (always,
+    /// without a group).
+    pub fn is_leader(&self) -> bool {
+        self.leads()
+    }
+
+    /// Its group's members as it knows them (an error without a group).
+    pub fn members(&self) -> Result<pb::MastersResponse> {
+        self.masters()
     }
 }
 
@@ -229,6 +245,7 @@ impl Master {
         let persist_job = persist::start(self.clone());
         let replication_job = replication::start(self.clone());
         let indexer_job = search::indexer::start(self.clone());
+        let leading_job = leading::start(self.clone());
         *self.inner.jobs.lock() = vec![persist_job.watch(), replication_job.watch(), indexer_job.watch()];
         let mut rx3 = rx;
         let res = service::serve(self.clone(), rpc, async move {
@@ -243,6 +260,7 @@ impl Master {
         persist_job.stop().await;
         replication_job.stop().await;
         indexer_job.stop().await;
+        leading_job.stop().await;
         if let Some(g) = &self.inner.group {
             g.shutdown().await;
         }

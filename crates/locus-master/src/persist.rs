@@ -191,6 +191,10 @@ impl Master {
 
     /// Operations that may start now, in queue order, marked running.
     fn runnable(&self) -> Vec<u64> {
+        // Persists are the leader's to run (a member that does not lead runs none).
+        if !self.leads() {
+            return Vec::new();
+        }
         let limit = self.inner.cfg.persist_concurrency.max(1);
         let now = Instant::now();
         let mut t = self.inner.persist.lock();
@@ -474,6 +478,9 @@ impl Master {
 
     /// Drop writes created but never completed within `master.abandoned_write_timeout`.
     async fn reap_abandoned_writes(&self) -> Result<()> {
+        if !self.leads() {
+            return Ok(());
+        }
         let cutoff = now_ms() - self.inner.cfg.abandoned_write_timeout.as_millis() as i64;
         let stale: Vec<u64> = {
             let r = self.ns().read()?;

@@ -53,6 +53,13 @@ impl Registry {
     }
 
     /// The ids of the live workers.
+    /// Forgets every worker: each registers again, with a full block report (a new
+    /// leader's view of the workers is then the workers' own).
+    pub(crate) fn forget_all(&self) {
+        self.workers.lock().clear();
+        self.changed.notify_waiters();
+    }
+
     pub(crate) fn live(&self) -> HashMap<u64, ()> {
         self.workers.lock().iter().filter(|(_, s)| self.is_live(s)).map(|(id, _)| (*id, ())).collect()
     }

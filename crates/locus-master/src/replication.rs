@@ -141,6 +141,10 @@ impl Master {
 
     /// One round: plan, then copy blocks (a few at a time).
     async fn replicate_round(&self, inflight: &mut HashSet<u64>) -> Result<()> {
+        // The leader's job: a member that does not lead orders no copies.
+        if !self.leads() {
+            return Ok(());
+        }
         let tasks: Vec<Task> =
             self.replication_plan().await?.into_iter().filter(|t| inflight.insert(t.block_id)).collect();
         if tasks.is_empty() {

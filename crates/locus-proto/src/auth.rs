@@ -5,7 +5,8 @@
 //! sensitive, so never logged). A listener that is not the master learns a proof for its
 //! own nonce only, which the master does not take. The server side ([`ServerAuth`])
 //! checks the nonce and the proof, and refuses, and logs, a call whose role may not make
-//! it ([`crate::roles::master_rpc`], by the method name [`method_layer`] records). The
+//! it ([`crate::roles::master_rpc`], or [`crate::roles::raft_rpc`] on a raft port, by the
+//! method name [`method_layer`] records). The
 //! data path's counterpart is [`crate::authenticate`] / [`crate::accept_auth`].
 
 use std::future::Future;
@@ -24,6 +25,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use crate::pb::master_client::MasterClient;
+use crate::pb::raft_client::RaftClient;
 use crate::tls::ConnInfo;
 use crate::{pb, to_status};
 
@@ -31,18 +33,43 @@ const HEADER: &str = "authorization";
 /// The scheme of a call's proof: `Locus-Proof <role> <nonce> <proof>` (base64).
 const SCHEME: &str = "Locus-Proof ";
 
+/// A port whose calls are proven: where its challenge comes from, and which table of
+/// roles its calls are checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// The master's RPC port ([`crate::roles::master_rpc`]).
+    Master,
+    /// A master group member's raft port ([`crate::roles::raft_rpc`]).
+    Raft,
+}
+
+impl Port {
+    fn roles(self, method: &str) -> &'static [Role] {
+        match self {
+            Port::Master => crate::roles::master_rpc(method),
+            Port::Raft => crate::roles::raft_rpc(method),
+        }
+    }
+}
+
 /// A channel to the master whose calls carry a proof of the caller's identity for a
 /// challenge the master made, fetched when none is held or the one held is half spent.
 #[derive(Clone)]
 pub struct ProvingChannel {
     inner: Channel,
+    port: Port,
     identity: Arc<Identity>,
     session: Arc<parking_lot::Mutex<Option<(HeaderValue, Instant)>>>,
 }
 
 impl ProvingChannel {
     pub fn new(inner: Channel, identity: Identity) -> ProvingChannel {
-        ProvingChannel { inner, identity: Arc::new(identity), session: Default::default() }
+        ProvingChannel::to(Port::Master, inner, identity)
+    }
+
+    /// A channel to `port`, whose challenge it asks for.
+    pub fn to(port: Port, inner: Channel, identity: Identity) -> ProvingChannel {
+        ProvingChannel { inner, port, identity: Arc::new(identity), session: Default::default() }
     }
 
     /// The header for the next call: the one held, or one for a new challenge.
@@ -52,7 +79,11 @@ impl ProvingChannel {
         {
             return Ok(h);
         }
-        let c = MasterClient::new(self.inner.clone()).challenge(pb::Empty {}).await?.into_inner();
+        let c = match self.port {
+            Port::Master => MasterClient::new(self.inner.clone()).challenge(pb::Empty {}).await?,
+            Port::Raft => RaftClient::new(self.inner.clone()).challenge(pb::Empty {}).await?,
+        }
+        .into_inner();
         let proof = self.identity.prove(&c.nonce);
         let text = format!("{SCHEME}{} {} {}", self.identity.role(), B64.encode(&c.nonce), B64.encode(proof));
         let mut h = HeaderValue::from_str(&text).map_err(|_| Status::internal("an unprintable proof header"))?;
@@ -126,6 +157,7 @@ pub fn method_layer<B>() -> tower::util::MapRequestLayer<fn(http::Request<B>) ->
 #[derive(Clone)]
 pub struct ServerAuth {
     verifier: Arc<Verifier>,
+    port: Port,
     /// The master serves TLS: a call over a plain connection is refused.
     tls_only: bool,
 }
@@ -134,7 +166,12 @@ impl ServerAuth {
     /// Checks calls against `verifier`; with `tls_only`, refuses calls that did not come
     /// over TLS (see [`crate::tls`]).
     pub fn new(verifier: Verifier, tls_only: bool) -> ServerAuth {
-        ServerAuth { verifier: Arc::new(verifier), tls_only }
+        ServerAuth::of(Port::Master, verifier, tls_only)
+    }
+
+    /// [`ServerAuth::new`] for the calls of `port`.
+    pub fn of(port: Port, verifier: Verifier, tls_only: bool) -> ServerAuth {
+        ServerAuth { verifier: Arc::new(verifier), port, tls_only }
     }
 }
 
@@ -185,7 +222,7 @@ impl Interceptor for ServerAuth {
             tracing::warn!(peer = peer(&req), "refused a master RPC: missing or wrong cluster credentials");
             return Err(to_status(unauthenticated("master rpc")));
         };
-        if !crate::roles::master_rpc(&method).contains(&role) {
+        if !self.port.roles(&method).contains(&role) {
             tracing::warn!(peer = peer(&req), method, %role, "refused a master RPC its caller's role may not make");
             let why = match role {
                 Role::Client => " (a client token does not grant it)",

@@ -141,6 +141,35 @@ pub fn to_status(e: Error) -> tonic::Status {
     s
 }
 
+/// The metadata key of a master's refusal because it does not lead its group: the
+/// leader's RPC address, or empty when it knows none (mid-election).
+pub const LEADER_KEY: &str = "x-locus-leader";
+
+/// A master group member's answer to a call only its leader takes: `Unavailable`,
+/// naming the leader's RPC address `leader` ("" when it knows none). Retryable when the
+/// call was refused before anything was done; not when it was under way as this member
+/// lost the lead (`maybe_made`: a change may or may not be made, and only a call with a
+/// request id may be sent again).
+pub fn not_leader_status(leader: &str, maybe_made: bool) -> tonic::Status {
+    let why = if leader.is_empty() {
+        "this master does not lead its group, and no leader is elected yet".to_string()
+    } else {
+        format!("this master does not lead its group: the leader is {leader}")
+    };
+    let why =
+        if maybe_made { format!("{why} (lost the lead during the call: it may or may not be made)") } else { why };
+    let mut s = to_status(Error::unavailable(why).set_retryable(!maybe_made));
+    if let Ok(v) = leader.parse() {
+        s.metadata_mut().insert(LEADER_KEY, v);
+    }
+    s
+}
+
+/// Whether `s` is [`not_leader_status`], with the leader it names ("" for none).
+pub fn leader_hint(s: &tonic::Status) -> Option<String> {
+    s.metadata().get(LEADER_KEY).map(|v| v.to_str().unwrap_or_default().to_string())
+}
+
 /// gRPC status → Error (client side).
 pub fn from_status(s: tonic::Status) -> Error {
     let kind = s

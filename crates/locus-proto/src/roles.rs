@@ -2,7 +2,7 @@
 //! (README, "Security", and ARCHITECTURE.md, "Roles", say the same in words). A request
 //! not in a table is refused. Each port enforces its table in one place: the worker's
 //! dispatch ([`data_request`]), the master's RPC interceptor ([`master_rpc`], by the
-//! method's name) and the web port's middleware ([`WEB`]).
+//! method's name), the raft port's ([`raft_rpc`]) and the web port's middleware ([`WEB`]).
 
 use locus_common::security::Role::{self, Client, Master, Worker};
 
@@ -63,9 +63,23 @@ pub fn master_rpc(method: &str) -> &'static [Role] {
         | "Search"
         | "ImportCatalog"
         | "GetReads"
-        | "CheckUfs" => USERS,
+        | "CheckUfs"
+        | "GetMasters" => USERS,
         // A mount's UFS credentials, and speaking for a worker.
         "GetMount" | "RegisterWorker" | "WorkerHeartbeat" | "CommitBlocks" => WORKER,
+        // Who the masters are: for the holder of the cluster secret, as the master's role
+        // (`locus admin masters` on a master's host).
+        "AddMaster" | "RemoveMaster" => MASTER,
+        _ => &[],
+    }
+}
+
+/// The roles that may call raft RPC `method` on a master group's raft port: the masters
+/// (the cluster secret, proving the master's role) and no one else.
+pub fn raft_rpc(method: &str) -> &'static [Role] {
+    match method {
+        "Challenge" => ANY,
+        "Describe" | "AppendEntries" | "Vote" | "InstallSnapshot" => MASTER,
         _ => &[],
     }
 }
@@ -92,9 +106,24 @@ mod tests {
             assert!(!master_rpc(m).is_empty(), "master RPC {m} has no row in roles::master_rpc");
         }
         assert!(master_rpc("NoSuchCall").is_empty());
-        for m in ["GetMount", "RegisterWorker", "WorkerHeartbeat", "CommitBlocks"] {
+        for m in ["GetMount", "RegisterWorker", "WorkerHeartbeat", "CommitBlocks", "AddMaster", "RemoveMaster"] {
             assert!(!master_rpc(m).contains(&Client), "{m}");
         }
+        assert_eq!(master_rpc("AddMaster"), MASTER, "a worker adds no master either");
+    }
+
+    #[test]
+    fn only_masters_speak_raft() {
+        let proto = include_str!("../proto/command.proto");
+        let svc = &proto[proto.find("service Raft {").unwrap()..];
+        let svc = &svc[..svc.find('}').unwrap()];
+        let methods: Vec<&str> =
+            svc.lines().filter_map(|l| l.trim().strip_prefix("rpc ")).map(|l| l.split('(').next().unwrap()).collect();
+        assert_eq!(methods.len(), 5, "{methods:?}");
+        for m in methods.into_iter().filter(|m| *m != "Challenge") {
+            assert_eq!(raft_rpc(m), MASTER, "{m}");
+        }
+        assert!(raft_rpc("GetStatus").is_empty(), "the master's calls are not the raft port's");
     }
 
     #[test]

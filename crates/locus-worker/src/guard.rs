@@ -127,8 +127,9 @@ impl Inner {
         if let Some(m) = kept.as_ref().filter(|m| m.fetched.elapsed() < MOUNT_TTL) {
             return Ok(m.clone());
         }
-        let info = match self.master().get_mount(pb::GetMountRequest { mount_id }).await.map_err(from_status) {
-            Ok(r) => r.into_inner(),
+        let got = self.call(|mut m| async move { m.get_mount(pb::GetMountRequest { mount_id }).await }).await;
+        let info = match got.map_err(from_status) {
+            Ok(r) => r,
             // A master away for a moment does not stop what this worker serves.
             Err(e) => return kept.filter(|_| e.kind() == ErrorKind::Unavailable).ok_or(e),
         };
@@ -170,7 +171,8 @@ impl Inner {
                 _ => {}
             }
         }
-        let list = self.master().get_workers(pb::Empty {}).await.map_err(from_status)?.into_inner().workers;
+        let list =
+            self.call(|mut m| async move { m.get_workers(pb::Empty {}).await }).await.map_err(from_status)?.workers;
         let mut m = self.members.lock();
         m.addrs = list.into_iter().map(|w| (w.worker_id, w.data_address)).collect();
         m.fetched = Some(Instant::now());

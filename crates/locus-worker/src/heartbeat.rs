@@ -82,7 +82,11 @@ impl Inner {
                 blocks,
                 cluster_id,
             };
-            let resp = self.master().register_worker(req).await.map_err(from_status)?.into_inner();
+            let resp = self.call(|mut m| {
+                let req = req.clone();
+                async move { m.register_worker(req).await }
+            });
+            let resp = resp.await.map_err(from_status)?;
             if resp.cluster_id == 0 {
                 return Err(Error::internal("the master named no cluster id"));
             }
@@ -142,7 +146,11 @@ impl Inner {
             open_files_limit: locus_common::open_files_limit(),
             boot_id: self.boot_id,
         };
-        let resp = self.master().worker_heartbeat(req).await.map_err(from_status)?.into_inner();
+        let resp = self.call(|mut m| {
+            let req = req.clone();
+            async move { m.worker_heartbeat(req).await }
+        });
+        let resp = resp.await.map_err(from_status)?;
         if resp.reregister {
             self.register().await?;
             return Ok(());
@@ -179,7 +187,11 @@ impl Inner {
                 Change::Removed { block_id } => req.removed.push(block_id),
             }
         }
-        if let Err(s) = self.master().commit_blocks(req).await {
+        let committed = self.call(|mut m| {
+            let req = req.clone();
+            async move { m.commit_blocks(req).await }
+        });
+        if let Err(s) = committed.await {
             // The master lost track of us: the next heartbeat re-registers with a full report.
             self.set_pin_epoch(u64::MAX);
             let e = from_status(s);

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use locus_blockstore::BlockStore;
@@ -109,7 +109,10 @@ impl Counters {
 struct Inner {
     cfg: WorkerConfig,
     store: BlockStore,
-    master: AuthedMasterClient,
+    /// A client of each master of the group (one without a group), with its address.
+    masters: Vec<(String, AuthedMasterClient)>,
+    /// The index of the master that led last, which calls go to first.
+    leader: AtomicUsize,
     /// Checks callers of the data path; holds the secret this worker presents.
     verifier: Verifier,
     /// TLS of the data port and of this worker's connections to the master and workers.
@@ -230,11 +233,19 @@ impl WorkerBuilder {
             Some(p) => Some(UnixListener::bind(p).map_err(|e| Error::io(format!("bind {}", p.display()), e))?),
             None => None,
         };
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.master_address))
-            .map_err(|e| Error::invalid(format!("bad master address {}: {e}", self.master_address)))?
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(30));
-        let channel = self.tls.master_channel(&self.master_address, endpoint);
+        let mut masters = Vec::new();
+        for addr in self.master_address.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .map_err(|e| Error::invalid(format!("bad master address {addr}: {e}")))?
+                .connect_timeout(Duration::from_secs(3))
+                .timeout(Duration::from_secs(30));
+            let channel = self.tls.master_channel(addr, endpoint);
+            let identity = Verifier::new(&self.secret).identity(Role::Worker);
+            masters.push((addr.to_string(), locus_proto::auth::master_client_as(channel, identity)));
+        }
+        if masters.is_empty() {
+            return Err(Error::invalid("a worker needs its master's address (host:port, or a,b,c for a group)"));
+        }
         let fragments = match &self.fragments {
             Some(f) => Some(f(&self.master_address, &self.secret, &self.tls)?),
             None => None,
@@ -247,7 +258,8 @@ impl WorkerBuilder {
             data_address: local.to_string(),
             cfg,
             store,
-            master: locus_proto::auth::master_client_as(channel, Verifier::new(&self.secret).identity(Role::Worker)),
+            masters,
+            leader: AtomicUsize::new(0),
             verifier: Verifier::new(&self.secret),
             tls: self.tls,
             id: AtomicU64::new(saved_id.unwrap_or(0)),
@@ -404,7 +416,34 @@ impl Inner {
         blocking(move || f(&store)).await?
     }
 
-    fn master(&self) -> AuthedMasterClient {
-        self.master.clone()
+    /// One call to the master, to the leader of its group: a member that does not lead
+    /// names the leader, and a master that cannot be reached is passed over for the
+    /// next, for up to three rounds of the masters. (Every call a worker makes may be
+    /// made twice.)
+    async fn call<T, F, Fut>(&self, f: F) -> std::result::Result<T, tonic::Status>
+    where
+        F: Fn(AuthedMasterClient) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let n = self.masters.len();
+        let mut tries = 0;
+        loop {
+            let i = self.leader.load(Relaxed) % n;
+            let s = match f(self.masters[i].1.clone()).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) => s,
+            };
+            let hint = locus_proto::leader_hint(&s);
+            let unreachable = s.metadata().get("x-locus-kind").is_none() && s.code() == tonic::Code::Unavailable;
+            if n == 1 || !(hint.is_some() || unreachable) || tries >= 3 * n {
+                return Err(s);
+            }
+            let named = hint.and_then(|h| self.masters.iter().position(|(a, _)| *a == h));
+            let _ = self.leader.compare_exchange(i, named.unwrap_or((i + 1) % n), Relaxed, Relaxed);
+            tries += 1;
+            if tries % n == 0 {
+                tokio::time::sleep(Duration::from_millis(200 * tries as u64 / n as u64)).await;
+            }
+        }
     }
 }

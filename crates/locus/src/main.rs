@@ -71,11 +71,25 @@ enum Cmd {
         #[arg(long)]
         by_host: bool,
     },
+    /// Cluster administration.
+    Admin {
+        #[command(subcommand)]
+        cmd: AdminCmd,
+    },
     /// Check the cluster from this host and say what is wrong and how to fix it (master,
     /// workers, UFS per mount, clocks, free space, open-file limits, the client token,
     /// the local worker and a short-circuit test read); --reads explains recent reads
     /// that were not short-circuit. Exits 1 when a check fails.
     Doctor(doctor::DoctorArgs),
+}
+
+#[derive(Subcommand)]
+enum AdminCmd {
+    /// The members of a replicated master group: list, add, remove.
+    Masters {
+        #[command(subcommand)]
+        cmd: cli::masters::MastersCmd,
+    },
 }
 
 fn main() {
@@ -126,6 +140,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Sql(a) => sql::run(g, a),
         Cmd::Bench { cmd } => bench::run(cmd),
         Cmd::Report { json, by_host } => admin::report(g, *json, *by_host),
+        Cmd::Admin { cmd: AdminCmd::Masters { cmd } } => cli::masters::run(g, cmd),
         Cmd::Doctor(a) => doctor::run(g, a),
     }
 }

@@ -1,20 +1,24 @@
 //! This master's member of its group: the openraft node over its log and its namespace,
-//! and the proposer, which packs the commands proposed meanwhile into one entry (one
-//! append, one fsync) in the order they were submitted, with several entries in flight.
+//! its `Raft` port, the proposer (which packs the commands proposed meanwhile into one
+//! entry: one append, one fsync, in the order they were submitted, several entries in
+//! flight), read barriers, and membership: founding, adding and removing members.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use locus_common::{Error, Result};
+use locus_common::security::{Secret, Verifier};
+use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb;
-use openraft::{Raft, ServerState, SnapshotPolicy};
-use tokio::sync::{mpsc, oneshot};
+use locus_proto::tls::Tls;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, Raft, RaftMetrics, ServerState, SnapshotPolicy};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::log::LogStore;
-use super::net::NoPeers;
+use super::net::{self, Peers};
 use super::state::{self, StateMachine};
 use super::{Locus, MasterNode};
 use crate::namespace::{Effects, Namespace};
@@ -31,28 +35,58 @@ const IN_FLIGHT: usize = 2;
 /// How often what was applied is made durable.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
-/// How long a start waits to lead its group and apply its log.
+/// How long a start waits to lead a group of its own and apply its log.
 const START_WAIT: Duration = Duration::from_secs(60);
+
+/// What a member needs besides its namespace: where it is reached, its founding peers,
+/// and the cluster's secret and TLS (its raft port's, and its connections to peers').
+pub(crate) struct Setup {
+    pub node: MasterNode,
+    pub peers: Vec<String>,
+    pub secret: Secret,
+    pub tls: Tls,
+}
 
 /// This master's member of its group.
 pub(crate) struct Group {
     raft: Raft<Locus>,
+    id: u64,
     tx: mpsc::UnboundedSender<(pb::Command, Reply)>,
     ns: Arc<Namespace>,
-    /// Ends the flusher.
-    stop: tokio::sync::watch::Sender<bool>,
+    verifier: Verifier,
+    tls: Tls,
+    /// The term this master took over in (`Master::take_over` done), 0 while it leads none.
+    ready: AtomicU64,
+    /// Read barriers: one at a time, shared by the calls that arrived before it began.
+    barrier: tokio::sync::Mutex<()>,
+    barriers_begun: AtomicU64,
+    last_barrier: parking_lot::Mutex<(u64, Option<(ErrorKind, String)>)>,
+    /// Ends the flusher, the founder's task and the raft port.
+    stop: watch::Sender<bool>,
 }
 
 fn fatal(what: &str, e: impl std::fmt::Display) -> Error {
     Error::internal(format!("the master's replicated log: {what}: {e}"))
 }
 
+/// The error of a call a member that does not lead cannot take. The service names the
+/// leader to the caller (`x-locus-leader`).
+pub(crate) fn not_leader() -> Error {
+    Error::unavailable("this master does not lead its group")
+}
+
 impl Group {
     /// Starts this master's member over `ns`, its log in `dir` (and its snapshots in
-    /// `dir/snapshots`), and waits until it leads and has applied its whole log. A
-    /// namespace that has no log yet (a master from before groups) is the first member's
-    /// state as it is.
-    pub(crate) async fn start(ns: Arc<Namespace>, dir: &Path, node: MasterNode) -> Result<Group> {
+    /// `dir/snapshots`), and its raft port. The founder (the first of its peers in sort
+    /// order) starts a new group of itself, its namespace as it is (a new one, or a
+    /// single master's), and adds the other peers in the background; a group of one
+    /// waits until it leads and has applied its log. The others wait to be sent the log.
+    pub(crate) async fn start(ns: Arc<Namespace>, dir: &Path, setup: Setup) -> Result<Group> {
+        let Setup { node, peers, secret, tls } = setup;
+        let id = net::node_id(&node.raft_address);
+        let listener = tokio::net::TcpListener::bind(&node.raft_address)
+            .await
+            .map_err(|e| Error::io(format!("bind the raft address {}", node.raft_address), e))?;
         let (d1, d2) = (dir.to_path_buf(), dir.join("snapshots"));
         let ns2 = ns.clone();
         let open =
@@ -64,22 +98,180 @@ impl Group {
             heartbeat_interval: 100,
             election_timeout_min: 500,
             election_timeout_max: 1000,
+            install_snapshot_timeout: 10_000,
+            max_payload_entries: 64,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(50_000),
             ..Default::default()
         }
         .validate()
         .map_err(|e| fatal("config", e))?;
-        let raft = Raft::new(1, Arc::new(config), NoPeers, log, sm).await.map_err(|e| fatal("start", e))?;
-        if let Err(e) = lead(&raft, node).await {
+        let verifier = Verifier::new(&secret);
+        let network = Peers { verifier: verifier.clone(), tls: tls.clone() };
+        let raft = Raft::new(id, Arc::new(config), network, log, sm).await.map_err(|e| fatal("start", e))?;
+        let (stop, stopped) = watch::channel(false);
+        let mut s = stopped.clone();
+        let port_verifier = Verifier::new(&secret);
+        let serve = net::serve(raft.clone(), id, node.clone(), port_verifier, tls.clone(), listener, async move {
+            let _ = s.wait_for(|v| *v).await;
+        });
+        tokio::spawn(async move {
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "the master's raft port stopped");
+            }
+        });
+        let mut founders: Vec<&str> = peers.iter().map(String::as_str).chain([node.raft_address.as_str()]).collect();
+        founders.sort_unstable();
+        founders.dedup();
+        let founder = founders[0] == node.raft_address;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let group = Group {
+            raft: raft.clone(),
+            id,
+            tx,
+            ns: ns.clone(),
+            verifier,
+            tls,
+            ready: AtomicU64::new(0),
+            barrier: Default::default(),
+            barriers_begun: AtomicU64::new(0),
+            last_barrier: parking_lot::Mutex::new((0, None)),
+            stop,
+        };
+        let others: Vec<String> = founders[1..].iter().map(|s| s.to_string()).collect();
+        if let Err(e) = group.found(founder, &node, &others).await {
             // Its tasks hold both databases open: a start that failed closes them.
-            let _ = raft.shutdown().await;
+            group.shutdown().await;
             return Err(e);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(propose(raft.clone(), rx));
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        tokio::spawn(flusher(ns.clone(), dirty, stopped));
-        Ok(Group { raft, tx, ns, stop })
+        tokio::spawn(flusher(ns, dirty, stopped.clone()));
+        if founder && !others.is_empty() {
+            tokio::spawn(add_founding_peers(group.handle(), others, dir.to_path_buf(), stopped));
+        }
+        Ok(group)
+    }
+
+    /// A founder's group begins with itself, unless a peer is in a group already (a new
+    /// master joining one, to be added with `locus admin masters add`); a group of one
+    /// (new, or restarted) waits to lead and apply its log.
+    async fn found(&self, founder: bool, node: &MasterNode, others: &[String]) -> Result<()> {
+        let initialized = self.raft.is_initialized().await.map_err(|e| fatal("start", e))?;
+        let mut joins = false;
+        if founder && !initialized {
+            for p in others {
+                if let Ok((_, _, _, true)) = net::describe(p, &self.verifier, &self.tls).await {
+                    tracing::info!(peer = %p, "a peer is in a group already: this master waits to be added to it");
+                    joins = true;
+                    break;
+                }
+            }
+        }
+        if founder && !initialized && !joins {
+            self.raft
+                .initialize(BTreeMap::from([(self.id, node.clone())]))
+                .await
+                .map_err(|e| fatal("initialize", e))?;
+        }
+        if self.voters() != BTreeSet::from([self.id]) {
+            return Ok(());
+        }
+        let wait = self.raft.wait(Some(START_WAIT));
+        wait.state(ServerState::Leader, "lead").await.map_err(|e| fatal("become leader", e))?;
+        let last = self.raft.metrics().borrow().last_log_index;
+        self.raft.wait(Some(START_WAIT)).applied_index_at_least(last, "apply").await.map_err(|e| fatal("apply", e))?;
+        Ok(())
+    }
+
+    fn handle(&self) -> Handle {
+        Handle { raft: self.raft.clone(), verifier: self.verifier.clone(), tls: self.tls.clone() }
+    }
+
+    /// The voters of the group's membership as this member knows it.
+    pub(crate) fn voters(&self) -> BTreeSet<u64> {
+        self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
+    }
+
+    /// openraft's view of this member: its state, term, log and the group's members.
+    pub(crate) fn metrics(&self) -> watch::Receiver<RaftMetrics<u64, MasterNode>> {
+        self.raft.metrics()
+    }
+
+    /// Whether this member leads and its master took over in this term: only then does
+    /// the master take calls.
+    pub(crate) fn leads(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader && m.current_term == self.ready.load(Ordering::Acquire)
+    }
+
+    /// Records that the master took over as leader in `term`.
+    pub(crate) fn ready_in(&self, term: u64) {
+        self.ready.store(term, Ordering::Release);
+    }
+
+    /// The RPC address of the leader, as this member knows it ("" mid-election).
+    pub(crate) fn leader_rpc_address(&self) -> String {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let Some(l) = m.current_leader else { return String::new() };
+        m.membership_config.membership().get_node(&l).map(|n| n.rpc_address.clone()).unwrap_or_default()
+    }
+
+    /// Returns once every change acknowledged before the call is applied here, and this
+    /// member still led when the call began (a quorum answered its heartbeat since): what
+    /// a linearizable read waits for. Calls that arrive while one barrier runs share the
+    /// next.
+    pub(crate) async fn read_barrier(&self) -> Result<()> {
+        if !self.leads() {
+            return Err(not_leader());
+        }
+        self.read_barrier_unready().await
+    }
+
+    /// [`Group::read_barrier`] for a leader that has not taken over yet.
+    pub(crate) async fn read_barrier_unready(&self) -> Result<()> {
+        if self.voters().len() <= 1 {
+            let leads = self.raft.metrics().borrow().state == ServerState::Leader;
+            return if leads { Ok(()) } else { Err(not_leader()) };
+        }
+        let arrived = self.barriers_begun.load(Ordering::Acquire);
+        let _one = self.barrier.lock().await;
+        {
+            let last = self.last_barrier.lock();
+            if last.0 > arrived {
+                return match &last.1 {
+                    None => Ok(()),
+                    Some((kind, msg)) => Err(Error::new(*kind, msg.clone())),
+                };
+            }
+        }
+        let n = self.barriers_begun.fetch_add(1, Ordering::AcqRel) + 1;
+        let r = match self.raft.ensure_linearizable().await {
+            Ok(_) => None,
+            Err(RaftError::APIError(_)) => Some(not_leader()),
+            Err(e) => Some(fatal("read barrier", e)),
+        };
+        *self.last_barrier.lock() = (n, r.as_ref().map(|e| (e.kind(), e.message().to_string())));
+        match r {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Adds the master at raft address `address` to the group (`locus admin masters
+    /// add`): as a learner until it has the log, then as a voter.
+    pub(crate) async fn add_member(&self, address: &str) -> Result<()> {
+        self.handle().add_member(address).await
+    }
+
+    /// Removes the member at raft address `address` from the group.
+    pub(crate) async fn remove_member(&self, address: &str) -> Result<()> {
+        let id = net::node_id(address);
+        if !self.voters().contains(&id) {
+            return Err(Error::not_found(format!("{address} is no master of this group")));
+        }
+        let r = self.raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false).await;
+        r.map(drop).map_err(write_err)
     }
 
     /// Puts `cmd` in the log's order now; the future answers once it is applied.
@@ -97,7 +289,8 @@ impl Group {
         })
     }
 
-    /// Stops the member (its log and state machine close), everything applied on disk.
+    /// Stops the member (its log and state machine close, its raft port stops),
+    /// everything applied on disk.
     pub(crate) async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
         let _ = self.stop.send(true);
@@ -108,17 +301,87 @@ impl Group {
     }
 }
 
-/// Initializes a new member's group (of itself), and waits until it leads and has
-/// applied its whole log.
-async fn lead(raft: &Raft<Locus>, node: MasterNode) -> Result<()> {
-    if !raft.is_initialized().await.map_err(|e| fatal("start", e))? {
-        raft.initialize(BTreeMap::from([(1, node)])).await.map_err(|e| fatal("initialize", e))?;
+/// What the founder's task and membership changes need of the member.
+struct Handle {
+    raft: Raft<Locus>,
+    verifier: Verifier,
+    tls: Tls,
+}
+
+impl Handle {
+    async fn add_member(&self, address: &str) -> Result<()> {
+        let (_, id, node, _) = net::describe(address, &self.verifier, &self.tls).await?;
+        self.purge_once().await?;
+        self.raft.add_learner(id, node, true).await.map_err(write_err)?;
+        let r = self.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false).await;
+        r.map(drop).map_err(write_err)
     }
-    let wait = raft.wait(Some(START_WAIT));
-    wait.state(ServerState::Leader, "lead").await.map_err(|e| fatal("become leader", e))?;
-    let last = raft.metrics().borrow().last_log_index;
-    raft.wait(Some(START_WAIT)).applied_index_at_least(last, "apply").await.map_err(|e| fatal("apply", e))?;
-    Ok(())
+
+    /// Before the first member is added: the log's first entries do not hold what the
+    /// namespace held before the group began (a single master's metadata, the new
+    /// namespace's root), so a new member must begin from a snapshot. One is made, and
+    /// the log before it purged, once.
+    async fn purge_once(&self) -> Result<()> {
+        if self.raft.metrics().borrow().purged.is_some() {
+            return Ok(());
+        }
+        let applied = self.raft.metrics().borrow().last_applied;
+        let Some(applied) = applied else { return Ok(()) };
+        self.raft.trigger().snapshot().await.map_err(|e| fatal("snapshot", e))?;
+        let wait = self.raft.wait(Some(START_WAIT));
+        wait.snapshot(applied, "snapshot before the first member joins").await.ok();
+        let snap = self.raft.metrics().borrow().snapshot;
+        let Some(snap) = snap else { return Err(fatal("snapshot", "none was made")) };
+        self.raft.trigger().purge_log(snap.index).await.map_err(|e| fatal("purge", e))?;
+        let wait = self.raft.wait(Some(START_WAIT));
+        wait.purged(Some(snap), "purge before the first member joins").await.map_err(|e| fatal("purge", e))?;
+        Ok(())
+    }
+}
+
+/// The founder adds its founding peers, each as soon as it answers, and then leaves a
+/// mark (`founded` in `dir`): from then on `locus admin masters` alone changes members,
+/// and a restart with the same `--peers` does not add back one removed since.
+async fn add_founding_peers(h: Handle, peers: Vec<String>, dir: std::path::PathBuf, mut stop: watch::Receiver<bool>) {
+    let mark = dir.join("founded");
+    if mark.exists() {
+        return;
+    }
+    let mut wait = Duration::from_millis(100);
+    for p in peers {
+        loop {
+            let voters = h.raft.metrics().borrow().membership_config.membership().voter_ids().collect::<BTreeSet<_>>();
+            if voters.contains(&net::node_id(&p)) {
+                break;
+            }
+            match h.add_member(&p).await {
+                Ok(()) => {
+                    tracing::info!(peer = %p, "added a founding member to the master group");
+                    break;
+                }
+                Err(e) => tracing::info!(peer = %p, error = %e, "cannot add a founding member yet; trying again"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|v| *v) => return,
+            }
+            wait = (wait * 2).min(Duration::from_secs(2));
+        }
+    }
+    if let Err(e) = std::fs::write(&mark, b"") {
+        tracing::warn!(error = %e, "cannot mark the master group founded");
+    }
+}
+
+/// openraft's answer to a membership change as a Locus error.
+fn write_err(e: RaftError<u64, ClientWriteError<u64, MasterNode>>) -> Error {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => not_leader(),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            Error::new(locus_common::ErrorKind::FailedPrecondition, format!("cannot change the masters: {e}"))
+        }
+        e => fatal("change the masters", e),
+    }
 }
 
 /// Packs the commands waiting into one entry each time, and hands each its result. At
@@ -152,6 +415,11 @@ async fn propose(raft: Raft<Locus>, mut rx: mpsc::UnboundedReceiver<(pb::Command
                         let _ = reply.send(r);
                     }
                 }
+                Ok(Err(ClientWriteError::ForwardToLeader(_))) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(not_leader()));
+                    }
+                }
                 Ok(Err(e)) => fail(replies, &e),
                 Err(e) => fail(replies, &e),
             }
@@ -160,12 +428,12 @@ async fn propose(raft: Raft<Locus>, mut rx: mpsc::UnboundedReceiver<(pb::Command
 }
 
 /// Each second, makes what was applied since durable ([`state::flush`]), until `stop`.
-async fn flusher(ns: Arc<Namespace>, dirty: Arc<AtomicBool>, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn flusher(ns: Arc<Namespace>, dirty: Arc<AtomicBool>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = stop.changed() => return,
+            _ = stop.wait_for(|v| *v) => return,
         }
         if dirty.swap(false, Ordering::AcqRel) {
             let ns = ns.clone();

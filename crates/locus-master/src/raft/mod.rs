@@ -21,7 +21,7 @@ use locus_common::{Error, ErrorKind};
 use locus_proto::pb;
 use openraft::{AnyError, CommittedLeaderId, EntryPayload, StorageIOError};
 
-pub(crate) use group::Group;
+pub(crate) use group::{Group, Setup};
 pub(crate) use state::Applied;
 
 openraft::declare_raft_types!(
@@ -100,6 +100,22 @@ pub(crate) fn stored_membership_to_pb(m: &StoredMembership) -> pb::RaftStoredMem
 pub(crate) fn stored_membership_from_pb(p: &pb::RaftStoredMembership) -> StoredMembership {
     let m = p.membership.as_ref().map(membership_from_pb).unwrap_or_else(|| Membership::new(vec![], ()));
     StoredMembership::new(p.log_id.as_ref().map(log_id_from_pb), m)
+}
+
+pub(crate) fn snapshot_meta_to_pb(m: &SnapshotMeta) -> pb::SnapshotHeader {
+    pb::SnapshotHeader {
+        last_log_id: m.last_log_id.as_ref().map(log_id_to_pb),
+        last_membership: Some(stored_membership_to_pb(&m.last_membership)),
+        snapshot_id: m.snapshot_id.clone(),
+    }
+}
+
+pub(crate) fn snapshot_meta_from_pb(h: pb::SnapshotHeader) -> SnapshotMeta {
+    SnapshotMeta {
+        last_log_id: h.last_log_id.as_ref().map(log_id_from_pb),
+        last_membership: h.last_membership.as_ref().map(stored_membership_from_pb).unwrap_or_default(),
+        snapshot_id: h.snapshot_id,
+    }
 }
 
 pub(crate) fn entry_to_pb(e: &Entry) -> pb::RaftEntry {

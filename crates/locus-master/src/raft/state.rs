@@ -225,21 +225,13 @@ type SnapshotRows = (SnapshotMeta, Rows);
 fn parse_snapshot(bytes: &[u8], what: &str) -> Result<SnapshotRows> {
     let bad = |e: prost::DecodeError| Error::new(ErrorKind::Corrupt, format!("snapshot {what}: {e}"));
     let mut buf = bytes;
-    let meta = meta_of(pb::SnapshotHeader::decode_length_delimited(&mut buf).map_err(bad)?);
+    let meta = snapshot_meta_from_pb(pb::SnapshotHeader::decode_length_delimited(&mut buf).map_err(bad)?);
     let mut rows = Rows::new();
     while !buf.is_empty() {
         let r = pb::SnapshotRecord::decode_length_delimited(&mut buf).map_err(bad)?;
         rows.entry(r.table).or_default().push((r.key, r.value));
     }
     Ok((meta, rows))
-}
-
-fn meta_of(h: pb::SnapshotHeader) -> SnapshotMeta {
-    SnapshotMeta {
-        last_log_id: h.last_log_id.as_ref().map(log_id_from_pb),
-        last_membership: h.last_membership.as_ref().map(stored_membership_from_pb).unwrap_or_default(),
-        snapshot_id: h.snapshot_id,
-    }
 }
 
 /// The meta of snapshot file `p`, from its header alone (the rows may be large).
@@ -256,7 +248,7 @@ fn read_meta(p: &Path) -> Result<SnapshotMeta> {
     let rest = len.saturating_sub(header.len());
     header.truncate(len);
     f.take(rest as u64).read_to_end(&mut header).map_err(io)?;
-    Ok(meta_of(pb::SnapshotHeader::decode(header.as_slice()).map_err(bad)?))
+    Ok(snapshot_meta_from_pb(pb::SnapshotHeader::decode(header.as_slice()).map_err(bad)?))
 }
 
 /// Writes `bytes`, the snapshot `meta` describes, as a file of `dir` (whole, or not at
@@ -308,14 +300,9 @@ impl RaftSnapshotBuilder<Locus> for SnapshotBuilder {
                 Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, stamp.as_nanos()),
                 None => format!("0-0-{}", stamp.as_nanos()),
             };
-            let header = pb::SnapshotHeader {
-                last_log_id: last.as_ref().map(log_id_to_pb),
-                last_membership: Some(stored_membership_to_pb(&membership)),
-                snapshot_id: id.clone(),
-            };
-            let mut out = header.encode_length_delimited_to_vec();
-            replicated_tables(&mut Dump { r: &r, out: &mut out })?;
             let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id: id };
+            let mut out = snapshot_meta_to_pb(&meta).encode_length_delimited_to_vec();
+            replicated_tables(&mut Dump { r: &r, out: &mut out })?;
             let f = keep_snapshot(&dir, &current, &meta, &out)?;
             Ok((meta, f))
         })

@@ -10,6 +10,7 @@ pub mod fs;
 pub mod fuse;
 pub mod inventory;
 pub mod local;
+pub mod masters;
 pub mod search;
 pub mod server;
 pub mod sql;

@@ -24,10 +24,13 @@ pub struct MasterArgs {
     #[arg(long)]
     pub root_ufs: Option<String>,
     /// Run as a member of a replicated master group, reached by its peers here: every
-    /// change goes through the group's log (raft.redb beside the metadata). One member
-    /// for now; an existing metadata dir becomes the group's first member.
+    /// change goes through the group's log (raft.redb beside the metadata).
     #[arg(long)]
     pub raft_address: Option<String>,
+    /// The group's founding members' raft addresses, this one's among them (A,B,C). The
+    /// first in sort order founds the group with its metadata; the others start empty.
+    #[arg(long, value_delimiter = ',', requires = "raft_address")]
+    pub peers: Option<Vec<String>>,
 }
 
 #[derive(Args)]
@@ -56,6 +59,7 @@ pub fn master(g: &Global, a: &MasterArgs) -> Result<()> {
         ("master.web_address", flag(&a.web_address)),
         ("master.meta_dir", flag(&a.meta_dir)),
         ("master.raft_address", flag(&a.raft_address)),
+        ("master.peers", flag(&a.peers)),
     ])?;
     locus_common::init_logging(cfg.log_json);
     let root = match a.root_ufs.as_deref() {

@@ -31,7 +31,7 @@ pub fn config(dir: &Path, mem_quota: u64, ssd: bool) -> Config {
     c.worker.tiers = vec![TierConfig { alias: TierAlias::Mem, dir: dir.join("mem"), quota: ByteSize::b(mem_quota) }];
     // `LOCUS_TEST_RAFT=1` runs every master as a one-member replicated group.
     if std::env::var_os("LOCUS_TEST_RAFT").is_some() {
-        c.master.raft_address = "127.0.0.1:19997".into();
+        c.master.raft_address = "127.0.0.1:0".into();
     }
     if ssd {
         c.worker.tiers.push(TierConfig { alias: TierAlias::Ssd, dir: dir.join("ssd"), quota: ByteSize::mib(64) });

@@ -28,7 +28,7 @@ async fn a_master_without_a_log_becomes_the_first_member_intact() {
     c.stop_master().await;
     assert!(!meta.join("raft.redb").exists());
 
-    c.configure_master(|m| m.raft_address = "127.0.0.1:19997".into());
+    c.configure_master(|m| m.raft_address = "127.0.0.1:0".into());
     c.start_master().await.unwrap();
     assert_eq!(common::read_all(&cl, "/before").await, a);
     let b = common::random(1 << 20);

@@ -1,0 +1,140 @@
+//! Leadership in a master group: a master takes calls, and runs its persists,
+//! replication and reaping, only while it leads its group and has taken over (its
+//! in-memory state rebuilt from the namespace it was sent); reads wait for a read
+//! barrier; and the group's members change through the leader (`locus admin masters`).
+//! A master without a group always leads.
+
+use std::time::Duration;
+
+use locus_common::Result;
+use locus_common::job::Job;
+use locus_proto::pb;
+use openraft::ServerState;
+
+use crate::Master;
+
+/// How often the watch on leadership looks, besides each change openraft reports.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+impl Master {
+    /// Whether this master takes calls and runs the group's jobs now.
+    pub(crate) fn leads(&self) -> bool {
+        self.inner.group.as_ref().is_none_or(|g| g.leads())
+    }
+
+    /// The leader's RPC address when this master does not lead ("" when it knows none,
+    /// as mid-election); `None` when it leads.
+    pub(crate) fn leader_elsewhere(&self) -> Option<String> {
+        let g = self.inner.group.as_ref()?;
+        (!g.leads()).then(|| g.leader_rpc_address())
+    }
+
+    /// Waits until a read made now sees every change acknowledged before it
+    /// (linearizable), and fails when this master has been deposed meanwhile.
+    pub(crate) async fn read_barrier(&self) -> Result<()> {
+        match &self.inner.group {
+            Some(g) => g.read_barrier().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Takes over as leader if this master leads its group now: rebuilds what it keeps in
+    /// memory from the namespace (mounts, the persist queue; the UFS paths found missing,
+    /// and in a group the workers, are forgotten: they register again), then takes calls.
+    /// Returns whether it leads.
+    pub(crate) async fn take_over_now(&self) -> Result<bool> {
+        let term = match &self.inner.group {
+            None => None,
+            Some(g) => {
+                let m = g.metrics().borrow().clone();
+                if m.state != ServerState::Leader {
+                    return Ok(false);
+                }
+                // Every change of earlier terms is applied here first.
+                g.read_barrier_unready().await?;
+                Some(m.current_term)
+            }
+        };
+        self.load_mounts()?;
+        {
+            let mut t = self.inner.persist.lock();
+            t.pending.clear();
+            t.retry.clear();
+        }
+        self.load_persist_queue()?;
+        self.inner.absent.forget();
+        if term.is_some() {
+            self.inner.workers.forget_all();
+        }
+        if let (Some(g), Some(term)) = (&self.inner.group, term) {
+            g.ready_in(term);
+            tracing::info!(term, "this master leads its group");
+        }
+        self.date_undated_buckets().await?;
+        Ok(true)
+    }
+
+    /// Adds the master at raft address `address` to this master's group.
+    pub(crate) async fn add_master(&self, address: &str) -> Result<pb::MastersResponse> {
+        self.group()?.add_member(address).await?;
+        self.masters()
+    }
+
+    /// Removes the master at raft address `address` from this master's group.
+    pub(crate) async fn remove_master(&self, address: &str) -> Result<pb::MastersResponse> {
+        self.group()?.remove_member(address).await?;
+        self.masters()
+    }
+
+    /// The group's members as this master knows them.
+    pub(crate) fn masters(&self) -> Result<pb::MastersResponse> {
+        let g = self.group()?;
+        let m = g.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        let masters = membership
+            .nodes()
+            .map(|(id, n)| pb::MasterMember {
+                id: *id,
+                raft_address: n.raft_address.clone(),
+                rpc_address: n.rpc_address.clone(),
+                voter: voters.contains(id),
+                leader: m.current_leader == Some(*id),
+            })
+            .collect();
+        Ok(pb::MastersResponse { masters, term: m.current_term })
+    }
+
+    fn group(&self) -> Result<&crate::raft::Group> {
+        self.inner.group.as_ref().ok_or_else(|| {
+            locus_common::Error::new(
+                locus_common::ErrorKind::FailedPrecondition,
+                "this master runs without a group: start it with --raft-address to add masters",
+            )
+        })
+    }
+}
+
+/// Watches this master's leadership: when it is elected, it takes over.
+pub(crate) fn start(master: Master) -> Job {
+    Job::spawn_loop("master.leading", move |mut stop, _status| async move {
+        let Some(mut metrics) = master.inner.group.as_ref().map(|g| g.metrics()) else { return };
+        loop {
+            let elected = {
+                let m = metrics.borrow_and_update();
+                m.state == ServerState::Leader
+            };
+            if elected
+                && !master.leads()
+                && let Err(e) = master.take_over_now().await
+            {
+                tracing::warn!(error = %e, "cannot take over as the group's leader yet");
+            }
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = metrics.changed() => {}
+                _ = tokio::time::sleep(LOOK_EVERY) => {}
+            }
+        }
+    })
+}
