@@ -316,6 +316,8 @@ impl Client {
         let mut dropped = 0;
         // Failed tries in a row: the client waits after each round of the masters.
         let mut failed = 0;
+        // A proof refused once is asked for again (a restarted master's challenges differ).
+        let mut reproved = false;
         let id = (retry == Retry::Once)
             .then(|| tonic::metadata::MetadataValue::try_from(locus_proto::new_request_id()).ok())
             .flatten();
@@ -342,6 +344,10 @@ impl Client {
                 dropped = 0;
             } else {
                 let ours = s.metadata().get("x-locus-kind").is_some();
+                if ours && s.code() == tonic::Code::Unauthenticated && !reproved {
+                    reproved = true;
+                    continue;
+                }
                 if let Some(e) = tls_failure(&s) {
                     return Err(e.context(format!("master {addr}")));
                 }
@@ -361,7 +367,10 @@ impl Client {
                 if dropped >= 3 * n {
                     return Err(self.not_a_master(addr, &s));
                 }
-                let again = refused || (unreachable && retry != Retry::IfNotSent);
+                // In a group, a member's own `Unavailable` is often a lead being lost (its log
+                // stopped under the call): a call that may go twice tries the next master.
+                let losing = n > 1 && ours && s.code() == tonic::Code::Unavailable;
+                let again = refused || ((unreachable || losing) && retry != Retry::IfNotSent);
                 if !again {
                     return Err(self.err(addr, s));
                 }

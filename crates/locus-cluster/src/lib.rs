@@ -316,10 +316,20 @@ impl LocalCluster {
 
     /// Waits until the group has every master as a voter and one of them leads.
     pub async fn wait_for_group(&self, limit: Duration) -> Result<()> {
+        let n = self.masters.len();
+        self.wait_for_leader(limit, |m| m.masters.iter().filter(|m| m.voter).count() == n).await
+    }
+
+    /// Waits until a master leads and its view of the group's members passes `ok`.
+    pub async fn wait_for_leader(
+        &self,
+        limit: Duration,
+        ok: impl Fn(&locus_proto::pb::MastersResponse) -> bool,
+    ) -> Result<()> {
         let deadline = std::time::Instant::now() + limit;
         loop {
             if let Some(l) = self.leader()
-                && l.members().is_ok_and(|m| m.masters.iter().filter(|m| m.voter).count() == self.masters.len())
+                && l.members().is_ok_and(|m| ok(&m))
             {
                 return Ok(());
             }
@@ -364,6 +374,25 @@ impl LocalCluster {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
+    }
+
+    /// Master `i`, when it runs.
+    pub fn master_at(&self, i: usize) -> Option<&Master> {
+        self.masters.get(i).and_then(|s| s.running.as_ref()).map(|r| &r.master)
+    }
+
+    /// A new master for a group (not started, not yet a member: `locus admin masters add`
+    /// adds it), on ports of its own, naming the group's members as its peers. Returns
+    /// its index.
+    pub fn new_master_slot(&mut self) -> Result<usize> {
+        let i = self.masters.len();
+        let mut slot = self.master_slots(2)?.remove(0);
+        slot.cfg.meta_dir = self.data_dir.join(format!("master{i}"));
+        let mut peers: Vec<String> = self.masters.iter().map(|m| m.cfg.raft_address.clone()).collect();
+        peers.push(slot.cfg.raft_address.clone());
+        slot.cfg.peers = peers;
+        self.masters.push(slot);
+        Ok(i)
     }
 
     /// The configuration of master `i`.

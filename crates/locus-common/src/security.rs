@@ -206,15 +206,22 @@ impl Identity {
 pub struct Verifier {
     secret: Secret,
     client: Secret,
-    /// Random per verifier (its clones share it), in each nonce's MAC: a nonce is taken
-    /// only where it was made, so a proof seen at one master of a group, or at one of its
-    /// ports, is worthless at another.
-    issuer: [u8; 16],
+    /// Who makes its nonces, in each nonce's MAC: a nonce is taken only by the port that
+    /// made it ([`Verifier::issuing`]), so a proof seen at one master of a group, or at
+    /// one of its ports, is worthless at another.
+    issuer: [u8; 32],
 }
 
 impl Verifier {
     pub fn new(secret: &Secret) -> Verifier {
-        Verifier { secret: secret.clone(), client: secret.client_token(), issuer: rand::random() }
+        Verifier::issuing(secret, "")
+    }
+
+    /// A verifier whose nonces only it takes, and its restarts: those of the port named
+    /// `port` (unique in the cluster: "rpc <raft address>" for a group's master).
+    pub fn issuing(secret: &Secret, port: &str) -> Verifier {
+        let issuer = mac(secret, &[NONCE_LABEL, b"issuer", port.as_bytes()]);
+        Verifier { secret: secret.clone(), client: secret.client_token(), issuer }
     }
 
     /// The role a bearer credential (master RPC, web) proves, if any: the client token
@@ -490,7 +497,10 @@ mod tests {
         // Another cluster's, a changed one, an old one: not taken.
         assert!(!Verifier::new(&Secret::generate()).fresh(&n));
         assert!(v.clone().fresh(&n), "a clone serves the same port");
-        assert!(!Verifier::new(&s).fresh(&n), "another master of the cluster did not make it");
+        assert!(Verifier::new(&s).fresh(&n), "the same port after a restart");
+        let m1 = Verifier::issuing(&s, "rpc m1:19997");
+        assert!(!Verifier::issuing(&s, "rpc m2:19997").fresh(&m1.nonce()), "another master's port");
+        assert!(!v.fresh(&m1.nonce()));
         let mut bad = n.clone();
         bad[12] ^= 1;
         assert!(!v.fresh(&bad) && !v.fresh(&n[..40]) && !v.fresh(&[]));

@@ -43,6 +43,17 @@ impl Master {
     /// and in a group the workers, are forgotten: they register again), then takes calls.
     /// Returns whether it leads.
     pub(crate) async fn take_over_now(&self) -> Result<bool> {
+        self.take_over(false).await
+    }
+
+    /// [`Master::take_over_now`]; with `wait_workers`, calls wait (for up to
+    /// `master.worker_timeout`) until every worker the namespace records has registered
+    /// again with its block report, so the new leader places writes and finds copies as
+    /// the old one did.
+    async fn take_over(&self, wait_workers: bool) -> Result<bool> {
+        if self.inner.group.is_some() {
+            self.inner.workers.forget_all();
+        }
         let term = match &self.inner.group {
             None => None,
             Some(g) => {
@@ -63,8 +74,8 @@ impl Master {
         }
         self.load_persist_queue()?;
         self.inner.absent.forget();
-        if term.is_some() {
-            self.inner.workers.forget_all();
+        if wait_workers {
+            self.await_recorded_workers().await?;
         }
         if let (Some(g), Some(term)) = (&self.inner.group, term) {
             g.ready_in(term);
@@ -72,6 +83,36 @@ impl Master {
         }
         self.date_undated_buckets().await?;
         Ok(true)
+    }
+
+    /// Waits until every worker the namespace records is registered, or for
+    /// `master.worker_timeout` (a worker that is gone does not hold the take-over up).
+    async fn await_recorded_workers(&self) -> Result<()> {
+        let known: Vec<u64> = {
+            use redb::ReadableTable;
+            let r = self.ns().read()?;
+            let t = r.open_table(crate::store::WORKERS).map_err(crate::store::db_err)?;
+            let mut v = Vec::new();
+            for e in t.iter().map_err(crate::store::db_err)? {
+                v.push(e.map_err(crate::store::db_err)?.0.value());
+            }
+            v
+        };
+        let deadline = std::time::Instant::now() + self.inner.cfg.worker_timeout;
+        while std::time::Instant::now() < deadline {
+            let live = self.inner.workers.live();
+            if known.iter().all(|id| live.contains_key(id)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Whether this master was elected and is taking over: the workers' calls come in
+    /// (they register again), no other.
+    pub(crate) fn taking_over(&self) -> bool {
+        self.inner.group.as_ref().is_some_and(|g| g.metrics().borrow().state == ServerState::Leader && !g.leads())
     }
 
     /// Adds the master at raft address `address` to this master's group.
@@ -126,7 +167,7 @@ pub(crate) fn start(master: Master) -> Job {
             };
             if elected
                 && !master.leads()
-                && let Err(e) = master.take_over_now().await
+                && let Err(e) = master.take_over(true).await
             {
                 tracing::warn!(error = %e, "cannot take over as the group's leader yet");
             }

@@ -162,6 +162,10 @@ impl MasterBuilder {
                 Some(raft::Group::start(ns.clone(), &self.cfg.meta_dir, setup).await?)
             }
         };
+        let issuer = match self.cfg.raft_address.as_str() {
+            "" => format!("rpc {}", self.cfg.rpc_address),
+            a => format!("rpc {a}"),
+        };
         let inner = Arc::new(Inner {
             protected,
             ns,
@@ -174,7 +178,8 @@ impl MasterBuilder {
             metrics: Metrics::new()?,
             persist: Default::default(),
             jobs: Mutex::new(Vec::new()),
-            verifier: Verifier::new(&self.secret),
+            // Its nonces are its own: a proof made for another master of the group is not taken.
+            verifier: Verifier::issuing(&self.secret, &issuer),
             tls: self.tls,
             absent: absent::AbsentPaths::default(),
         });

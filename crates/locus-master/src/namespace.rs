@@ -70,7 +70,7 @@ impl Namespace {
 
     /// The cluster's id, made when the store was.
     pub(crate) fn cluster_id(&self) -> u64 {
-        self.store.cluster_id
+        self.store.cluster_id()
     }
 
     /// Insert a new entry; a file gets `version`, or a new one when `None`.

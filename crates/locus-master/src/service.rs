@@ -32,6 +32,10 @@ impl Master {
 /// comes before any call, and who the group's members are.
 const ANY_MEMBER: &[&str] = &["Challenge", "GetMasters"];
 
+/// The workers' calls, which a master elected takes while it takes over: the workers
+/// register again, and it serves once they have.
+const WORKER_CALLS: &[&str] = &["RegisterWorker", "WorkerHeartbeat", "CommitBlocks"];
+
 /// The master's interceptor: the caller's credential and role ([`ServerAuth`]), then,
 /// in a group, whether this master leads it (else the call is refused naming the leader).
 #[derive(Clone)]
@@ -45,6 +49,7 @@ impl tonic::service::Interceptor for Gate {
         let req = self.auth.call(req)?;
         let method = req.extensions().get::<locus_proto::auth::RpcMethod>().map(|m| m.0.as_str()).unwrap_or_default();
         match self.master.leader_elsewhere() {
+            Some(_) if WORKER_CALLS.contains(&method) && self.master.taking_over() => Ok(req),
             Some(leader) if !ANY_MEMBER.contains(&method) => Err(locus_proto::not_leader_status(&leader, false)),
             _ => Ok(req),
         }

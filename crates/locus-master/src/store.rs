@@ -123,8 +123,24 @@ pub struct Store {
     db: std::sync::Arc<Database>,
     ops: Option<std::sync::mpsc::Sender<(Op, Reply)>>,
     committer: Option<std::thread::JoinHandle<()>>,
-    /// This namespace's cluster id (random, never 0), made with the store and fixed.
-    pub cluster_id: u64,
+    /// This namespace's cluster id (random, never 0), made with the store; a member of a
+    /// group takes its group's with the first snapshot it installs ([`Store::reload_cluster_id`]).
+    cluster_id: std::sync::atomic::AtomicU64,
+}
+
+impl Store {
+    /// This namespace's cluster id.
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Reads the cluster id again (after a snapshot replaced the tables).
+    pub fn reload_cluster_id(&self) -> Result<()> {
+        let r = self.db.begin_read().map_err(db_err)?;
+        let id = get_counter(&r.open_table(COUNTERS).map_err(db_err)?, CLUSTER_ID)?;
+        self.cluster_id.store(id, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
 }
 
 impl Drop for Store {
@@ -307,7 +323,7 @@ impl Store {
             .name("locus-meta-commit".into())
             .spawn(move || run_committer(d2, rx))
             .map_err(|e| Error::io("start the metadata committer", e))?;
-        let mut s = Store { db, ops: Some(tx), committer: Some(committer), cluster_id: 0 };
+        let mut s = Store { db, ops: Some(tx), committer: Some(committer), cluster_id: Default::default() };
         let w = s.write()?;
         {
             // Create every table so that readers never meet a missing one.
@@ -329,11 +345,12 @@ impl Store {
             // The cluster's identity, made once with the namespace: a worker holding blocks
             // of another namespace (whose ids mean other data here) is told to drop them.
             let mut counters = w.open_table(COUNTERS).map_err(db_err)?;
-            s.cluster_id = get_counter(&counters, CLUSTER_ID)?;
-            if s.cluster_id == 0 {
-                s.cluster_id = rand::random::<u64>().max(1);
-                counters.insert(CLUSTER_ID, s.cluster_id).map_err(db_err)?;
+            let mut id = get_counter(&counters, CLUSTER_ID)?;
+            if id == 0 {
+                id = rand::random::<u64>().max(1);
+                counters.insert(CLUSTER_ID, id).map_err(db_err)?;
             }
+            *s.cluster_id.get_mut() = id;
             if inodes.get(ROOT_ID).map_err(db_err)?.is_none() {
                 let root = pb::InodeRecord { id: ROOT_ID, is_dir: true, ..Default::default() };
                 inodes.insert(ROOT_ID, root.encode_to_vec().as_slice()).map_err(db_err)?;

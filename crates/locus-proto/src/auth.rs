@@ -117,7 +117,13 @@ impl tower::Service<http::Request<tonic::body::Body>> for ProvingChannel {
             if let Ok(h) = this.header().await {
                 req.headers_mut().insert(HEADER, h);
             }
-            tower::Service::call(&mut ready, req).await.map_err(Into::into)
+            let resp = tower::Service::call(&mut ready, req).await.map_err(Into::<BoxError>::into)?;
+            // A proof refused (the master restarted with another configuration, so its
+            // challenges changed): the next call asks for a new challenge.
+            if resp.headers().get("grpc-status").is_some_and(|v| v == "16") {
+                *this.session.lock() = None;
+            }
+            Ok(resp)
         })
     }
 }

@@ -106,6 +106,9 @@ impl Counters {
 
 /// The state every handler shares: the block store, the master, the mounts' UFSes and
 /// the fills in progress.
+/// How long a call to a group of masters looks for its leader.
+const FOLLOW_FOR: Duration = Duration::from_secs(15);
+
 struct Inner {
     cfg: WorkerConfig,
     store: BlockStore,
@@ -417,32 +420,39 @@ impl Inner {
     }
 
     /// One call to the master, to the leader of its group: a member that does not lead
-    /// names the leader, and a master that cannot be reached is passed over for the
-    /// next, for up to three rounds of the masters. (Every call a worker makes may be
-    /// made twice.)
+    /// names the leader, and one that cannot be reached (or is losing the lead) is passed
+    /// over for the next, for up to [`FOLLOW_FOR`] (an election and a take-over). Every
+    /// call a worker makes may be made twice.
     async fn call<T, F, Fut>(&self, f: F) -> std::result::Result<T, tonic::Status>
     where
         F: Fn(AuthedMasterClient) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let n = self.masters.len();
-        let mut tries = 0;
+        let started = std::time::Instant::now();
+        let (mut tries, mut wait, mut reproved) = (0, Duration::from_millis(50), false);
         loop {
             let i = self.leader.load(Relaxed) % n;
             let s = match f(self.masters[i].1.clone()).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => s,
             };
+            // A proof refused once is asked for again (a restarted master's challenges differ).
+            if s.code() == tonic::Code::Unauthenticated && !reproved {
+                reproved = true;
+                continue;
+            }
             let hint = locus_proto::leader_hint(&s);
-            let unreachable = s.metadata().get("x-locus-kind").is_none() && s.code() == tonic::Code::Unavailable;
-            if n == 1 || !(hint.is_some() || unreachable) || tries >= 3 * n {
+            let away = matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
+            if !(hint.is_some() || away) || started.elapsed() > FOLLOW_FOR || (n == 1 && hint.is_none()) {
                 return Err(s);
             }
             let named = hint.and_then(|h| self.masters.iter().position(|(a, _)| *a == h));
             let _ = self.leader.compare_exchange(i, named.unwrap_or((i + 1) % n), Relaxed, Relaxed);
             tries += 1;
             if tries % n == 0 {
-                tokio::time::sleep(Duration::from_millis(200 * tries as u64 / n as u64)).await;
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
             }
         }
     }

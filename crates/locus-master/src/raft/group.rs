@@ -110,7 +110,7 @@ impl Group {
         let raft = Raft::new(id, Arc::new(config), network, log, sm).await.map_err(|e| fatal("start", e))?;
         let (stop, stopped) = watch::channel(false);
         let mut s = stopped.clone();
-        let port_verifier = Verifier::new(&secret);
+        let port_verifier = Verifier::issuing(&secret, &format!("raft {}", node.raft_address));
         let serve = net::serve(raft.clone(), id, node.clone(), port_verifier, tls.clone(), listener, async move {
             let _ = s.wait_for(|v| *v).await;
         });
@@ -166,13 +166,13 @@ impl Group {
                 }
             }
         }
-        if founder && !initialized && !joins {
-            self.raft
-                .initialize(BTreeMap::from([(self.id, node.clone())]))
-                .await
-                .map_err(|e| fatal("initialize", e))?;
+        let founds = founder && !initialized && !joins;
+        if founds {
+            let me = BTreeMap::from([(self.id, node.clone())]);
+            self.raft.initialize(me).await.map_err(|e| fatal("initialize", e))?;
         }
-        if self.voters() != BTreeSet::from([self.id]) {
+        // (Right after `initialize` the metrics may not show the membership yet.)
+        if !founds && self.voters() != BTreeSet::from([self.id]) {
             return Ok(());
         }
         let wait = self.raft.wait(Some(START_WAIT));
@@ -329,7 +329,8 @@ impl Handle {
         let Some(applied) = applied else { return Ok(()) };
         self.raft.trigger().snapshot().await.map_err(|e| fatal("snapshot", e))?;
         let wait = self.raft.wait(Some(START_WAIT));
-        wait.snapshot(applied, "snapshot before the first member joins").await.ok();
+        let made = |m: &RaftMetrics<u64, MasterNode>| m.snapshot.is_some_and(|s| s.index >= applied.index);
+        wait.metrics(made, "snapshot before the first member joins").await.map_err(|e| fatal("snapshot", e))?;
         let snap = self.raft.metrics().borrow().snapshot;
         let Some(snap) = snap else { return Err(fatal("snapshot", "none was made")) };
         self.raft.trigger().purge_log(snap.index).await.map_err(|e| fatal("purge", e))?;

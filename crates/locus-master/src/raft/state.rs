@@ -5,8 +5,8 @@
 //! ([`crate::store::replicated_tables`]) as a [`pb::SnapshotRecord`], each
 //! length-delimited.
 //!
-//! Not yet (stage 4 of the plan): the search index's files in the snapshot, and a
-//! snapshot read as a stream rather than whole into memory.
+//! Not yet: the search index's files in the snapshot, and a snapshot read as a stream
+//! rather than whole into memory.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -373,6 +373,7 @@ impl RaftStateMachine<Locus> for StateMachine {
                 w.open_table(STATE).map_err(db_err)?.remove(APPLIED).map_err(db_err)?;
             }
             w.commit().map_err(db_err)?;
+            ns.store().reload_cluster_id()?;
             keep_snapshot(&dir, &current, &meta, &bytes).map(drop)
         })
         .await

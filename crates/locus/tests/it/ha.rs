@@ -49,3 +49,221 @@ async fn a_master_without_a_log_becomes_the_first_member_intact() {
     cl.mkdir("/e/f", false).await.unwrap();
     c.shutdown().await;
 }
+
+// ---- Three masters in process (stage 4) ----
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use locus_client::Client;
+use locus_cluster::LocalCluster;
+use locus_common::security::{Identity, Role, Secret};
+use locus_proto::pb;
+
+async fn group(dir: &std::path::Path, workers: usize) -> LocalCluster {
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
+    let mut cfg = common::config(dir, 64 << 20, false);
+    cfg.master.raft_address.clear();
+    LocalCluster::start_group(cfg, &dir.join("data"), 3, workers, None).await.unwrap()
+}
+
+async fn channel(addr: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap()
+}
+
+/// A client of the group that proves the master's role (what `locus admin masters` is).
+fn admin(c: &LocalCluster) -> Client {
+    let secret = locus_common::security::read_secret_file(&c.security().secret_file).unwrap();
+    let id = Identity::member(&secret, Role::Master);
+    Client::with_identity(&c.master_address(), ClientConfig::default(), id, c.tls().clone()).unwrap()
+}
+
+fn secret(c: &LocalCluster) -> Secret {
+    locus_common::security::read_secret_file(&c.security().secret_file).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_names_the_leader_and_clients_follow_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = group(dir.path(), 1).await;
+    let l = c.leader_index().unwrap();
+    let f = (l + 1) % 3;
+    let follower = c.master_config(f).rpc_address.clone();
+    let leader = c.master_config(l).rpc_address.clone();
+
+    // A call to a follower is refused, naming the leader; it was not carried out.
+    let mut raw = locus_proto::auth::master_client(channel(&follower).await, &c.client_token()).unwrap();
+    let s = raw.create_directory(pb::PathRequest { path: "/x".into(), recursive: false }).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+    assert_eq!(locus_proto::leader_hint(&s).as_deref(), Some(leader.as_str()));
+    assert!(locus_proto::from_status(s).is_retryable());
+    // Who the members are, any member says.
+    let m = raw.get_masters(pb::Empty {}).await.unwrap().into_inner();
+    assert_eq!(m.masters.iter().filter(|m| m.voter).count(), 3, "{m:?}");
+    assert_eq!(m.masters.iter().filter(|m| m.leader).count(), 1, "{m:?}");
+
+    // A client given the follower alone, and one given all three, work.
+    let one = Client::with_tls(&follower, ClientConfig::default(), c.client_token(), c.tls().clone()).unwrap();
+    let all = c.client(ClientConfig::default()).unwrap();
+    let a = common::random(300 << 10);
+    common::put_as(&one, "/a", &a, WriteType::CacheThrough).await.unwrap();
+    assert_eq!(common::read_all(&all, "/a").await, a);
+    all.mkdir("/x", false).await.unwrap();
+    assert!(one.status("/x", false).await.unwrap().is_dir);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_stopped_under_32_writers_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = group(dir.path(), 1).await;
+    let cl = Arc::new(c.client(ClientConfig::default()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for w in 0..32 {
+        let (cl, stop) = (cl.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut acked, mut errors) = (Vec::new(), Vec::new());
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let (path, data) = (format!("/w{w}/{n}"), common::random(4096 + n));
+                match common::put_as(&cl, &path, &data, WriteType::AsyncThrough).await {
+                    Ok(_) => acked.push((path, data)),
+                    Err(e) => errors.push(format!("{path}: {e}")),
+                }
+            }
+            (acked, errors)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let old = c.leader_index().unwrap();
+    c.stop_master_at(old).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut acked, mut errors) = (Vec::new(), Vec::new());
+    for t in tasks {
+        let (a, e) = t.await.unwrap();
+        acked.extend(a);
+        errors.extend(e);
+    }
+    assert!(errors.is_empty(), "{} writes failed, the first: {:?}", errors.len(), errors.first());
+    let new = c.leader_index().expect("a new leader");
+    assert_ne!(new, old);
+    assert!(acked.len() > 64, "only {} writes were acknowledged", acked.len());
+    for (path, data) in &acked {
+        assert_eq!(&common::read_all(&cl, path).await, data, "{path}");
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wiped_follower_rejoins_by_snapshot_and_carries_the_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = group(dir.path(), 1).await;
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let a = common::random(200 << 10);
+    for i in 0..10 {
+        common::put_as(&cl, &format!("/a/{i}"), &a, WriteType::CacheThrough).await.unwrap();
+    }
+    let l = c.leader_index().unwrap();
+    let (f1, f2) = ((l + 1) % 3, (l + 2) % 3);
+    c.stop_master_at(f1).await;
+    std::fs::remove_dir_all(&c.master_config(f1).meta_dir).unwrap();
+    c.start_master_at(f1).await.unwrap();
+    // With f2 down, a change needs f1's acknowledgement: f1 is a member again.
+    c.stop_master_at(f2).await;
+    let b = common::random(100 << 10);
+    common::put_as(&cl, "/b", &b, WriteType::CacheThrough).await.unwrap();
+    // The old leader goes; f2 lacks /b, so only f1 can be elected, and serves it all.
+    c.stop_master_at(l).await;
+    c.start_master_at(f2).await.unwrap();
+    c.wait_for_leader(Duration::from_secs(30), |_| true).await.unwrap();
+    assert_eq!(c.leader_index(), Some(f1));
+    assert_eq!(common::read_all(&cl, "/b").await, b);
+    for i in 0..10 {
+        assert_eq!(common::read_all(&cl, &format!("/a/{i}")).await, a, "/a/{i}");
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_master_is_replaced_with_admin_masters_remove_and_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = group(dir.path(), 1).await;
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let a = common::random(100 << 10);
+    common::put_as(&cl, "/a", &a, WriteType::CacheThrough).await.unwrap();
+    let l = c.leader_index().unwrap();
+    let dead = (l + 1) % 3;
+    c.stop_master_at(dead).await;
+    let adm = admin(&c);
+    let m = adm.remove_master(&c.master_config(dead).raft_address).await.unwrap();
+    assert_eq!(m.masters.len(), 2, "{m:?}");
+    let new = c.new_master_slot().unwrap();
+    c.start_master_at(new).await.unwrap();
+    let m = adm.add_master(&c.master_config(new).raft_address).await.unwrap();
+    let voters: Vec<&str> = m.masters.iter().filter(|m| m.voter).map(|m| m.raft_address.as_str()).collect();
+    assert_eq!(voters.len(), 3, "{m:?}");
+    assert!(voters.contains(&c.master_config(new).raft_address.as_str()));
+    // Without the old leader, the other founder and the new master are the quorum.
+    c.stop_master_at(l).await;
+    c.wait_for_leader(Duration::from_secs(30), |_| true).await.unwrap();
+    assert_eq!(common::read_all(&cl, "/a").await, a);
+    cl.mkdir("/after", false).await.unwrap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attacker_with_the_client_token_cannot_touch_the_group() {
+    use base64::Engine;
+    use locus_proto::pb::raft_client::RaftClient;
+    let dir = tempfile::tempdir().unwrap();
+    let c = group(dir.path(), 0).await;
+    let token = c.client_token();
+    let l = c.leader_index().unwrap();
+    // Membership changes need the master's role: the client token, or a worker, is refused.
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let e = cl.add_master("127.0.0.1:1").await.unwrap_err();
+    assert_eq!(e.kind(), locus_common::ErrorKind::PermissionDenied, "{e}");
+    let worker = Identity::member(&secret(&c), Role::Worker);
+    let as_worker =
+        Client::with_identity(&c.master_address(), ClientConfig::default(), worker.clone(), c.tls().clone());
+    let e = as_worker.unwrap().remove_master(&c.master_config(l).raft_address).await.unwrap_err();
+    assert_eq!(e.kind(), locus_common::ErrorKind::PermissionDenied, "{e}");
+    // The raft port takes the master's role only.
+    let raft = &c.master_config(l).raft_address;
+    for id in [Identity::client(&token), worker] {
+        let ch = locus_proto::auth::ProvingChannel::to(locus_proto::auth::Port::Raft, channel(raft).await, id);
+        let mut rc = RaftClient::new(ch);
+        let s = rc.describe(pb::RaftDescribeRequest { nonce: vec![7; 32] }).await.unwrap_err();
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+        let s = rc.vote(pb::RaftVoteRequest {
+            vote: Some(pb::RaftVote { term: 99, node: 1, committed: false }),
+            last_log_id: None,
+        });
+        assert_eq!(s.await.unwrap_err().code(), tonic::Code::PermissionDenied);
+    }
+    // With no proof at all: refused, and the term is untouched.
+    let mut bare = RaftClient::new(channel(raft).await);
+    let s = bare.append_entries(pb::RaftAppendRequest::default()).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
+    assert_eq!(c.leader_index(), Some(l));
+    // A proof made for one master's challenge is worthless at another master.
+    let (a, b) = (&c.master_config(l).rpc_address, &c.master_config((l + 1) % 3).rpc_address);
+    let mut at_a = pb::master_client::MasterClient::new(channel(a).await);
+    let nonce = at_a.challenge(pb::Empty {}).await.unwrap().into_inner().nonce;
+    let proof = Identity::client(&token).prove(&nonce);
+    let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
+    let header = format!("Locus-Proof client {} {}", b64.encode(&nonce), b64.encode(&proof));
+    let mut r = tonic::Request::new(pb::Empty {});
+    r.metadata_mut().insert("authorization", header.parse().unwrap());
+    let mut at_b = pb::master_client::MasterClient::new(channel(b).await);
+    let s = at_b.get_masters(r).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
+    let mut r = tonic::Request::new(pb::Empty {});
+    r.metadata_mut().insert("authorization", header.parse().unwrap());
+    at_a.get_masters(r).await.expect("the same proof where its challenge was made");
+    c.shutdown().await;
+}
