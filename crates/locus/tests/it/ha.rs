@@ -98,8 +98,15 @@ async fn a_follower_names_the_leader_and_clients_follow_it() {
     assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
     assert_eq!(locus_proto::leader_hint(&s).as_deref(), Some(leader.as_str()));
     assert!(locus_proto::from_status(s).is_retryable());
-    // Who the members are, any member says.
-    let m = raw.get_masters(pb::Empty {}).await.unwrap().into_inner();
+    // Who the members are, any member says (once the membership reached it).
+    let mut m = raw.get_masters(pb::Empty {}).await.unwrap().into_inner();
+    for _ in 0..100 {
+        if m.masters.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        m = raw.get_masters(pb::Empty {}).await.unwrap().into_inner();
+    }
     assert_eq!(m.masters.iter().filter(|m| m.voter).count(), 3, "{m:?}");
     assert_eq!(m.masters.iter().filter(|m| m.leader).count(), 1, "{m:?}");
 
