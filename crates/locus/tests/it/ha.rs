@@ -62,7 +62,6 @@ use locus_common::security::{Identity, Role, Secret};
 use locus_proto::pb;
 
 async fn group(dir: &std::path::Path, workers: usize) -> LocalCluster {
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
     let mut cfg = common::config(dir, 64 << 20, false);
     cfg.master.raft_address.clear();
     LocalCluster::start_group(cfg, &dir.join("data"), 3, workers, None).await.unwrap()
