@@ -29,10 +29,15 @@ pub struct MetaBench {
     pub work_dir: PathBuf,
     /// Run the master as a one-member replicated group (its changes through the log).
     pub group: bool,
+    /// With 2 or more: the same work against one master without a group first, then
+    /// against a group of this many masters in this process, side by side.
+    pub masters: usize,
 }
 
 #[derive(Serialize)]
 pub struct MetaRow {
+    /// The master(s) measured: "1 master", or "3 masters (replicated group)".
+    pub setup: String,
     pub name: String,
     pub ops_per_s: Vec<f64>,
     pub median_ops_per_s: f64,
@@ -54,13 +59,27 @@ where
 impl MetaBench {
     pub async fn run(&self) -> Result<Vec<MetaRow>> {
         let mut cfg = loopback_config();
+        if self.masters > 1 {
+            let mut rows = with_cluster(cfg.clone(), &self.work_dir.join("one"), false, async |c| {
+                self.measure(c, "1 master").await
+            })
+            .await?;
+            let work = self.work_dir.join("group");
+            let group = locus_cluster::LocalCluster::start_group(cfg, &work, self.masters, 1, None).await?;
+            let setup = format!("{} masters (replicated group)", self.masters);
+            let measured = self.measure(&group, &setup).await;
+            group.shutdown().await;
+            rows.extend(measured?);
+            return Ok(rows);
+        }
         if self.group {
             cfg.master.raft_address = "127.0.0.1:0".into();
         }
-        with_cluster(cfg, &self.work_dir, false, async |c| self.measure(c).await).await
+        let setup = if self.group { "1 master, a one-member group" } else { "1 master" };
+        with_cluster(cfg, &self.work_dir, false, async |c| self.measure(c, setup).await).await
     }
 
-    async fn measure(&self, cluster: &locus_cluster::LocalCluster) -> Result<Vec<MetaRow>> {
+    async fn measure(&self, cluster: &locus_cluster::LocalCluster, setup: &str) -> Result<Vec<MetaRow>> {
         let client = Arc::new(cluster.client(Default::default())?);
         let (mut creates, mut creates2, mut opens, mut lists) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for run in 0..self.runs {
@@ -112,7 +131,7 @@ impl MetaBench {
                 .await?,
             );
             eprintln!(
-                "run {}/{}: {:.0} creates/s ({:.0} as create + complete), {:.0} opens/s, {:.0} lists/s",
+                "{setup}, run {}/{}: {:.0} creates/s ({:.0} as create + complete), {:.0} opens/s, {:.0} lists/s",
                 run + 1,
                 self.runs,
                 creates[run],
@@ -121,7 +140,12 @@ impl MetaBench {
                 lists[run]
             );
         }
-        let row = |name: &str, v: Vec<f64>| MetaRow { name: name.into(), median_ops_per_s: median(&v), ops_per_s: v };
+        let row = |name: &str, v: Vec<f64>| MetaRow {
+            setup: setup.into(),
+            name: name.into(),
+            median_ops_per_s: median(&v),
+            ops_per_s: v,
+        };
         Ok(vec![
             row("create (one CreateFile call, durable)", creates),
             row("create + complete (CreateFile, CompleteFile: as a data write, durable)", creates2),
@@ -134,16 +158,13 @@ impl MetaBench {
 pub fn markdown(b: &MetaBench, rows: &[MetaRow]) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "### locus bench meta: {} files per run, {} callers in flight, {} runs (medians){}\n\n",
-        b.files,
-        b.concurrency,
-        b.runs,
-        if b.group { ", the master a one-member replicated group" } else { "" }
+        "### locus bench meta: {} files per run, {} callers in flight, {} runs (medians)\n\n",
+        b.files, b.concurrency, b.runs
     ));
-    s.push_str("| operation | median ops/s | runs (ops/s) |\n|---|---:|---|\n");
+    s.push_str("| master(s) | operation | median ops/s | runs (ops/s) |\n|---|---|---:|---|\n");
     for r in rows {
         let runs: Vec<String> = r.ops_per_s.iter().map(|v| format!("{v:.0}")).collect();
-        s.push_str(&format!("| {} | {:.0} | {} |\n", r.name, r.median_ops_per_s, runs.join(", ")));
+        s.push_str(&format!("| {} | {} | {:.0} | {} |\n", r.setup, r.name, r.median_ops_per_s, runs.join(", ")));
     }
     if let Some(c) = rows.first() {
         s.push_str(&format!(
@@ -151,6 +172,14 @@ pub fn markdown(b: &MetaBench, rows: &[MetaRow]) -> String {
             CREATE_GOAL,
             c.median_ops_per_s / CREATE_GOAL
         ));
+    }
+    // Side by side: each operation of the group against the one master (goal ≥ 0.6×).
+    let (one, group): (Vec<&MetaRow>, Vec<&MetaRow>) = rows.iter().partition(|r| r.setup == "1 master");
+    if b.masters > 1 && one.len() == group.len() {
+        s.push_str(&format!("\n{} masters ÷ 1 master (goal ≥ 0.6×):\n\n", b.masters));
+        for (o, g) in one.iter().zip(&group) {
+            s.push_str(&format!("- {}: **{:.2}×**\n", o.name, g.median_ops_per_s / o.median_ops_per_s));
+        }
     }
     s
 }

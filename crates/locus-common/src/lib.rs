@@ -72,6 +72,12 @@ pub fn init_logging(json: bool) {
     {
         filter = filter.add_directive(d);
     }
+    // openraft narrates every election and shutdown at INFO; the master logs what matters.
+    if !spec.contains("openraft")
+        && let Ok(d) = "openraft=warn".parse()
+    {
+        filter = filter.add_directive(d);
+    }
     // Colours only on a terminal: logs written to a file or a pipe stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);

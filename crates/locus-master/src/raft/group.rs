@@ -310,7 +310,14 @@ struct Handle {
 
 impl Handle {
     async fn add_member(&self, address: &str) -> Result<()> {
-        let (_, id, node, _) = net::describe(address, &self.verifier, &self.tls).await?;
+        let described = net::describe(address, &self.verifier, &self.tls).await;
+        let (_, id, node, _) = described.map_err(|e| {
+            let why = format!(
+                "cannot add {address}: {e} (start that master first, with --raft-address {address} and --peers \
+                 naming this group)"
+            );
+            Error::new(ErrorKind::FailedPrecondition, why)
+        })?;
         self.purge_once().await?;
         self.raft.add_learner(id, node, true).await.map_err(write_err)?;
         let r = self.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false).await;

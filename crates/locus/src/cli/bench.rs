@@ -34,6 +34,10 @@ pub enum BenchCmd {
         /// log (docs/design/ha-plan.md, stage 3).
         #[arg(long)]
         group: bool,
+        /// With 2 or more: one master first, then a replicated group of this many masters
+        /// in this process, and the group's rate over the one master's.
+        #[arg(long, default_value_t = 1)]
+        masters: usize,
         /// Write the Markdown table here as well (and the raw runs next to it as JSON).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -148,8 +152,9 @@ pub fn run(cmd: &BenchCmd) -> Result<()> {
                 emit(&locus_bench::gateway::markdown(&b, &rows), out, json!({"rows": rows}))
             })
         }
-        BenchCmd::Meta { files, concurrency, runs, group, out } => with_scratch(|work_dir| {
-            let b = MetaBench { files: *files, concurrency: *concurrency, runs: *runs, work_dir, group: *group };
+        BenchCmd::Meta { files, concurrency, runs, group, masters, out } => with_scratch(|work_dir| {
+            let (files, concurrency, runs, group, masters) = (*files, *concurrency, *runs, *group, *masters);
+            let b = MetaBench { files, concurrency, runs, work_dir, group, masters };
             let rows = runtime()?.block_on(b.run())?;
             emit(&locus_bench::meta::markdown(&b, &rows), out, json!({"rows": rows}))
         }),
