@@ -170,6 +170,7 @@ impl Master {
         rep.persist_queue_ops = b.ops;
         rep.jobs = self.inner.jobs.lock().iter().map(|j| j.status().into()).collect();
         (rep.persist_failed_ops, rep.persist_failed) = self.failed_persists();
+        rep.group = self.inner.group.as_ref().map(|g| g.status());
         rep.by_host = self.inner.reads.lock().totals();
         rep.now_ms = locus_common::now_ms();
         rep

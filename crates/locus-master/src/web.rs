@@ -107,10 +107,11 @@ async fn index(State(m): State<Master>) -> Html<String> {
     let mounts_rows: String =
         mounts.iter().map(|mi| row([esc(&mi.path), esc(&mi.uri), mi.readonly.to_string()])).collect();
     let failed = failures(&r);
+    let masters = masters(&rep);
     Html(format!(
         "<!doctype html><html><head><title>Locus</title><meta http-equiv=refresh content=5>\
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:4px 10px;border-bottom:1px solid #ddd;text-align:left}}</style></head>\
-<body><h1>Locus</h1><h2>Workers</h2><table><tr><th>id</th><th>host</th><th>data</th><th>state</th><th>tiers</th></tr>{rows}</table>\
+<body><h1>Locus</h1>{masters}<h2>Workers</h2><table><tr><th>id</th><th>host</th><th>data</th><th>state</th><th>tiers</th></tr>{rows}</table>\
 <h2>Bytes read by source</h2><table><tr><th>short_circuit</th><th>local_worker</th><th>remote_worker</th><th>ufs</th><th>hit ratio</th></tr>\
 <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td></tr></table>\
 <h2>Client reads by host</h2><p>Why not short-circuit: <code>locus doctor --reads</code>.</p><table><tr><th>host</th><th>short-circuit</th><th>local worker</th><th>remote worker</th><th>UFS</th><th>short-circuit share</th><th>not short-circuit, by reason</th></tr>{hosts}</table>\
@@ -177,6 +178,25 @@ fn host_row(h: &locus_proto::report::HostReads) -> String {
 }
 
 /// The persist failures given up on, if any.
+/// The master group as this master sees it (only a leader knows the others' place).
+fn masters(rep: &ClusterReport) -> String {
+    let Some(g) = &rep.masters else { return String::new() };
+    let rows: String = g
+        .members
+        .iter()
+        .map(|m| {
+            let (raft, rpc) = (esc(&m.raft_address), esc(&m.rpc_address));
+            row([m.role.into(), raft, rpc, m.matched_index.to_string(), m.lag.to_string()])
+        })
+        .collect();
+    let since = (rep.now_ms - g.elected_ms).max(0) as f64 / 1000.0;
+    format!(
+        "<h2>Masters</h2><p>Term {}, log {}, applied {}, leader since {since:.1} s.</p>\
+<table><tr><th>role</th><th>raft</th><th>rpc</th><th>matched</th><th>behind</th></tr>{rows}</table>",
+        g.term, g.last_log_index, g.applied_index
+    )
+}
+
 fn failures(r: &locus_proto::pb::Report) -> String {
     if r.persist_failed_ops == 0 {
         return String::new();

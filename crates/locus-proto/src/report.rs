@@ -29,6 +29,57 @@ pub struct ClusterReport {
     /// The master's wall clock (ms since the epoch).
     pub now_ms: i64,
     pub persist_failed: Failed,
+    /// The master group, as its leader sees it (none without a group).
+    pub masters: Option<MasterGroup>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MasterGroup {
+    pub term: u64,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    /// When the leader took over (ms since the epoch).
+    pub elected_ms: i64,
+    pub members: Vec<MasterRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MasterRow {
+    pub raft_address: String,
+    pub rpc_address: String,
+    /// "leader", "follower" or "learner".
+    pub role: &'static str,
+    pub matched_index: u64,
+    /// Entries behind the leader's log.
+    pub lag: u64,
+}
+
+impl MasterGroup {
+    fn new(g: &pb::MasterGroupStatus) -> MasterGroup {
+        let role = |m: &pb::MasterStatus| match (m.leader, m.voter) {
+            (true, _) => "leader",
+            (false, true) => "follower",
+            (false, false) => "learner",
+        };
+        let members = g
+            .masters
+            .iter()
+            .map(|m| MasterRow {
+                raft_address: m.raft_address.clone(),
+                rpc_address: m.rpc_address.clone(),
+                role: role(m),
+                matched_index: m.matched_index,
+                lag: m.lag,
+            })
+            .collect();
+        MasterGroup {
+            term: g.term,
+            last_log_index: g.last_log_index,
+            applied_index: g.applied_index,
+            elected_ms: g.elected_ms,
+            members,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -229,6 +280,7 @@ impl ClusterReport {
                 ops: r.persist_failed_ops,
                 operations: r.persist_failed.iter().map(FailedOp::new).collect(),
             },
+            masters: r.group.as_ref().map(MasterGroup::new),
         }
     }
 

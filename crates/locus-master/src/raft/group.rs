@@ -57,6 +57,8 @@ pub(crate) struct Group {
     tls: Tls,
     /// The term this master took over in (`Master::take_over` done), 0 while it leads none.
     ready: AtomicU64,
+    /// When it took over (ms since the epoch).
+    elected_ms: std::sync::atomic::AtomicI64,
     /// Read barriers: one at a time, shared by the calls that arrived before it began.
     barrier: tokio::sync::Mutex<()>,
     barriers_begun: AtomicU64,
@@ -132,6 +134,7 @@ impl Group {
             verifier,
             tls,
             ready: AtomicU64::new(0),
+            elected_ms: Default::default(),
             barrier: Default::default(),
             barriers_begun: AtomicU64::new(0),
             last_barrier: parking_lot::Mutex::new((0, None)),
@@ -206,7 +209,43 @@ impl Group {
 
     /// Records that the master took over as leader in `term`.
     pub(crate) fn ready_in(&self, term: u64) {
+        self.elected_ms.store(locus_common::now_ms(), Ordering::Release);
         self.ready.store(term, Ordering::Release);
+    }
+
+    /// The group as this member sees it: each member's place in the log against this
+    /// one's (only a leader knows the others').
+    pub(crate) fn status(&self) -> pb::MasterGroupStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let last = m.last_log_index.unwrap_or_default();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let matched = |id: &u64| -> u64 {
+            if *id == m.id {
+                return last;
+            }
+            let r = m.replication.as_ref().and_then(|r| r.get(id).cloned().flatten());
+            r.map(|l| l.index).unwrap_or_default()
+        };
+        let masters = membership
+            .nodes()
+            .map(|(id, n)| pb::MasterStatus {
+                id: *id,
+                raft_address: n.raft_address.clone(),
+                rpc_address: n.rpc_address.clone(),
+                voter: voters.contains(id),
+                leader: m.current_leader == Some(*id),
+                matched_index: matched(id),
+                lag: last.saturating_sub(matched(id)),
+            })
+            .collect();
+        pb::MasterGroupStatus {
+            term: m.current_term,
+            last_log_index: last,
+            applied_index: m.last_applied.map(|l| l.index).unwrap_or_default(),
+            elected_ms: self.elected_ms.load(Ordering::Acquire),
+            masters,
+        }
     }
 
     /// The RPC address of the leader, as this member knows it ("" mid-election).

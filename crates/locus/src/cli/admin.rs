@@ -170,6 +170,19 @@ fn print_by_host(hosts: &[HostReads]) {
 }
 
 fn print_report(r: &ClusterReport) {
+    if let Some(g) = &r.masters {
+        let ago = (r.now_ms - g.elected_ms).max(0) as f64 / 1000.0;
+        println!(
+            "Masters: term {}, log {}, applied {}, leader since {ago:.1}s",
+            g.term, g.last_log_index, g.applied_index
+        );
+        for m in &g.members {
+            println!(
+                "  {:<9} {} (rpc {})  matched {}, {} behind",
+                m.role, m.raft_address, m.rpc_address, m.matched_index, m.lag
+            );
+        }
+    }
     println!("Workers: {} live", r.live_workers);
     for w in &r.workers {
         let tiers: Vec<String> = w

@@ -117,6 +117,20 @@ async fn a_follower_names_the_leader_and_clients_follow_it() {
     assert_eq!(common::read_all(&all, "/a").await, a);
     all.mkdir("/x", false).await.unwrap();
     assert!(one.status("/x", false).await.unwrap().is_dir);
+
+    // The report says who leads, in which term, and how far each member is behind.
+    let mut g = all.report().await.unwrap().group.expect("a group in the report");
+    for _ in 0..100 {
+        if g.masters.iter().all(|m| m.lag == 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        g = all.report().await.unwrap().group.unwrap();
+    }
+    assert!(g.term >= 1 && g.elected_ms > 0 && g.applied_index > 0, "{g:?}");
+    assert_eq!(g.masters.iter().filter(|m| m.leader).count(), 1, "{g:?}");
+    assert!(g.masters.iter().find(|m| m.leader).is_some_and(|m| m.rpc_address == leader), "{g:?}");
+    assert!(g.masters.iter().all(|m| m.voter && m.lag == 0 && m.matched_index == g.last_log_index), "{g:?}");
     c.shutdown().await;
 }
 
