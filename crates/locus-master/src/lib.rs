@@ -11,8 +11,9 @@
 //! `workers` (registry and heartbeats), `metrics` (metrics and the report), `namespace`
 //! (the commit path and shared record edits), `store` (redb and its group committer),
 //! `persist` (the persist queue), `replication`, `search` (the metadata catalog and
-//! its search, and the inventory records an import sends), and the `service` and `web`
-//! front ends.
+//! its search, and the inventory records an import sends), `raft` (the replicated log of
+//! a master group and its raft port), `leading` (who takes calls in a group, the
+//! take-over of an elected master, membership), and the `service` and `web` front ends.
 //! Durable changes run on the store's committer thread, never on the async runtime.
 
 mod absent;
