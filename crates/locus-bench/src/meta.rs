@@ -60,15 +60,16 @@ impl MetaBench {
     pub async fn run(&self) -> Result<Vec<MetaRow>> {
         let mut cfg = loopback_config();
         if self.masters > 1 {
-            let mut rows = with_cluster(cfg.clone(), &self.work_dir.join("one"), false, async |c| {
-                self.measure(c, "1 master").await
-            })
-            .await?;
-            let work = self.work_dir.join("group");
+            // Each in a data dir of its own, its MEM tiers (under /dev/shm) removed after.
+            let (one, work) = (self.work_dir.join("one"), self.work_dir.join("group"));
+            let rows = with_cluster(cfg.clone(), &one, false, async |c| self.measure(c, "1 master").await).await;
+            let _ = locus_cluster::clean(&one, true);
+            let mut rows = rows?;
             let group = locus_cluster::LocalCluster::start_group(cfg, &work, self.masters, 1, None).await?;
             let setup = format!("{} masters (replicated group)", self.masters);
             let measured = self.measure(&group, &setup).await;
             group.shutdown().await;
+            let _ = locus_cluster::clean(&work, true);
             rows.extend(measured?);
             return Ok(rows);
         }
