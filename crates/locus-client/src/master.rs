@@ -169,19 +169,19 @@ impl Client {
     }
 
     /// The master group's members, as the master asked knows them.
-    pub async fn masters(&self) -> Result<pb::MastersResponse> {
+    pub async fn masters(&self) -> Result<pb::MasterGroupStatus> {
         self.rpc(Retry::Idempotent, pb::Empty {}, |mut m, r| async move { m.get_masters(r).await }).await
     }
 
     /// Adds the master at raft address `raft_address` to the group (a client proving the
     /// master's role: [`Client::with_identity`]). Adding a member twice adds it once.
-    pub async fn add_master(&self, raft_address: &str) -> Result<pb::MastersResponse> {
+    pub async fn add_master(&self, raft_address: &str) -> Result<pb::MasterGroupStatus> {
         let r = pb::MasterAddressRequest { raft_address: raft_address.into() };
         self.rpc(Retry::Idempotent, r, |mut m, r| async move { m.add_master(r).await }).await
     }
 
     /// Removes the master at raft address `raft_address` from the group.
-    pub async fn remove_master(&self, raft_address: &str) -> Result<pb::MastersResponse> {
+    pub async fn remove_master(&self, raft_address: &str) -> Result<pb::MasterGroupStatus> {
         let r = pb::MasterAddressRequest { raft_address: raft_address.into() };
         self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.remove_master(r).await }).await
     }

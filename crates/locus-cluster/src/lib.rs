@@ -324,7 +324,7 @@ impl LocalCluster {
     pub async fn wait_for_leader(
         &self,
         limit: Duration,
-        ok: impl Fn(&locus_proto::pb::MastersResponse) -> bool,
+        ok: impl Fn(&locus_proto::pb::MasterGroupStatus) -> bool,
     ) -> Result<()> {
         let deadline = std::time::Instant::now() + limit;
         loop {

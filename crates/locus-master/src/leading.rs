@@ -116,34 +116,20 @@ impl Master {
     }
 
     /// Adds the master at raft address `address` to this master's group.
-    pub(crate) async fn add_master(&self, address: &str) -> Result<pb::MastersResponse> {
+    pub(crate) async fn add_master(&self, address: &str) -> Result<pb::MasterGroupStatus> {
         self.group()?.add_member(address).await?;
         self.masters()
     }
 
     /// Removes the master at raft address `address` from this master's group.
-    pub(crate) async fn remove_master(&self, address: &str) -> Result<pb::MastersResponse> {
+    pub(crate) async fn remove_master(&self, address: &str) -> Result<pb::MasterGroupStatus> {
         self.group()?.remove_member(address).await?;
         self.masters()
     }
 
     /// The group's members as this master knows them.
-    pub(crate) fn masters(&self) -> Result<pb::MastersResponse> {
-        let g = self.group()?;
-        let m = g.metrics().borrow().clone();
-        let membership = m.membership_config.membership();
-        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
-        let masters = membership
-            .nodes()
-            .map(|(id, n)| pb::MasterMember {
-                id: *id,
-                raft_address: n.raft_address.clone(),
-                rpc_address: n.rpc_address.clone(),
-                voter: voters.contains(id),
-                leader: m.current_leader == Some(*id),
-            })
-            .collect();
-        Ok(pb::MastersResponse { masters, term: m.current_term })
+    pub(crate) fn masters(&self) -> Result<pb::MasterGroupStatus> {
+        Ok(self.group()?.status())
     }
 
     fn group(&self) -> Result<&crate::raft::Group> {

@@ -223,7 +223,7 @@ impl Master {
     }
 
     /// Its group's members as it knows them (an error without a group).
-    pub fn members(&self) -> Result<pb::MastersResponse> {
+    pub fn members(&self) -> Result<pb::MasterGroupStatus> {
         self.masters()
     }
 }

@@ -253,13 +253,13 @@ impl pb::master_server::Master for Master {
     async fn get_reads(&self, r: Request<pb::ReadsRequest>) -> R<pb::ReadsResponse> {
         self.ok(Ok(self.reads(r.get_ref())))
     }
-    async fn get_masters(&self, _: Request<pb::Empty>) -> R<pb::MastersResponse> {
+    async fn get_masters(&self, _: Request<pb::Empty>) -> R<pb::MasterGroupStatus> {
         self.ok(self.masters())
     }
-    async fn add_master(&self, r: Request<pb::MasterAddressRequest>) -> R<pb::MastersResponse> {
+    async fn add_master(&self, r: Request<pb::MasterAddressRequest>) -> R<pb::MasterGroupStatus> {
         self.ok(Master::add_master(self, &r.into_inner().raft_address).await)
     }
-    async fn remove_master(&self, r: Request<pb::MasterAddressRequest>) -> R<pb::MastersResponse> {
+    async fn remove_master(&self, r: Request<pb::MasterAddressRequest>) -> R<pb::MasterGroupStatus> {
         self.ok(Master::remove_master(self, &r.into_inner().raft_address).await)
     }
     async fn check_ufs(&self, _: Request<pb::Empty>) -> R<pb::UfsCheckResponse> {

@@ -47,7 +47,7 @@ fn member_client(cfg: &locus_common::config::Config) -> Result<locus_client::Cli
     Ok(locus_client::Client::with_identity(&cfg.master_address, cfg.client.clone(), id, tls)?)
 }
 
-fn print_members(r: &pb::MastersResponse) {
+fn print_members(r: &pb::MasterGroupStatus) {
     println!("term {}", r.term);
     println!("{:<24} {:<24} role", "raft address", "rpc address");
     for m in &r.masters {
