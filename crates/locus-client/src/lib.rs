@@ -43,11 +43,8 @@ pub struct Client {
     cfg: ClientConfig,
     /// The masters as given (`host:port`, comma-separated for a group), for messages.
     master_address: String,
-    /// A client of each master of the group (one without a group): those given, and
-    /// leaders named by them.
-    masters: parking_lot::RwLock<Vec<(String, AuthedMasterClient)>>,
-    /// The index of the master that led last, which calls go to first.
-    leader: std::sync::atomic::AtomicUsize,
+    /// A client of each master of the group (one without a group), and which led last.
+    masters: locus_proto::masters::Masters,
     /// What it proves to workers: its token, as a client (the master gets the token
     /// itself, as a bearer header).
     identity: Identity,
@@ -150,16 +147,6 @@ fn rpc_err(addr: &str, s: tonic::Status) -> Error {
     e
 }
 
-/// A client of the master at `addr`, proving `identity`.
-fn master_client(addr: &str, cfg: &ClientConfig, identity: &Identity, tls: &Tls) -> Result<AuthedMasterClient> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| Error::invalid(format!("bad master address {addr:?}: {e}")))?
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(cfg.rpc_timeout);
-    let ch = tls.master_channel(addr, endpoint);
-    Ok(locus_proto::auth::master_client_as(ch, identity.clone()).max_decoding_message_size(64 << 20))
-}
-
 /// How a library front end (the Hadoop connector, the Python client) finds its cluster:
 /// the configuration file if one is named, then the `LOCUS_*` variables, then each of
 /// these that is set.
@@ -237,18 +224,15 @@ impl Client {
     /// proves the master's role with the cluster secret). `master_address` lists the
     /// masters of a group comma-separated; calls find the leader among them.
     pub fn with_identity(master_address: &str, cfg: ClientConfig, identity: Identity, tls: Tls) -> Result<Client> {
-        let mut masters = Vec::new();
-        for addr in master_address.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-            masters.push((addr.to_string(), master_client(addr, &cfg, &identity, &tls)?));
-        }
+        let masters =
+            locus_proto::masters::Masters::new(master_address, identity.clone(), tls.clone(), cfg.rpc_timeout)?;
         if masters.is_empty() {
             return Err(Error::invalid("no master address: set --master or LOCUS_MASTER (host:port, or a,b,c)"));
         }
         Ok(Client {
             cfg,
             master_address: master_address.to_string(),
-            masters: parking_lot::RwLock::new(masters),
-            leader: Default::default(),
+            masters,
             identity,
             tls,
             workers: Mutex::new(WorkerCache::default()),
@@ -272,30 +256,6 @@ impl Client {
         e.1 += bytes;
     }
 
-    /// The master calls go to now: its index, address and client.
-    fn m(&self) -> (usize, String, AuthedMasterClient) {
-        let masters = self.masters.read();
-        let i = self.leader.load(std::sync::atomic::Ordering::Relaxed) % masters.len();
-        (i, masters[i].0.clone(), masters[i].1.clone())
-    }
-
-    /// After master `i` refused a call naming `leader` ("" for none): calls go to the
-    /// leader named (a master of the group this client was not given is added), else to
-    /// the next master.
-    fn follow(&self, i: usize, leader: &str) {
-        let mut masters = self.masters.write();
-        let mut next = masters.iter().position(|(a, _)| a == leader);
-        if next.is_none()
-            && !leader.is_empty()
-            && let Ok(c) = master_client(leader, &self.cfg, &self.identity, &self.tls)
-        {
-            masters.push((leader.to_string(), c));
-            next = Some(masters.len() - 1);
-        }
-        let next = next.unwrap_or((i + 1) % masters.len());
-        self.leader.store(next, std::sync::atomic::Ordering::Relaxed);
-    }
-
     /// One master RPC, sent again with backoff while the master cannot be reached (a
     /// restart), for up to `client.master_retry`; then a clear `Unavailable` error.
     /// `retry` says when a call may be sent again: any idempotent call, or one sent with
@@ -309,7 +269,7 @@ impl Client {
     {
         let started = std::time::Instant::now();
         let mut wait = Duration::from_millis(50);
-        let n = self.masters.read().len();
+        let n = self.masters.len();
         // Connections accepted and then dropped without an answer, in a row: a master
         // restarting refuses connections (or drops the calls in flight once); a port that
         // keeps doing it is not a master.
@@ -326,7 +286,7 @@ impl Client {
             if let Some(id) = &id {
                 r.metadata_mut().insert(locus_proto::REQUEST_ID_KEY, id.clone());
             }
-            let (i, addr, m) = self.m();
+            let (i, addr, m) = self.masters.current();
             let addr = &addr;
             let s = match f(m, r).await {
                 Ok(r) => return Ok(r.into_inner()),
@@ -336,7 +296,7 @@ impl Client {
                 // A member that does not lead: to the leader it names, or the next one. A
                 // call it refused was not carried out; one under way as it lost the lead
                 // (not retryable) may have been, and goes again only with a request id.
-                self.follow(i, &leader);
+                self.masters.follow(i, &leader);
                 let refused = from_status(s.clone()).is_retryable();
                 if !refused && retry == Retry::IfNotSent {
                     return Err(self.err(addr, s));
@@ -374,7 +334,7 @@ impl Client {
                 if !again {
                     return Err(self.err(addr, s));
                 }
-                self.follow(i, "");
+                self.masters.follow(i, "");
             }
             failed += 1;
             if failed % n != 0 {

@@ -14,6 +14,7 @@ pub mod auth;
 mod data;
 mod enums;
 pub mod fragment;
+pub mod masters;
 pub mod report;
 pub mod roles;
 pub mod tls;

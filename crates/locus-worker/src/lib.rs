@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use locus_blockstore::BlockStore;
@@ -24,6 +24,7 @@ use locus_common::metrics::{HostKey, OTHER_HOSTS, ReadReason, ReadSource};
 use locus_common::security::{Role, Secret, Verifier};
 use locus_common::{Error, Result};
 use locus_proto::auth::AuthedMasterClient;
+use locus_proto::masters::Masters;
 use locus_proto::pb;
 use locus_proto::tls::Tls;
 use parking_lot::Mutex;
@@ -106,28 +107,14 @@ impl Counters {
 
 /// The state every handler shares: the block store, the master, the mounts' UFSes and
 /// the fills in progress.
-/// A client of the master at `addr`, proving the worker's role with `secret`.
-fn master_client(addr: &str, tls: &Tls, secret: &Secret) -> Result<AuthedMasterClient> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| Error::invalid(format!("bad master address {addr}: {e}")))?
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(30));
-    let channel = tls.master_channel(addr, endpoint);
-    Ok(locus_proto::auth::master_client_as(channel, Verifier::new(secret).identity(Role::Worker)))
-}
-
 /// How long a call to a group of masters looks for its leader.
 const FOLLOW_FOR: Duration = Duration::from_secs(15);
 
 struct Inner {
     cfg: WorkerConfig,
     store: BlockStore,
-    /// A client of each master of the group (one without a group), with its address.
-    masters: parking_lot::RwLock<Vec<(String, AuthedMasterClient)>>,
-    /// The secret it proves to masters (a leader not in its list is added with it).
-    secret: Secret,
-    /// The index of the master that led last, which calls go to first.
-    leader: AtomicUsize,
+    /// A client of each master of the group (one without a group), and which led last.
+    masters: Masters,
     /// Checks callers of the data path; holds the secret this worker presents.
     verifier: Verifier,
     /// TLS of the data port and of this worker's connections to the master and workers.
@@ -248,10 +235,8 @@ impl WorkerBuilder {
             Some(p) => Some(UnixListener::bind(p).map_err(|e| Error::io(format!("bind {}", p.display()), e))?),
             None => None,
         };
-        let mut masters = Vec::new();
-        for addr in self.master_address.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-            masters.push((addr.to_string(), master_client(addr, &self.tls, &self.secret)?));
-        }
+        let identity = Verifier::new(&self.secret).identity(Role::Worker);
+        let masters = Masters::new(&self.master_address, identity, self.tls.clone(), Duration::from_secs(30))?;
         if masters.is_empty() {
             return Err(Error::invalid("a worker needs its master's address (host:port, or a,b,c for a group)"));
         }
@@ -267,9 +252,7 @@ impl WorkerBuilder {
             data_address: local.to_string(),
             cfg,
             store,
-            masters: parking_lot::RwLock::new(masters),
-            secret: self.secret.clone(),
-            leader: AtomicUsize::new(0),
+            masters,
             verifier: Verifier::new(&self.secret),
             tls: self.tls,
             id: AtomicU64::new(saved_id.unwrap_or(0)),
@@ -426,23 +409,6 @@ impl Inner {
         blocking(move || f(&store)).await?
     }
 
-    /// After master `i` refused a call naming `leader` ("" for none): calls go to the
-    /// leader named (a master of the group the worker was not given is added), else to
-    /// the next master.
-    fn follow(&self, i: usize, leader: &str) {
-        let mut ms = self.masters.write();
-        let mut next = ms.iter().position(|(a, _)| a == leader);
-        if next.is_none()
-            && !leader.is_empty()
-            && let Ok(c) = master_client(leader, &self.tls, &self.secret)
-        {
-            ms.push((leader.to_string(), c));
-            next = Some(ms.len() - 1);
-        }
-        let next = next.unwrap_or((i + 1) % ms.len());
-        self.leader.store(next, Relaxed);
-    }
-
     /// One call to the master, to the leader of its group: a member that does not lead
     /// names the leader, and one that cannot be reached (or is losing the lead) is passed
     /// over for the next, for up to [`FOLLOW_FOR`] (an election and a take-over). Every
@@ -455,11 +421,7 @@ impl Inner {
         let started = std::time::Instant::now();
         let (mut tries, mut wait, mut reproved) = (0, Duration::from_millis(50), false);
         loop {
-            let (i, n, m) = {
-                let ms = self.masters.read();
-                let i = self.leader.load(Relaxed) % ms.len();
-                (i, ms.len(), ms[i].1.clone())
-            };
+            let ((i, _, m), n) = (self.masters.current(), self.masters.len());
             let s = match f(m).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => s,
@@ -474,7 +436,7 @@ impl Inner {
             if !(hint.is_some() || away) || started.elapsed() > FOLLOW_FOR || (n == 1 && hint.is_none()) {
                 return Err(s);
             }
-            self.follow(i, hint.as_deref().unwrap_or_default());
+            self.masters.follow(i, hint.as_deref().unwrap_or_default());
             tries += 1;
             if tries % n == 0 {
                 tokio::time::sleep(wait).await;

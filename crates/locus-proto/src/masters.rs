@@ -1,0 +1,74 @@
+//! A caller's view of its masters (one, or the members of a group): a client of each it
+//! knows, and the one that led last, which calls go to first. A member that does not
+//! lead names the leader; the caller follows it, adding a master it was not given.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use locus_common::security::Identity;
+use locus_common::{Error, Result};
+
+use crate::auth::AuthedMasterClient;
+use crate::tls::Tls;
+
+pub struct Masters {
+    list: parking_lot::RwLock<Vec<(String, AuthedMasterClient)>>,
+    leader: AtomicUsize,
+    identity: Identity,
+    tls: Tls,
+    /// Each call's time limit.
+    timeout: Duration,
+}
+
+impl Masters {
+    /// Clients of the masters `addresses` lists (`host:port`, comma-separated), proving
+    /// `identity`, each call limited to `timeout`. Connects lazily; empty when it lists none.
+    pub fn new(addresses: &str, identity: Identity, tls: Tls, timeout: Duration) -> Result<Masters> {
+        let mut list = Vec::new();
+        for addr in addresses.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            list.push((addr.to_string(), connect(addr, &identity, &tls, timeout)?));
+        }
+        Ok(Masters { list: parking_lot::RwLock::new(list), leader: AtomicUsize::new(0), identity, tls, timeout })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.read().is_empty()
+    }
+
+    /// How many masters it knows.
+    pub fn len(&self) -> usize {
+        self.list.read().len()
+    }
+
+    /// The master calls go to now: its index, address and client.
+    pub fn current(&self) -> (usize, String, AuthedMasterClient) {
+        let list = self.list.read();
+        let i = self.leader.load(Relaxed) % list.len();
+        (i, list[i].0.clone(), list[i].1.clone())
+    }
+
+    /// After master `i` refused a call naming `leader` ("" for none): calls go to the
+    /// leader named (a master of the group not known yet is added), else to the next.
+    pub fn follow(&self, i: usize, leader: &str) {
+        let mut list = self.list.write();
+        let mut next = list.iter().position(|(a, _)| a == leader);
+        if next.is_none()
+            && !leader.is_empty()
+            && let Ok(c) = connect(leader, &self.identity, &self.tls, self.timeout)
+        {
+            list.push((leader.to_string(), c));
+            next = Some(list.len() - 1);
+        }
+        self.leader.store(next.unwrap_or((i + 1) % list.len()), Relaxed);
+    }
+}
+
+/// A client of the master at `addr`, proving `identity`.
+fn connect(addr: &str, identity: &Identity, tls: &Tls, timeout: Duration) -> Result<AuthedMasterClient> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| Error::invalid(format!("bad master address {addr:?}: {e}")))?
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(timeout);
+    let ch = tls.master_channel(addr, endpoint);
+    Ok(crate::auth::master_client_as(ch, identity.clone()).max_decoding_message_size(64 << 20))
+}
