@@ -60,7 +60,7 @@ impl Drop for Leased {
     fn drop(&mut self) {
         use std::io::Write;
         let bytes_read = self.read.load(std::sync::atomic::Ordering::Relaxed);
-        let end = pb::DataRequest { req: Some(pb::data_request::Req::LeaseEnd(pb::LeaseEnd { bytes_read })) };
+        let end = pb::DataRequest::from(pb::data_request::Req::LeaseEnd(pb::LeaseEnd { bytes_read }));
         // A few bytes into an idle socket's buffer: never blocks. A worker that is gone
         // has nothing left to count.
         let _ = (&self.conn).write_all(&locus_proto::frame(&end));

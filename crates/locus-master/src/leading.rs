@@ -29,6 +29,27 @@ impl Master {
         (!g.leads()).then(|| g.leader_rpc_address())
     }
 
+    /// The term this master was elected in, as its answers to workers carry it (taking
+    /// over, it answers their registrations): 0 without a group, and when it does not
+    /// lead (the worker refuses the answer and goes to another master).
+    pub(crate) fn term(&self) -> u64 {
+        self.inner.group.as_ref().and_then(|g| g.elected_term()).unwrap_or(0)
+    }
+
+    /// The term an order to a worker (persist, replicate) is sent in: 0 without a group;
+    /// in one, the term this master leads in, once a read barrier shows that it still
+    /// leads (a deposed or paused leader learns here that it no longer does). The worker
+    /// refuses the order when it has heard of a later term meanwhile.
+    pub(crate) async fn order_term(&self) -> Result<u64> {
+        let Some(g) = &self.inner.group else { return Ok(0) };
+        let term = g.leading_term().ok_or_else(crate::raft::not_leader)?;
+        g.read_barrier().await?;
+        match g.leading_term() {
+            Some(t) if t == term => Ok(term),
+            _ => Err(crate::raft::not_leader()),
+        }
+    }
+
     /// Waits until a read made now sees every change acknowledged before it
     /// (linearizable), and fails when this master has been deposed meanwhile.
     pub(crate) async fn read_barrier(&self) -> Result<()> {
@@ -39,21 +60,27 @@ impl Master {
     }
 
     /// Takes over as leader if this master leads its group now: rebuilds what it keeps in
-    /// memory from the namespace (mounts, the persist queue; the UFS paths found missing,
-    /// and in a group the workers, are forgotten: they register again), then takes calls.
-    /// Returns whether it leads.
+    /// memory from the namespace (mounts, the persist queue; the UFS paths found missing
+    /// are forgotten), then takes calls. The workers and their blocks it knows already:
+    /// they mirror their reports to every member (`Master::register_mirror`). Returns
+    /// whether it leads.
     pub(crate) async fn take_over_now(&self) -> Result<bool> {
-        self.take_over(false).await
+        match self.take_over(false).await {
+            // A member restarted as the leader of its last term learns here that the
+            // group went on without it: it follows, and takes over when elected.
+            Err(e) if self.inner.group.is_some() && e.kind() == locus_common::ErrorKind::Unavailable => {
+                tracing::info!(error = %e, "this master does not lead its group now");
+                Ok(false)
+            }
+            r => r,
+        }
     }
 
     /// [`Master::take_over_now`]; with `wait_workers`, calls wait (for up to
-    /// `master.worker_timeout`) until every worker the namespace records has registered
-    /// again with its block report, so the new leader places writes and finds copies as
-    /// the old one did.
+    /// `master.worker_timeout`) until every worker the namespace records is registered
+    /// here with its block report (at once for those that mirrored their reports), so
+    /// the new leader places writes and finds copies as the old one did.
     async fn take_over(&self, wait_workers: bool) -> Result<bool> {
-        if self.inner.group.is_some() {
-            self.inner.workers.forget_all();
-        }
         let term = match &self.inner.group {
             None => None,
             Some(g) => {
@@ -66,6 +93,7 @@ impl Master {
                 Some(m.current_term)
             }
         };
+        self.inner.workers.clear_orders();
         self.load_mounts()?;
         {
             let mut t = self.inner.persist.lock();
@@ -112,7 +140,7 @@ impl Master {
     /// Whether this master was elected and is taking over: the workers' calls come in
     /// (they register again), no other.
     pub(crate) fn taking_over(&self) -> bool {
-        self.inner.group.as_ref().is_some_and(|g| g.metrics().borrow().state == ServerState::Leader && !g.leads())
+        self.inner.group.as_ref().is_some_and(|g| g.elected_term().is_some() && !g.leads())
     }
 
     /// Adds the master at raft address `address` to this master's group.
@@ -147,12 +175,14 @@ pub(crate) fn start(master: Master) -> Job {
     Job::spawn_loop("master.leading", move |mut stop, _status| async move {
         let Some(mut metrics) = master.inner.group.as_ref().map(|g| g.metrics()) else { return };
         loop {
+            // A leader takes over once a term (a lapse of its quorum's acknowledgement
+            // within the term does not make it take over again).
             let elected = {
                 let m = metrics.borrow_and_update();
-                m.state == ServerState::Leader
+                (m.state == ServerState::Leader).then_some(m.current_term)
             };
-            if elected
-                && !master.leads()
+            if let (Some(term), Some(g)) = (elected, &master.inner.group)
+                && !g.took_over_in(term)
                 && let Err(e) = master.take_over(true).await
             {
                 tracing::warn!(error = %e, "cannot take over as the group's leader yet");

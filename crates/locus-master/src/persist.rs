@@ -505,12 +505,14 @@ impl Master {
 }
 
 impl Master {
-    /// One request to a worker's data path (as the master: a proof made with the cluster
-    /// secret), answered by one frame. `addr` is always one this master registered.
+    /// One order to a worker's data path (as the master: a proof made with the cluster
+    /// secret), answered by one frame; sent in the term this master leads in
+    /// ([`Master::order_term`]). `addr` is always one this master registered.
     pub(crate) async fn call_worker(&self, addr: &str, req: pb::data_request::Req) -> Result<pb::DataResponse> {
+        let term = self.order_term().await?;
         let mut s = self.inner.tls.connect(addr, "worker").await?;
         locus_proto::authenticate(&mut s, &self.inner.verifier.identity(locus_common::security::Role::Master)).await?;
-        locus_proto::exchange(&mut s, pb::DataRequest { req: Some(req) })
+        locus_proto::exchange(&mut s, pb::DataRequest::order(req, term))
             .await
             .map_err(|e| e.context(format!("worker {addr}")))
     }

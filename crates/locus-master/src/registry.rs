@@ -53,13 +53,6 @@ impl Registry {
     }
 
     /// The ids of the live workers.
-    /// Forgets every worker: each registers again, with a full block report (a new
-    /// leader's view of the workers is then the workers' own).
-    pub(crate) fn forget_all(&self) {
-        self.workers.lock().clear();
-        self.changed.notify_waiters();
-    }
-
     pub(crate) fn live(&self) -> HashMap<u64, ()> {
         self.workers.lock().iter().filter(|(_, s)| self.is_live(s)).map(|(id, _)| (*id, ())).collect()
     }
@@ -145,6 +138,15 @@ impl Registry {
             if let Some(s) = ws.get_mut(&wk) {
                 s.pending_retire.push(b);
             }
+        }
+    }
+
+    /// Drops the removals queued in an earlier term: a leader taking over orders only
+    /// what it decides itself.
+    pub(crate) fn clear_orders(&self) {
+        for s in self.workers.lock().values_mut() {
+            s.pending_remove.clear();
+            s.pending_retire.clear();
         }
     }
 

@@ -36,6 +36,11 @@ const ANY_MEMBER: &[&str] = &["Challenge", "GetMasters"];
 /// register again, and it serves once they have.
 const WORKER_CALLS: &[&str] = &["RegisterWorker", "WorkerHeartbeat", "CommitBlocks"];
 
+/// Whether a worker's call is its copy for a member that may not lead it.
+fn mirrored<T>(r: &Request<T>) -> bool {
+    r.metadata().contains_key(locus_proto::MIRROR_KEY)
+}
+
 /// The master's interceptor: the caller's credential and role ([`ServerAuth`]), then,
 /// in a group, whether this master leads it (else the call is refused naming the leader).
 #[derive(Clone)]
@@ -48,8 +53,11 @@ impl tonic::service::Interceptor for Gate {
     fn call(&mut self, req: Request<()>) -> std::result::Result<Request<()>, Status> {
         let req = self.auth.call(req)?;
         let method = req.extensions().get::<locus_proto::auth::RpcMethod>().map(|m| m.0.as_str()).unwrap_or_default();
+        let worker_call = WORKER_CALLS.contains(&method);
         match self.master.leader_elsewhere() {
-            Some(_) if WORKER_CALLS.contains(&method) && self.master.taking_over() => Ok(req),
+            // A worker's mirrored reports are for every member (`Master::register_mirror`).
+            Some(_) if worker_call && req.metadata().contains_key(locus_proto::MIRROR_KEY) => Ok(req),
+            Some(_) if worker_call && self.master.taking_over() => Ok(req),
             Some(leader) if !ANY_MEMBER.contains(&method) => Err(locus_proto::not_leader_status(&leader, false)),
             _ => Ok(req),
         }
@@ -227,15 +235,24 @@ impl pb::master_server::Master for Master {
         self.ok(Ok(self.report()))
     }
     async fn register_worker(&self, r: Request<pb::RegisterWorkerRequest>) -> R<pb::RegisterWorkerResponse> {
-        self.ok(Master::register_worker(self, r.into_inner())
-            .await
-            .map(|worker_id| pb::RegisterWorkerResponse { worker_id, cluster_id: self.cluster_id() }))
+        let registered = if mirrored(&r) {
+            self.register_mirror(r.into_inner()).await
+        } else {
+            Master::register_worker(self, r.into_inner()).await
+        };
+        self.ok(registered.map(|worker_id| pb::RegisterWorkerResponse {
+            worker_id,
+            cluster_id: self.cluster_id(),
+            term: self.term(),
+        }))
     }
     async fn worker_heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> R<pb::HeartbeatResponse> {
-        self.ok(self.heartbeat(r.into_inner()))
+        let mirror = mirrored(&r);
+        self.ok(self.heartbeat(r.into_inner(), mirror))
     }
     async fn commit_blocks(&self, r: Request<pb::CommitBlocksRequest>) -> R<pb::Empty> {
-        self.ok(Master::commit_blocks(self, r.into_inner()).await.map(|_| pb::Empty {}))
+        let mirror = mirrored(&r);
+        self.ok(Master::commit_blocks(self, r.into_inner(), mirror).await.map(|_| pb::Empty {}))
     }
     async fn resolve_persist_failures(&self, r: Request<pb::PersistFailuresRequest>) -> R<pb::CountResponse> {
         let r = r.into_inner();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use locus_common::metrics::ReadSource;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::pb::{self, command::Op};
-use redb::ReadableTable;
+use redb::{ReadableTable, WriteTransaction};
 
 use crate::registry::WorkerState;
 use crate::store::*;
@@ -48,35 +48,39 @@ impl Master {
         let id = self.propose(Op::RegisterWorker(c)).await?.id;
         let addr = pb::WorkerAddress { worker_id: id, ..addr };
         // Its full block report replaces what this master knew of its blocks (soft state).
-        let stale = self
-            .commit_soft(move |_, w, _| {
-                let mut stale = Vec::new();
-                let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
-                let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
-                for b in second_keys(&wb, id)? {
-                    wb.remove((id, b)).map_err(db_err)?;
-                    loc.remove((b, id)).map_err(db_err)?;
-                }
-                let versions = w.open_table(VERSIONS).map_err(db_err)?;
-                for b in &blocks {
-                    let (v, _) = locus_common::split_block_id(b.block_id);
-                    if versions.get(v).map_err(db_err)?.is_some() {
-                        wb.insert((id, b.block_id), ()).map_err(db_err)?;
-                        loc.insert((b.block_id, id), StoredTier::from(b.tier())).map_err(db_err)?;
-                    } else {
-                        stale.push(b.block_id);
-                    }
-                }
-                Ok(stale)
-            })
-            .await?;
+        let stale = self.commit_soft(move |_, w, _| replace_blocks(w, id, &blocks, false)).await?;
         self.inner.workers.register(addr.clone(), req.tiers, stale);
         tracing::info!(worker = id, host = %addr.host, data = %addr.data_address, blocks = nblocks, "worker registered");
         Ok(id)
     }
 
-    pub fn heartbeat(&self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse> {
-        let mut resp = pb::HeartbeatResponse::default();
+    /// A worker's registration copied to this member of its group (`MIRROR_KEY`; the
+    /// member may not lead): its full block report replaces what this member knew of its
+    /// blocks, so that, elected, the member knows every worker and every block location
+    /// at once. The worker has its id from the leader already; a member the log has not
+    /// brought that registration to yet refuses (the worker sends its report again).
+    pub(crate) async fn register_mirror(&self, req: pb::RegisterWorkerRequest) -> Result<u64> {
+        let addr = req.address.ok_or_else(|| Error::invalid("register without an address"))?;
+        let id = req.worker_id;
+        let known = id != 0 && req.cluster_id == self.cluster_id() && {
+            let r = self.ns().read()?;
+            r.open_table(WORKERS).map_err(db_err)?.get(id).map_err(db_err)?.is_some()
+        };
+        if !known {
+            let msg = format!("worker {id} is not registered with this member of the group yet");
+            return Err(Error::new(ErrorKind::FailedPrecondition, msg));
+        }
+        let blocks = req.blocks;
+        self.commit_soft(move |_, w, _| replace_blocks(w, id, &blocks, true)).await?;
+        self.inner.workers.register(pb::WorkerAddress { worker_id: id, ..addr }, req.tiers, Vec::new());
+        Ok(id)
+    }
+
+    /// A worker's heartbeat: its usage and counters; the answer carries the blocks to
+    /// remove and the pins. A `mirror` copy (to a member that may not lead) is answered
+    /// with no orders.
+    pub fn heartbeat(&self, req: pb::HeartbeatRequest, mirror: bool) -> Result<pb::HeartbeatResponse> {
+        let mut resp = pb::HeartbeatResponse { term: self.term(), mirror, ..Default::default() };
         // Made before the registry's lock is taken (up to 4,096 rows).
         let rows = crate::reads::rows_of(&req.host_reads);
         let known = self.inner.workers.beat(req.worker_id, |s| {
@@ -108,11 +112,16 @@ impl Master {
                 s.clock_skew_ms = req.clock_ms - locus_common::now_ms();
             }
             s.open_files_limit = req.open_files_limit;
-            resp.remove_blocks = std::mem::take(&mut s.pending_remove);
-            resp.retire_blocks = std::mem::take(&mut s.pending_retire);
+            if !mirror {
+                resp.remove_blocks = std::mem::take(&mut s.pending_remove);
+                resp.retire_blocks = std::mem::take(&mut s.pending_retire);
+            }
         });
         if known.is_none() {
             resp.reregister = true;
+            return Ok(resp);
+        }
+        if mirror {
             return Ok(resp);
         }
         let r = self.ns().read()?;
@@ -127,7 +136,10 @@ impl Master {
         Ok(resp)
     }
 
-    pub async fn commit_blocks(&self, req: pb::CommitBlocksRequest) -> Result<()> {
+    /// A worker's block changes since its last commit. A `mirror` copy (to a member that
+    /// may not lead) records blocks of versions the namespace does not hold yet as well:
+    /// the log may not have brought them to this member yet.
+    pub async fn commit_blocks(&self, req: pb::CommitBlocksRequest, mirror: bool) -> Result<()> {
         if !self.inner.workers.is_registered(req.worker_id) {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
@@ -141,7 +153,7 @@ impl Master {
             let versions = w.open_table(VERSIONS).map_err(db_err)?;
             for b in &req.added {
                 let (v, _) = locus_common::split_block_id(b.block_id);
-                if versions.get(v).map_err(db_err)?.is_some() {
+                if mirror || versions.get(v).map_err(db_err)?.is_some() {
                     wb.insert((req.worker_id, b.block_id), ()).map_err(db_err)?;
                     loc.insert((b.block_id, req.worker_id), StoredTier::from(b.tier())).map_err(db_err)?;
                 } else {
@@ -159,7 +171,38 @@ impl Master {
         .await
     }
 
+    /// The blocks of worker `id` this master knows the location of (in a group, every
+    /// member knows them: `register_mirror`).
+    pub fn located_blocks(&self, id: u64) -> Result<Vec<u64>> {
+        let r = self.ns().read()?;
+        second_keys(&r.open_table(WORKER_BLOCKS).map_err(db_err)?, id)
+    }
+
     pub fn workers(&self) -> Vec<pb::WorkerAddress> {
         self.inner.workers.live_addresses()
     }
+}
+
+/// Replaces what this master knows of worker `id`'s blocks with its full report `blocks`.
+/// Returns the blocks of versions the namespace does not hold (not recorded), or, with
+/// `keep_unknown` (a member the log may not have brought them to yet), records them too.
+fn replace_blocks(w: &WriteTransaction, id: u64, blocks: &[pb::BlockReport], keep_unknown: bool) -> Result<Vec<u64>> {
+    let mut stale = Vec::new();
+    let mut wb = w.open_table(WORKER_BLOCKS).map_err(db_err)?;
+    let mut loc = w.open_table(LOCATIONS).map_err(db_err)?;
+    for b in second_keys(&wb, id)? {
+        wb.remove((id, b)).map_err(db_err)?;
+        loc.remove((b, id)).map_err(db_err)?;
+    }
+    let versions = w.open_table(VERSIONS).map_err(db_err)?;
+    for b in blocks {
+        let (v, _) = locus_common::split_block_id(b.block_id);
+        if keep_unknown || versions.get(v).map_err(db_err)?.is_some() {
+            wb.insert((id, b.block_id), ()).map_err(db_err)?;
+            loc.insert((b.block_id, id), StoredTier::from(b.tier())).map_err(db_err)?;
+        } else {
+            stale.push(b.block_id);
+        }
+    }
+    Ok(stale)
 }

@@ -54,7 +54,15 @@ async fn read_frame_max<R: AsyncRead + Unpin, M: Message + Default>(r: &mut R, m
 
 impl From<pb::data_request::Req> for pb::DataRequest {
     fn from(req: pb::data_request::Req) -> Self {
-        pb::DataRequest { req: Some(req) }
+        pb::DataRequest { req: Some(req), term: 0 }
+    }
+}
+
+impl pb::DataRequest {
+    /// A master's order to a worker (persist, replicate), sent as the group's leader in
+    /// `term` (0 without a group): the worker refuses it once it has heard of a later term.
+    pub fn order(req: pb::data_request::Req, term: u64) -> Self {
+        pb::DataRequest { req: Some(req), term }
     }
 }
 
@@ -107,7 +115,7 @@ pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, who: &Id
         ));
     }
     let auth = pb::AuthRequest { role, proof: who.prove(&challenge) };
-    write_frame(s, &pb::DataRequest { req: Some(pb::data_request::Req::Auth(auth)) }).await
+    write_frame(s, &pb::DataRequest::from(pb::data_request::Req::Auth(auth))).await
 }
 
 /// Bytes of a listener's challenge nonce.
@@ -132,12 +140,12 @@ pub async fn accept_auth<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, v: &Verif
 async fn accept_auth_now<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, v: &Verifier, peer: &str) -> Result<Role> {
     let role = match read_frame_max::<_, pb::DataRequest>(s, MAX_AUTH_FRAME).await? {
         None => return Err(Error::unavailable("connection closed before it authenticated")),
-        Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)) }) if a.proof.is_empty() => {
+        Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)), .. }) if a.proof.is_empty() => {
             let nonce: [u8; NONCE_LEN] = rand::random();
             write_frame(s, &pb::DataResponse { challenge: nonce.to_vec(), ..Default::default() }).await?;
             s.flush().await.map_err(|e| Error::io("send challenge", e))?;
             match read_frame_max::<_, pb::DataRequest>(s, MAX_AUTH_FRAME).await? {
-                Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)) }) => {
+                Some(pb::DataRequest { req: Some(pb::data_request::Req::Auth(a)), .. }) => {
                     a.role().typed().filter(|r| v.check(*r, &nonce, &a.proof))
                 }
                 _ => None,

@@ -142,6 +142,11 @@ pub fn to_status(e: Error) -> tonic::Status {
     s
 }
 
+/// The metadata key of a worker's copy of its registration, heartbeat or block commit
+/// to a member of the group that may not lead it (any value): the member records the
+/// worker and its blocks, so that it knows them when it is elected, and gives no orders.
+pub const MIRROR_KEY: &str = "x-locus-mirror";
+
 /// The metadata key of a master's refusal because it does not lead its group: the
 /// leader's RPC address, or empty when it knows none (mid-election).
 pub const LEADER_KEY: &str = "x-locus-leader";

@@ -47,6 +47,13 @@ impl Masters {
         (i, list[i].0.clone(), list[i].1.clone())
     }
 
+    /// Every master but the one calls go to now: their addresses and clients.
+    pub fn others(&self) -> Vec<(String, AuthedMasterClient)> {
+        let list = self.list.read();
+        let i = self.leader.load(Relaxed) % list.len().max(1);
+        list.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, m)| m.clone()).collect()
+    }
+
     /// After master `i` refused a call naming `leader` ("" for none): calls go to the
     /// leader named (a master of the group not known yet is added), else to the next.
     pub fn follow(&self, i: usize, leader: &str) {

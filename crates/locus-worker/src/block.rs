@@ -21,8 +21,12 @@ use tokio::io::AsyncReadExt;
 use crate::{DropOffRuntime, Inner};
 
 impl Inner {
-    /// Write a file's cached blocks to the UFS (the master's persist scheduler asks).
-    pub(crate) async fn handle_persist(&self, sock: &mut DataStream, p: pb::PersistRequest) -> Result<()> {
+    /// Write a file's cached blocks to the UFS (the master's persist scheduler asks, as
+    /// leader in `term`). Refused when a later term is known, before the UFS is touched
+    /// and again before its object is replaced: a deposed leader's persist, still under
+    /// way when the new leader was heard of, leaves the UFS as it was.
+    pub(crate) async fn handle_persist(&self, sock: &mut DataStream, p: pb::PersistRequest, term: u64) -> Result<()> {
+        self.fence.admit(term).await?;
         let ufs = self.ufs_at(p.mount_id, &p.ufs_path, crate::guard::Access::Write).await?;
         let addrs: HashMap<u64, String> = p.workers.iter().map(|w| (w.worker_id, w.data_address.clone())).collect();
         let mut writer = ufs.writer(&p.ufs_path, &p.content_type, &p.user_metadata).await?;
@@ -49,6 +53,8 @@ impl Inner {
                 }
             }
             locus_common::fail::fail_point!("worker.persist.before_commit", |_| Err(Error::internal("failpoint")));
+            locus_common::delay_point("worker.persist.before_close").await;
+            self.fence.check(term)?;
             Ok(total)
         }
         .await;
@@ -70,8 +76,15 @@ impl Inner {
         .await
     }
 
-    /// Copy a block from another worker into this one's store (re-replication).
-    pub(crate) async fn handle_replicate(&self, sock: &mut DataStream, r: pb::ReplicateRequest) -> Result<()> {
+    /// Copy a block from another worker into this one's store (re-replication, the
+    /// master's order as leader in `term`).
+    pub(crate) async fn handle_replicate(
+        &self,
+        sock: &mut DataStream,
+        r: pb::ReplicateRequest,
+        term: u64,
+    ) -> Result<()> {
+        self.fence.admit(term).await?;
         if !self.store.contains(r.block_id) {
             let mut src = self.open_block(r.block_id, r.length, &r.sources).await?;
             let (id, len) = (r.block_id, r.length);

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use locus_blockstore::Change;
+use locus_common::config::TierAlias;
 use locus_common::{Error, ErrorKind, Result};
 use locus_proto::{from_status, pb};
 
@@ -59,29 +60,12 @@ impl Inner {
     /// [`Inner::register`], the commit lock held by the caller.
     async fn register_committing(&self) -> Result<()> {
         for _ in 0..2 {
-            let cluster_id = self.store_blocking(|s| Ok(s.cluster_id())).await?;
             // The report takes the changes it covers in the same step: a block stored
             // after it is a change for the next commit. (The report, then the drain: a
             // block stored in between was in neither, and the master never learned of it.)
-            let blocks = self
-                .store
-                .report_and_drain()
-                .into_iter()
-                .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: pb::Tier::from(t).into(), length: len })
-                .collect();
+            let mut req = self.registration(self.store.report_and_drain()).await?;
+            let cluster_id = req.cluster_id;
             locus_common::delay_point("worker.register.reported").await;
-            let req = pb::RegisterWorkerRequest {
-                worker_id: self.id.load(Relaxed),
-                address: Some(pb::WorkerAddress {
-                    worker_id: 0,
-                    host: self.cfg.host.clone(),
-                    data_address: self.data_address.clone(),
-                    uds_path: self.uds_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-                }),
-                tiers: self.tier_usage(),
-                blocks,
-                cluster_id,
-            };
             let resp = self.call(|mut m| {
                 let req = req.clone();
                 async move { m.register_worker(req).await }
@@ -90,6 +74,12 @@ impl Inner {
             if resp.cluster_id == 0 {
                 return Err(Error::internal("the master named no cluster id"));
             }
+            if resp.cluster_id != cluster_id {
+                // Another cluster's group counts its own terms.
+                let fence = self.fence.clone();
+                crate::blocking(move || fence.forget()).await??;
+            }
+            self.admit_answer(resp.term).await?;
             let dropped = self.store_blocking(move |s| s.adopt_cluster(resp.cluster_id)).await?;
             if resp.worker_id == 0 {
                 tracing::warn!(dropped, cluster = resp.cluster_id, "dropped the blocks of another cluster");
@@ -98,9 +88,44 @@ impl Inner {
             self.id.store(resp.worker_id, Relaxed);
             let id_file = self.cfg.data_dir.join("worker_id");
             let _ = crate::blocking(move || std::fs::write(id_file, resp.worker_id.to_string())).await;
+            self.registrations.fetch_add(1, Relaxed);
+            (req.worker_id, req.cluster_id) = (resp.worker_id, resp.cluster_id);
+            self.mirror_registration(&self.masters.current().1, req).await;
             return Ok(());
         }
         Err(Error::unavailable("the master refused this worker's block report twice"))
+    }
+
+    /// The registration of this worker with the block report `blocks` (its current id,
+    /// address, tiers and cluster).
+    pub(crate) async fn registration(&self, blocks: Vec<(u64, TierAlias, u64)>) -> Result<pb::RegisterWorkerRequest> {
+        let cluster_id = self.store_blocking(|s| Ok(s.cluster_id())).await?;
+        let blocks = blocks
+            .into_iter()
+            .map(|(id, t, len)| pb::BlockReport { block_id: id, tier: pb::Tier::from(t).into(), length: len })
+            .collect();
+        Ok(pb::RegisterWorkerRequest {
+            worker_id: self.id.load(Relaxed),
+            address: Some(pb::WorkerAddress {
+                worker_id: 0,
+                host: self.cfg.host.clone(),
+                data_address: self.data_address.clone(),
+                uds_path: self.uds_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            }),
+            tiers: self.tier_usage(),
+            blocks,
+            cluster_id,
+        })
+    }
+
+    /// Takes the term of an answer from the master calls go to; one from a deposed
+    /// leader is refused, and calls go to the next master.
+    async fn admit_answer(&self, term: u64) -> Result<()> {
+        let r = self.fence.admit(term).await;
+        if r.as_ref().is_err_and(|e| e.kind() == ErrorKind::FailedPrecondition) {
+            self.masters.follow(self.masters.current().0, "");
+        }
+        r
     }
 
     /// The pin epoch this worker holds (`u64::MAX`: it must register again); a waiter for
@@ -121,8 +146,39 @@ impl Inner {
             Ok(s.trim_file_pool())
         })
         .await?;
+        let req = self.beat().await;
+        let resp = self.call(|mut m| {
+            let req = req.clone();
+            async move { m.worker_heartbeat(req).await }
+        });
+        let resp = resp.await.map_err(from_status)?;
+        // A deposed leader's removals and pins are not acted on.
+        self.admit_answer(resp.term).await?;
+        if resp.reregister {
+            self.register().await?;
+            return Ok(());
+        }
+        if resp.pins_changed {
+            self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect(), resp.pin_epoch);
+            self.set_pin_epoch(resp.pin_epoch);
+        }
+        let (removed, retired, grace) = (resp.remove_blocks, resp.retire_blocks, self.cfg.stale_block_grace);
+        self.store_blocking(move |s| {
+            removed.into_iter().try_for_each(|b| s.remove(b).map(drop))?;
+            retired.into_iter().try_for_each(|b| s.retire(b, grace).map(drop))
+        })
+        .await?;
+        if !self.in_step(&self.masters.current().1) {
+            // Calls moved to a member that lacks some of this worker's blocks.
+            return self.register().await;
+        }
+        self.commit_changes().await
+    }
+
+    /// This worker's heartbeat: usage, counters, jobs, the reads by host.
+    pub(crate) async fn beat(&self) -> pb::HeartbeatRequest {
         let c = &self.counters;
-        let req = pb::HeartbeatRequest {
+        pb::HeartbeatRequest {
             worker_id: self.id.load(Relaxed),
             tiers: self.tier_usage_with_space().await,
             counters: Some(pb::ReadCounters {
@@ -145,27 +201,7 @@ impl Inner {
             clock_ms: locus_common::now_ms(),
             open_files_limit: locus_common::open_files_limit(),
             boot_id: self.boot_id,
-        };
-        let resp = self.call(|mut m| {
-            let req = req.clone();
-            async move { m.worker_heartbeat(req).await }
-        });
-        let resp = resp.await.map_err(from_status)?;
-        if resp.reregister {
-            self.register().await?;
-            return Ok(());
         }
-        if resp.pins_changed {
-            self.store.set_pinned_versions(resp.pinned_versions.into_iter().collect(), resp.pin_epoch);
-            self.set_pin_epoch(resp.pin_epoch);
-        }
-        let (removed, retired, grace) = (resp.remove_blocks, resp.retire_blocks, self.cfg.stale_block_grace);
-        self.store_blocking(move |s| {
-            removed.into_iter().try_for_each(|b| s.remove(b).map(drop))?;
-            retired.into_iter().try_for_each(|b| s.retire(b, grace).map(drop))
-        })
-        .await?;
-        self.commit_changes().await
     }
 
     /// Send block additions and removals to the master. Returns once every change made
@@ -191,21 +227,25 @@ impl Inner {
             let req = req.clone();
             async move { m.commit_blocks(req).await }
         });
-        if let Err(s) = committed.await {
-            // The master lost track of us: the next heartbeat re-registers with a full report.
-            self.set_pin_epoch(u64::MAX);
-            let e = from_status(s);
-            if e.kind() == ErrorKind::FailedPrecondition {
-                // A master that restarted and has not heard from this worker yet: register
-                // now (a write waiting on this commit goes on); the full block report
-                // carries the blocks this commit named.
-                self.register_committing().await?;
-                self.set_pin_epoch(0);
+        let s = match committed.await {
+            Ok(_) => {
+                self.mirror_commit(&req).await;
                 return Ok(());
             }
-            return Err(e);
+            Err(s) => s,
+        };
+        // The master lost track of us: the next heartbeat re-registers with a full report.
+        self.set_pin_epoch(u64::MAX);
+        let e = from_status(s);
+        if e.kind() == ErrorKind::FailedPrecondition {
+            // A master that restarted and has not heard from this worker yet: register
+            // now (a write waiting on this commit goes on); the full block report
+            // carries the blocks this commit named.
+            self.register_committing().await?;
+            self.set_pin_epoch(0);
+            return Ok(());
         }
-        Ok(())
+        Err(e)
     }
 }
 

@@ -33,8 +33,10 @@ use tokio::sync::watch;
 
 mod block;
 mod compute;
+mod fence;
 mod guard;
 mod heartbeat;
+mod mirror;
 mod read;
 mod server;
 mod write;
@@ -148,6 +150,13 @@ struct Inner {
     /// This run of the worker (its cumulative counters start at zero with each), so the
     /// master tells a restart from a count that merely grew.
     boot_id: u64,
+    /// The highest term of the master group heard of: older orders are refused.
+    fence: Arc<fence::Fence>,
+    /// Which masters of the group took every change of this worker's blocks
+    /// (`mirror.rs`), by address.
+    in_step: Mutex<HashMap<String, bool>>,
+    /// Full block reports the leader took (registrations).
+    registrations: AtomicU64,
 }
 
 pub use locus_proto::fragment::{FragmentFactory, FragmentRunner, FragmentStream};
@@ -214,7 +223,7 @@ impl WorkerBuilder {
         };
         // The tiers are scanned, a stale socket file removed and the saved id read off the
         // runtime.
-        let (cfg, store, saved_id) = {
+        let (cfg, store, saved_id, fence) = {
             let (mut cfg, uds_path) = (self.cfg, uds_path.clone());
             blocking(move || {
                 if cfg.tiers.is_empty() {
@@ -227,7 +236,8 @@ impl WorkerBuilder {
                 }
                 let saved_id: Option<u64> =
                     std::fs::read_to_string(cfg.data_dir.join("worker_id")).ok().and_then(|s| s.trim().parse().ok());
-                Ok::<_, Error>((cfg, store, saved_id))
+                let fence = fence::Fence::load(&cfg.data_dir)?;
+                Ok::<_, Error>((cfg, store, saved_id, fence))
             })
             .await??
         };
@@ -267,6 +277,9 @@ impl WorkerBuilder {
             jobs: Mutex::new(Vec::new()),
             committing: tokio::sync::Mutex::new(()),
             boot_id: (locus_common::now_ms() as u64) << 20 ^ std::process::id() as u64 ^ local.port() as u64,
+            fence: Arc::new(fence),
+            in_step: Mutex::new(HashMap::new()),
+            registrations: AtomicU64::new(0),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -280,7 +293,19 @@ impl WorkerBuilder {
             async move { i.heartbeat().await }
         });
         inner.jobs.lock().push(heartbeat.watch());
-        Ok(Worker { inner, local, stop: stop_tx, tasks, heartbeat: Some(heartbeat) })
+        // The other members of a group get a copy of what the leader is told.
+        let mirror = (inner.masters.len() > 1).then(|| {
+            let m_inner = inner.clone();
+            Job::spawn_periodic("worker.mirror", inner.cfg.heartbeat_interval, move || {
+                let i = m_inner.clone();
+                async move {
+                    let beat = i.beat().await;
+                    i.mirror_round(beat).await;
+                    Ok(())
+                }
+            })
+        });
+        Ok(Worker { inner, local, stop: stop_tx, tasks, heartbeat: Some(heartbeat), mirror })
     }
 }
 
@@ -301,6 +326,7 @@ pub struct Worker {
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     heartbeat: Option<Job>,
+    mirror: Option<Job>,
 }
 
 impl Worker {
@@ -317,6 +343,19 @@ impl Worker {
     pub fn store(&self) -> &BlockStore {
         &self.inner.store
     }
+    /// The highest term of the master group this worker has been told (0 without a
+    /// group): orders of older terms are refused.
+    pub fn master_term(&self) -> u64 {
+        self.inner.fence.highest()
+    }
+    /// How many times a leader took this worker's full block report (registrations).
+    pub fn registrations(&self) -> u64 {
+        self.inner.registrations.load(Relaxed)
+    }
+    /// How many orders and heartbeat answers this worker refused as a deposed master's.
+    pub fn refused_from_deposed(&self) -> u64 {
+        self.inner.fence.refused()
+    }
     /// Wait until the master has registered this worker.
     pub async fn wait_registered(&self, timeout: Duration) -> Result<u64> {
         let i = &self.inner;
@@ -332,7 +371,7 @@ impl Worker {
     /// Stop serving and heartbeating. Blocks on disk tiers stay for the next start.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        if let Some(h) = self.heartbeat.take() {
+        for h in [self.heartbeat.take(), self.mirror.take()].into_iter().flatten() {
             h.stop().await;
         }
         for t in self.tasks.drain(..) {
@@ -351,7 +390,7 @@ impl Drop for Worker {
         for t in &self.tasks {
             t.abort();
         }
-        if let Some(h) = self.heartbeat.take() {
+        for h in [self.heartbeat.take(), self.mirror.take()].into_iter().flatten() {
             h.abort();
         }
     }

@@ -64,8 +64,8 @@ async fn serve_conn(inner: Arc<Inner>, s: &mut DataStream, role: Role, peer: &st
         let res = match req.req {
             Some(pb::data_request::Req::Read(r)) => inner.handle_read(s, r, &mut hdr).await,
             Some(pb::data_request::Req::Write(w)) => inner.handle_write(s, w).await,
-            Some(pb::data_request::Req::Persist(p)) => inner.handle_persist(s, p).await,
-            Some(pb::data_request::Req::Replicate(r)) => inner.handle_replicate(s, r).await,
+            Some(pb::data_request::Req::Persist(p)) => inner.handle_persist(s, p, req.term).await,
+            Some(pb::data_request::Req::Replicate(r)) => inner.handle_replicate(s, r, req.term).await,
             Some(pb::data_request::Req::Compute(c)) => inner.handle_compute(s, c).await,
             Some(pb::data_request::Req::Fragment(f)) => inner.handle_fragment(s, f).await,
             Some(pb::data_request::Req::Hello(_)) => write_frame(s, &inner.hello()).await,

@@ -160,7 +160,7 @@ impl Inner {
             let named = pb::DataResponse { path: t.path.display().to_string(), ..Default::default() };
             write_frame(sock, &named).await?;
             let done = match read_frame::<_, pb::DataRequest>(sock).await? {
-                Some(pb::DataRequest { req: Some(pb::data_request::Req::BlockWritten(b)) }) => b,
+                Some(pb::DataRequest { req: Some(pb::data_request::Req::BlockWritten(b)), .. }) => b,
                 Some(_) => return Err(Error::invalid("a short-circuit write takes BlockWritten frames only")),
                 None => return Err(Error::unavailable("the client hung up mid-write")),
             };

@@ -71,6 +71,17 @@ fn fatal(what: &str, e: impl std::fmt::Display) -> Error {
     Error::internal(format!("the master's replicated log: {what}: {e}"))
 }
 
+/// How long a leader takes calls without a quorum's acknowledgement (openraft's
+/// `millis_since_quorum_ack`; heartbeats go every 100 ms): past it, it may be cut off
+/// while the others elect another (their election timeout is 500 to 1,000 ms), so its
+/// callers go to the other members. Reads wait for a read barrier besides.
+const LEASE_MS: u64 = 1000;
+
+/// Whether these metrics are of a leader a quorum acknowledged within [`LEASE_MS`].
+fn acknowledged(m: &RaftMetrics<u64, MasterNode>) -> bool {
+    m.state == ServerState::Leader && m.millis_since_quorum_ack.is_some_and(|ms| ms < LEASE_MS)
+}
+
 /// The error of a call a member that does not lead cannot take. The service names the
 /// leader to the caller (`x-locus-leader`).
 pub(crate) fn not_leader() -> Error {
@@ -108,7 +119,7 @@ impl Group {
         .validate()
         .map_err(|e| fatal("config", e))?;
         let verifier = Verifier::new(&secret);
-        let network = Peers { verifier: verifier.clone(), tls: tls.clone() };
+        let network = Peers { own: node.raft_address.clone(), verifier: verifier.clone(), tls: tls.clone() };
         let raft = Raft::new(id, Arc::new(config), network, log, sm).await.map_err(|e| fatal("start", e))?;
         let (stop, stopped) = watch::channel(false);
         let mut s = stopped.clone();
@@ -202,9 +213,29 @@ impl Group {
     /// Whether this member leads and its master took over in this term: only then does
     /// the master take calls.
     pub(crate) fn leads(&self) -> bool {
+        self.leading_term().is_some()
+    }
+
+    /// The term this member was elected leader in (taken over or not), while a quorum
+    /// acknowledges it ([`acknowledged`]); `None` otherwise.
+    pub(crate) fn elected_term(&self) -> Option<u64> {
         let m = self.raft.metrics();
         let m = m.borrow();
-        m.state == ServerState::Leader && m.current_term == self.ready.load(Ordering::Acquire)
+        acknowledged(&m).then_some(m.current_term)
+    }
+
+    /// The term this member leads in, once its master took over in it and while a
+    /// quorum acknowledges it; `None` otherwise.
+    pub(crate) fn leading_term(&self) -> Option<u64> {
+        let term = self.ready.load(Ordering::Acquire);
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        (acknowledged(&m) && m.current_term == term).then_some(term)
+    }
+
+    /// Whether the master took over as leader in `term`.
+    pub(crate) fn took_over_in(&self, term: u64) -> bool {
+        self.ready.load(Ordering::Acquire) == term
     }
 
     /// Records that the master took over as leader in `term`.
@@ -248,11 +279,13 @@ impl Group {
         }
     }
 
-    /// The RPC address of the leader, as this member knows it ("" mid-election).
+    /// The RPC address of the leader, as this member knows it: "" mid-election, and when
+    /// this member thinks it leads but no quorum acknowledges it (cut off, its callers
+    /// look for the leader among the others).
     pub(crate) fn leader_rpc_address(&self) -> String {
         let m = self.raft.metrics();
         let m = m.borrow();
-        let Some(l) = m.current_leader else { return String::new() };
+        let Some(l) = m.current_leader.filter(|l| *l != m.id) else { return String::new() };
         m.membership_config.membership().get_node(&l).map(|n| n.rpc_address.clone()).unwrap_or_default()
     }
 

@@ -21,7 +21,7 @@ use locus_common::{Error, ErrorKind};
 use locus_proto::pb;
 use openraft::{AnyError, CommittedLeaderId, EntryPayload, StorageIOError};
 
-pub(crate) use group::{Group, Setup};
+pub(crate) use group::{Group, Setup, not_leader};
 pub(crate) use state::Applied;
 
 openraft::declare_raft_types!(

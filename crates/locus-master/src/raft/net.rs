@@ -42,6 +42,8 @@ pub(crate) fn node_id(raft_address: &str) -> u64 {
 
 /// Where openraft's messages to the other members go.
 pub(crate) struct Peers {
+    /// This member's raft address.
+    pub(crate) own: String,
     pub(crate) verifier: Verifier,
     pub(crate) tls: Tls,
 }
@@ -51,6 +53,7 @@ impl RaftNetworkFactory<Locus> for Peers {
 
     async fn new_client(&mut self, target: u64, node: &MasterNode) -> Peer {
         Peer {
+            own: self.own.clone(),
             target,
             address: node.raft_address.clone(),
             verifier: self.verifier.clone(),
@@ -62,6 +65,7 @@ impl RaftNetworkFactory<Locus> for Peers {
 
 /// One other member, as openraft sends to it.
 pub(crate) struct Peer {
+    own: String,
     target: u64,
     address: String,
     verifier: Verifier,
@@ -84,6 +88,9 @@ fn network<E: std::error::Error>(e: &dyn std::fmt::Display) -> RPCError<u64, Mas
 impl Peer {
     /// A client of the member, proven to be the member at its address.
     async fn client<E: std::error::Error>(&mut self) -> RpcResult<RaftClient<ProvingChannel>, E> {
+        if cut_off(&self.own, &self.address) {
+            return Err(unreachable(&"cut off (fault point raft.cut)"));
+        }
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
@@ -100,6 +107,18 @@ impl Peer {
         self.client = None;
         if s.code() == tonic::Code::Unavailable { unreachable(&s) } else { network(&s) }
     }
+}
+
+/// Fault point `raft.cut` (`return(ADDRESS)`): the member at raft address ADDRESS
+/// neither sends to the others nor hears from them, as behind a network partition (the
+/// members of one process share the point). Never without the `failpoints` feature.
+fn cut_off(from: &str, to: &str) -> bool {
+    #[allow(clippy::redundant_closure_call)]
+    let cut: Option<String> = (|| {
+        locus_common::fail::fail_point!("raft.cut", |a: Option<String>| a);
+        None
+    })();
+    cut.is_some_and(|c| c == from || c == to)
 }
 
 /// A client of the member at raft address `address`, once it proved it holds the

@@ -183,6 +183,9 @@ async fn checks(cfg: &Config, a: &DoctorArgs) -> Vec<Check> {
             return out;
         }
     };
+    if let Some(g) = &rep.group {
+        out.push(masters_check(cfg, g, rep.now_ms).await);
+    }
     out.push(workers_check(&rep));
     for m in c.check_ufs().await.unwrap_or_default() {
         out.push(if m.ok {
@@ -225,6 +228,53 @@ fn private_file_check(file: &std::path::Path) -> Check {
         ),
         Ok(_) => check("client token", Status::Ok, format!("{} (mode 600)", file.display()), ""),
         Err(e) => check("client token", Status::Fail, format!("{}: {e}", file.display()), ""),
+    }
+}
+
+/// A member this many entries behind the leader is warned about (it catches up by
+/// itself, or by snapshot; a lag that stays says its disk or link is slow).
+const LAG_WARN: u64 = 10_000;
+
+/// The master group as its leader reports it, and whether each member answers on its
+/// own (a member down leaves the group one failure closer to stopping).
+async fn masters_check(cfg: &Config, g: &pb::MasterGroupStatus, now_ms: i64) -> Check {
+    let (mut rows, mut down) = (Vec::new(), Vec::new());
+    for m in &g.masters {
+        let role = if m.leader {
+            "leader"
+        } else if m.voter {
+            "follower"
+        } else {
+            "learner"
+        };
+        let mut one = cfg.clone();
+        one.master_address = m.rpc_address.clone();
+        let answer = match Client::from_config(&one) {
+            Ok(c) => c.masters().await.map(drop),
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(()) => rows.push(format!("{} {role} (lag {})", m.rpc_address, m.lag)),
+            Err(e) => down.push(format!("{} {role}: {e}", m.rpc_address)),
+        }
+    }
+    let voters = g.masters.iter().filter(|m| m.voter).count();
+    let since = (now_ms - g.elected_ms).max(0) as f64 / 1e3;
+    let mut detail = format!("term {}, leader since {since:.0} s ago; {}", g.term, rows.join(", "));
+    let behind = g.masters.iter().filter(|m| m.lag > LAG_WARN).count();
+    if !down.is_empty() {
+        detail += &format!("; not answering: {}", down.join("; "));
+        let fix = format!(
+            "restart the masters not answering (each with its --raft-address and --peers), or replace a dead one: \
+             `locus admin masters remove RAFT_ADDRESS`, then start a new one and `locus admin masters add` it; the \
+             group serves while a majority of its {voters} voters answers"
+        );
+        check("masters", Status::Warn, detail, fix)
+    } else if behind > 0 {
+        let fix = "check the lagging member's disk and network: it catches up by itself, or from a snapshot";
+        check("masters", Status::Warn, detail, fix)
+    } else {
+        check("masters", Status::Ok, detail, "")
     }
 }
 
@@ -467,4 +517,32 @@ fn reads(cfg: &Config, a: &DoctorArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(rpc_address: &str, leader: bool, lag: u64) -> pb::MasterStatus {
+        pb::MasterStatus { rpc_address: rpc_address.into(), voter: true, leader, lag, ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn a_member_not_answering_is_named_with_the_fix() {
+        let mut cfg = Config::default();
+        cfg.client.master_retry = Duration::ZERO;
+        cfg.client.rpc_timeout = Duration::from_secs(2);
+        // Nothing listens on port 1.
+        let g = pb::MasterGroupStatus {
+            term: 7,
+            elected_ms: 1_000,
+            masters: vec![member("127.0.0.1:1", true, 0), member("127.0.0.1:1", false, 0)],
+            ..Default::default()
+        };
+        let c = masters_check(&cfg, &g, 61_000).await;
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.detail.starts_with("term 7, leader since 60 s ago"), "{}", c.detail);
+        assert!(c.detail.contains("not answering: 127.0.0.1:1 leader"), "{}", c.detail);
+        assert!(c.fix.contains("locus admin masters remove") && c.fix.contains("2 voters"), "{}", c.fix);
+    }
 }

@@ -6,6 +6,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod group;
 mod retries;
 
 use std::time::Duration;

@@ -175,6 +175,10 @@ async fn the_leader_stopped_under_32_writers_loses_no_acknowledged_write() {
     for (path, data) in &acked {
         assert_eq!(&common::read_all(&cl, path).await, data, "{path}");
     }
+    // The old leader, started again, finds the group gone on without it and follows.
+    c.start_master_at(old).await.unwrap();
+    c.wait_for_group(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(c.leader_index(), Some(new));
     c.shutdown().await;
 }
 
@@ -285,5 +289,104 @@ async fn an_attacker_with_the_client_token_cannot_touch_the_group() {
     let mut r = tonic::Request::new(pb::Empty {});
     r.metadata_mut().insert("authorization", header.parse().unwrap());
     at_a.get_masters(r).await.expect("the same proof where its challenge was made");
+    c.shutdown().await;
+}
+
+/// Waits up to 10 s for `f` to hold.
+async fn eventually(what: &str, f: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not within 10 s");
+}
+
+/// `req` sent to worker 0's data path as a master leading in `term` would send it.
+async fn order(c: &LocalCluster, req: pb::data_request::Req, term: u64) -> locus_common::Result<pb::DataResponse> {
+    let w = c.worker(0).unwrap();
+    let mut s = tokio::net::TcpStream::connect(w.data_address()).await.unwrap();
+    let id = locus_common::security::Verifier::new(&secret(c)).identity(Role::Master);
+    locus_proto::authenticate(&mut s, &id).await?;
+    locus_proto::exchange(&mut s, pb::DataRequest::order(req, term)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deposed_leaders_orders_are_refused_by_the_workers() {
+    use locus_common::ErrorKind;
+    use pb::data_request::Req;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = group(dir.path(), 1).await;
+    let old = c.leader_index().unwrap();
+    let t1 = c.master().members().unwrap().term;
+    // The worker hears the leader's term in its answers.
+    eventually("the worker hears the first term", || c.worker(0).unwrap().master_term() == t1).await;
+    c.stop_master_at(old).await;
+    c.wait_for_leader(Duration::from_secs(30), |_| true).await.unwrap();
+    let leader_term = || c.master().members().unwrap().term;
+    eventually("the worker hears the new term", || c.worker(0).unwrap().master_term() == leader_term()).await;
+    let t2 = c.worker(0).unwrap().master_term();
+    assert!(t2 > t1, "{t2} after {t1}");
+
+    // The old leader's orders are refused before anything is done.
+    let ufs = c.data_dir().join("ufs");
+    let persist = |p: &str| Req::Persist(pb::PersistRequest { mount_id: 1, ufs_path: p.into(), ..Default::default() });
+    let e = order(&c, persist("stale.txt"), t1).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    assert!(e.message().contains("deposed"), "{e}");
+    assert!(!ufs.join("stale.txt").exists());
+    let copy = pb::ReplicateRequest { block_id: 5 << 24, length: 1, sources: vec!["127.0.0.1:1".into()] };
+    let e = order(&c, Req::Replicate(copy), t1).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    // The leader's own are carried out.
+    order(&c, persist("current.txt"), t2).await.unwrap();
+    assert_eq!(std::fs::read(ufs.join("current.txt")).unwrap(), b"");
+    assert_eq!(c.worker(0).unwrap().refused_from_deposed(), 2);
+
+    // A restarted worker still knows the term it was told.
+    c.stop_worker(0).await;
+    c.start_worker(0).await.unwrap();
+    assert!(c.worker(0).unwrap().master_term() >= t2);
+    let e = order(&c, persist("stale.txt"), t1).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    assert!(!ufs.join("stale.txt").exists());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_member_knows_the_blocks_so_a_new_leader_serves_them_without_a_new_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = group(dir.path(), 1).await;
+    let cl = c.client(ClientConfig::default()).unwrap();
+    let l = c.leader_index().unwrap();
+    let followers = [(l + 1) % 3, (l + 2) % 3];
+    // The followers take the worker's mirrored report once the log brought them its
+    // registration.
+    let live = |i: usize| c.master_at(i).unwrap().report().workers.iter().filter(|w| w.live).count();
+    eventually("the followers count the worker live", || followers.iter().all(|&f| live(f) == 1)).await;
+
+    let files: Vec<Vec<u8>> = (0..8).map(|i| common::random((100 << 10) + i)).collect();
+    for (i, data) in files.iter().enumerate() {
+        common::put_as(&cl, &format!("/m/{i}"), data, WriteType::MustCache).await.unwrap();
+    }
+    // Every member knows where each block is, once the writes are acknowledged.
+    let id = c.worker(0).unwrap().id();
+    let on_leader = c.master_at(l).unwrap().located_blocks(id).unwrap();
+    assert!(on_leader.len() >= files.len(), "{on_leader:?}");
+    for &f in &followers {
+        assert_eq!(c.master_at(f).unwrap().located_blocks(id).unwrap(), on_leader, "member {f}");
+    }
+
+    // The leader goes: the new one serves the cached files at once, and the worker does
+    // not send it a full report.
+    let reports = c.worker(0).unwrap().registrations();
+    c.stop_master_at(l).await;
+    c.wait_for_leader(Duration::from_secs(30), |_| true).await.unwrap();
+    for (i, data) in files.iter().enumerate() {
+        assert_eq!(&common::read_all(&cl, &format!("/m/{i}")).await, data, "/m/{i}");
+    }
+    common::put_as(&cl, "/m/after", b"after", WriteType::MustCache).await.unwrap();
+    assert_eq!(c.worker(0).unwrap().registrations(), reports);
     c.shutdown().await;
 }

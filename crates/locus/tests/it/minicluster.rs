@@ -562,7 +562,7 @@ async fn bad_input_gets_clear_errors_and_servers_stay_up() {
         fingerprint: locus_common::UNPERSISTED_FINGERPRINT.into(),
         ..Default::default()
     };
-    locus_proto::write_frame(&mut s, &pb::DataRequest { req: Some(pb::data_request::Req::Read(req)) }).await.unwrap();
+    locus_proto::write_frame(&mut s, &pb::DataRequest::from(pb::data_request::Req::Read(req))).await.unwrap();
     let r: pb::DataResponse = locus_proto::read_frame(&mut s).await.unwrap().unwrap();
     assert_eq!(r.error.unwrap().kind(), pb::ErrorKind::InvalidArgument);
     assert_eq!(read_all(&cl, "/in/ok.txt").await, b"fine");

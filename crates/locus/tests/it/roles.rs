@@ -87,9 +87,12 @@ fn requests(mount_id: u64) -> Vec<Req> {
     ]
 }
 
-/// Send `req` as `who` over a new TCP connection (or the Unix socket) and return the answer.
+/// Send `req` as `who` over a new TCP connection (or the Unix socket) and return the
+/// answer. A master's order goes in the term the worker knows (in a group, an older one
+/// is refused before anything else is looked at).
 async fn send_as(c: &LocalCluster, who: &Identity, req: Req, uds: bool) -> locus_common::Result<pb::DataResponse> {
     let w = c.worker(0).unwrap();
+    let req = pb::DataRequest::order(req, w.master_term());
     if uds {
         let mut s = tokio::net::UnixStream::connect(w.uds_path().unwrap()).await.unwrap();
         authenticate(&mut s, who).await?;

@@ -109,7 +109,7 @@ async fn the_data_path_and_the_socket_refuse_callers_without_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path()).await;
     let w = c.worker(0).unwrap();
-    let hello = || pb::DataRequest { req: Some(pb::data_request::Req::Hello(pb::Empty {})) };
+    let hello = || pb::DataRequest::from(pb::data_request::Req::Hello(pb::Empty {}));
 
     // TCP: a request with no auth frame, or a wrong token, gets an Unauthenticated
     // answer and the connection is closed.
@@ -127,14 +127,12 @@ async fn the_data_path_and_the_socket_refuse_callers_without_credentials() {
     // The short-circuit socket: no lease without the token.
     let uds = w.uds_path().unwrap().to_path_buf();
     let mut s = tokio::net::UnixStream::connect(&uds).await.unwrap();
-    let lease = pb::DataRequest {
-        req: Some(pb::data_request::Req::Lease(pb::LeaseRequest {
-            block_id: 1,
-            length: 1,
-            promote: false,
-            client_host: String::new(),
-        })),
-    };
+    let lease = pb::DataRequest::from(pb::data_request::Req::Lease(pb::LeaseRequest {
+        block_id: 1,
+        length: 1,
+        promote: false,
+        client_host: String::new(),
+    }));
     write_frame(&mut s, &lease).await.unwrap();
     let r: pb::DataResponse = read_frame(&mut s).await.unwrap().unwrap();
     assert_eq!(r.error.unwrap().kind(), pb::ErrorKind::Unauthenticated);
