@@ -6,118 +6,28 @@ the killed master started again rejoins as a follower and catches up."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import LOCUS_BIN, Locus, _port_open, clean_env, free_port, gw_client, sha256, stop_process, wait_until
+from conftest import LOCUS_BIN, gw_client, sha256
+from ha import LocusGroup  # bench/ha.py: the same group the failover benchmark runs
 
 WRITERS = 32
 
 
-class Group(Locus):
-    """A master group, its workers and a gateway, each its own process."""
-
-    def __init__(self, base: Path, log_dir: Path, masters: int = 3, workers: int = 2):
-        self.rpc = [f"127.0.0.1:{free_port()}" for _ in range(masters)]
-        self.raft = [f"127.0.0.1:{free_port()}" for _ in range(masters)]
-        self.webs = [f"127.0.0.1:{free_port()}" for _ in range(masters)]
-        super().__init__(",".join(self.rpc), None, token_file=base.absolute() / "client.token")
-        self.base, self.log_dir = base, log_dir
-        self.gateway = f"127.0.0.1:{free_port()}"
-        self.shm = Path("/dev/shm") / f"locus-e2e-{uuid.uuid4().hex[:12]}"
-        self.secret = base.absolute() / "cluster.secret"
-        self.proc_env = {"LOCUS_SECURITY__SECRET_FILE": str(self.secret),
-                         "LOCUS_SECURITY__TOKEN_FILE": str(self.token_file), "RUST_LOG": "info"}
-        self.masters: list[subprocess.Popen | None] = [None] * masters
-        self.workers = workers
-        self.procs: list[subprocess.Popen] = []
-        self.logs: list[Path] = []
-
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = self.log_dir / f"{self.base.name}-{name}.log"
-        self.logs.append(log)
-        cmd = [str(LOCUS_BIN), "--master", self.master, *args]
-        with open(log, "ab") as f:
-            f.write(f"$ {' '.join(cmd)}\n".encode())
-            f.flush()
-            p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=clean_env(self.proc_env))
-        self.procs.append(p)
-        return p
-
-    def start_master(self, i: int):
-        self.masters[i] = self._spawn(f"master{i}", [
-            "master", "--root-ufs", f"file://{self.base.absolute() / 'ufs'}", "--rpc-address", self.rpc[i],
-            "--web-address", self.webs[i], "--meta-dir", str(self.base / f"master{i}"),
-            "--raft-address", self.raft[i], "--peers", ",".join(self.raft)])
-
-    def start(self) -> "Group":
-        # The first master makes the cluster secret; the others read the same file.
-        self.start_master(0)
-        wait_until(self.secret.exists, timeout=30, what="the cluster secret")
-        for i in range(1, len(self.masters)):
-            self.start_master(i)
-        for i in range(self.workers):
-            self._spawn(f"worker{i}", ["worker", "--data-address", "127.0.0.1:0",
-                                       "--data-dir", str(self.base / f"worker{i}"),
-                                       "--tier", f"MEM:{self.shm}/w{i}:256MiB"])
-        self._spawn("gateway", ["gateway", "--address", self.gateway])
-        self.wait_group(lambda g: len(g["members"]) == 3 and all(m["lag"] == 0 for m in g["members"]),
-                        "3 members in step")
-        wait_until(lambda: _port_open(self.gateway), timeout=30, what="the gateway to listen")
-        return self
-
-    def group(self) -> dict | None:
-        r = self.try_report()
-        return r and r.get("masters") and {**r["masters"], "live_workers": r["live_workers"]}
-
-    def wait_group(self, pred, what: str, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            for p in self.procs:
-                # Only the masters a test kills (SIGKILL: a negative code) may be gone.
-                if p.poll() is not None and p.returncode >= 0:
-                    raise AssertionError(f"{p.args} exited with {p.returncode}:\n{self.log_tail()}")
-            g = self.group()
-            if g and g["live_workers"] == self.workers and pred(g):
-                return g
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the group is not {what} after {timeout}s: {g}\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def leader(self) -> int:
-        g = self.wait_group(lambda g: any(m["role"] == "leader" for m in g["members"]), "led")
-        return self.rpc.index(next(m["rpc_address"] for m in g["members"] if m["role"] == "leader"))
-
-    def log_tail(self, n: int = 30) -> str:
-        out = []
-        for p in dict.fromkeys(self.logs):
-            out.append(f"--- {p}")
-            out.extend(p.read_text(errors="replace").splitlines()[-n:])
-        return "\n".join(out)
-
-    def cleanup(self):
-        for p in reversed(self.procs):
-            stop_process(p)
-        shutil.rmtree(self.shm, ignore_errors=True)
-
-
 @pytest.fixture
 def group(tmp: Path):
-    g = Group(tmp / "g", tmp)
+    g = LocusGroup(LOCUS_BIN, tmp / "g", tmp)
     try:
         yield g.start()
     finally:
         g.cleanup()
 
 
-def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: Group):
+def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: LocusGroup):
     s3 = gw_client(f"http://{group.gateway}")
     s3.create_bucket(Bucket="failover")
     stop, acked, errors = threading.Event(), [], []
@@ -143,7 +53,7 @@ def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: Group):
         while not stop.is_set():
             n += 1
             body, start = os.urandom(10_000 + n), time.monotonic()
-            r = group.fs("put", "-", f"/failover/cli/{n}", input=body, timeout=120)
+            r = group.run("fs", "put", "-", f"/failover/cli/{n}", input=body, timeout=120)
             with lock:
                 if r.returncode == 0:
                     acked.append((f"cli/{n}", sha256(body), start, time.monotonic()))
@@ -159,8 +69,7 @@ def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: Group):
         old = group.leader()
         term = group.group()["term"]
         killed_at = time.monotonic()
-        group.masters[old].kill()
-        group.masters[old].wait()
+        group.kill_master(old)
         time.sleep(8)
     finally:
         stop.set()

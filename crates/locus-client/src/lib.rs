@@ -321,7 +321,8 @@ impl Client {
                     return Err(self.not_a_master(addr, &s));
                 }
                 let unreachable = !ours
-                    && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled);
+                    && (matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
+                        || broken_connection(&s));
                 let refused = unreachable && never_sent(&s);
                 dropped = if unreachable && !refused { dropped + 1 } else { 0 };
                 if dropped >= 3 * n {
@@ -368,4 +369,10 @@ impl Client {
     fn err(&self, addr: &str, s: tonic::Status) -> Error {
         rpc_err(addr, s)
     }
+}
+
+/// Whether a call failed because its HTTP/2 connection broke under it (a master stopping
+/// resets the streams it has not answered): the master may or may not have carried it out.
+fn broken_connection(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::Internal && s.message().starts_with("h2 protocol error")
 }
