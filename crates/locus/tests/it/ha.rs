@@ -390,3 +390,69 @@ async fn every_member_knows_the_blocks_so_a_new_leader_serves_them_without_a_new
     assert_eq!(c.worker(0).unwrap().registrations(), reports);
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attacker_with_the_client_token_cannot_mirror_reports_or_raise_the_term() {
+    use pb::data_request::Req;
+    let dir = tempfile::tempdir().unwrap();
+    let c = group(dir.path(), 1).await;
+    let l = c.leader_index().unwrap();
+    let f = (l + 1) % 3;
+    let id = c.worker(0).unwrap().id();
+    let term = c.worker(0).unwrap().master_term();
+    // A mirrored report is a worker's call: the client token is refused at any member,
+    // and the member records nothing of it.
+    let mut raw =
+        locus_proto::auth::master_client(channel(&c.master_config(f).rpc_address).await, &c.client_token()).unwrap();
+    fn mirrored<T>(msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.metadata_mut().insert(locus_proto::MIRROR_KEY, "1".parse().unwrap());
+        r
+    }
+    let fake = pb::RegisterWorkerRequest {
+        worker_id: id,
+        address: Some(pb::WorkerAddress {
+            host: "evil".into(),
+            data_address: "127.0.0.1:1".into(),
+            ..Default::default()
+        }),
+        blocks: vec![pb::BlockReport { block_id: 99 << 24, length: 1, ..Default::default() }],
+        cluster_id: c.master().cluster_id(),
+        ..Default::default()
+    };
+    let s = raw.register_worker(mirrored(fake)).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    let commit = pb::CommitBlocksRequest {
+        worker_id: id,
+        added: vec![pb::BlockReport { block_id: 98 << 24, length: 1, ..Default::default() }],
+        ..Default::default()
+    };
+    let s = raw.commit_blocks(mirrored(commit)).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    let beat = pb::HeartbeatRequest { worker_id: id, ..Default::default() };
+    let s = raw.worker_heartbeat(mirrored(beat)).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    let known = c.master_at(f).unwrap().located_blocks(id).unwrap();
+    assert!(!known.contains(&(99 << 24)) && !known.contains(&(98 << 24)), "{known:?}");
+
+    // A term far ahead, on an order or on a client's own request, does not move the
+    // worker's fence (which would make it refuse the real leader).
+    let w = c.worker(0).unwrap();
+    let token = Identity::client(&c.client_token());
+    for req in [
+        Req::Persist(pb::PersistRequest { mount_id: 1, ufs_path: "evil.txt".into(), ..Default::default() }),
+        Req::Replicate(pb::ReplicateRequest { block_id: 5 << 24, length: 1, sources: vec!["127.0.0.1:1".into()] }),
+        Req::Hello(pb::Empty {}),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(w.data_address()).await.unwrap();
+        locus_proto::authenticate(&mut s, &token).await.unwrap();
+        let _ = locus_proto::exchange(&mut s, pb::DataRequest::order(req, u64::MAX)).await;
+    }
+    assert_eq!(w.master_term(), term);
+    assert!(!c.data_dir().join("ufs/evil.txt").exists());
+    // The leader's orders are still taken.
+    order(&c, Req::Persist(pb::PersistRequest { mount_id: 1, ufs_path: "ok.txt".into(), ..Default::default() }), term)
+        .await
+        .unwrap();
+    c.shutdown().await;
+}
