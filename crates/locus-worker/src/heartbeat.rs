@@ -147,6 +147,8 @@ impl Inner {
         })
         .await?;
         let req = self.beat().await;
+        // The mirror job sends the other members this same heartbeat.
+        *self.last_beat.lock() = Some(req.clone());
         let resp = self.call(|mut m| {
             let req = req.clone();
             async move { m.worker_heartbeat(req).await }
@@ -176,7 +178,7 @@ impl Inner {
     }
 
     /// This worker's heartbeat: usage, counters, jobs, the reads by host.
-    pub(crate) async fn beat(&self) -> pb::HeartbeatRequest {
+    async fn beat(&self) -> pb::HeartbeatRequest {
         let c = &self.counters;
         pb::HeartbeatRequest {
             worker_id: self.id.load(Relaxed),

@@ -157,6 +157,9 @@ struct Inner {
     in_step: Mutex<HashMap<String, bool>>,
     /// Full block reports the leader took (registrations).
     registrations: AtomicU64,
+    /// The heartbeat job's last heartbeat, which the mirror job copies to the other
+    /// members (usage is read from the tiers once per interval).
+    last_beat: Mutex<Option<pb::HeartbeatRequest>>,
 }
 
 pub use locus_proto::fragment::{FragmentFactory, FragmentRunner, FragmentStream};
@@ -280,6 +283,7 @@ impl WorkerBuilder {
             fence: Arc::new(fence),
             in_step: Mutex::new(HashMap::new()),
             registrations: AtomicU64::new(0),
+            last_beat: Mutex::new(None),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -299,8 +303,10 @@ impl WorkerBuilder {
             Job::spawn_periodic("worker.mirror", inner.cfg.heartbeat_interval, move || {
                 let i = m_inner.clone();
                 async move {
-                    let beat = i.beat().await;
-                    i.mirror_round(beat).await;
+                    let beat = i.last_beat.lock().clone();
+                    if let Some(beat) = beat {
+                        i.mirror_round(beat).await;
+                    }
                     Ok(())
                 }
             })
