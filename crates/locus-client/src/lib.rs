@@ -11,7 +11,6 @@
 //! never on the master, worker or UFS crates.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
 
 use locus_common::config::{ClientConfig, Config};
 use locus_common::metrics::ReadReason;
@@ -268,8 +267,8 @@ impl Client {
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let started = std::time::Instant::now();
-        let mut wait = Duration::from_millis(50);
         let n = self.masters.len();
+        let mut pause = locus_proto::masters::Pause::new(n);
         // Connections accepted and then dropped without an answer, in a row: a master
         // restarting refuses connections (or drops the calls in flight once); a port that
         // keeps doing it is not a master.
@@ -341,6 +340,7 @@ impl Client {
             if failed % n != 0 {
                 continue;
             }
+            let wait = pause.take();
             if started.elapsed() + wait > self.cfg.master_retry {
                 let what = if n == 1 { "the master at" } else { "a leading master among" };
                 return Err(Error::unavailable(format!(
@@ -353,7 +353,6 @@ impl Client {
             }
             tracing::debug!(status = %s.message(), "no master answered; trying again");
             tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(Duration::from_secs(1));
         }
     }
 

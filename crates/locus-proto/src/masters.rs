@@ -70,6 +70,31 @@ impl Masters {
     }
 }
 
+/// The pause after a round of the masters in which none took a call. It doubles from
+/// 50 ms, up to 1 s with one master (a restart takes seconds) and up to 200 ms with a
+/// group, whose election ends well within a second (`locus-master`'s raft timers): a
+/// caller pausing a whole second would add most of it to every failover.
+#[derive(Debug, Clone)]
+pub struct Pause {
+    next: Duration,
+    most: Duration,
+}
+
+impl Pause {
+    /// The pauses of a caller of `masters` masters.
+    pub fn new(masters: usize) -> Pause {
+        let most = if masters > 1 { Duration::from_millis(200) } else { Duration::from_secs(1) };
+        Pause { next: Duration::from_millis(50), most }
+    }
+
+    /// The pause to take now (the next one is longer).
+    pub fn take(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (now * 2).min(self.most);
+        now
+    }
+}
+
 /// A client of the master at `addr`, proving `identity`.
 fn connect(addr: &str, identity: &Identity, tls: &Tls, timeout: Duration) -> Result<AuthedMasterClient> {
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
@@ -78,4 +103,18 @@ fn connect(addr: &str, identity: &Identity, tls: &Tls, timeout: Duration) -> Res
         .timeout(timeout);
     let ch = tls.master_channel(addr, endpoint);
     Ok(crate::auth::master_client_as(ch, identity.clone()).max_decoding_message_size(64 << 20))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pause;
+    use std::time::Duration;
+
+    #[test]
+    fn a_group_pauses_at_most_200_ms_and_one_master_a_second() {
+        let ms = |p: &mut Pause| (0..8).map(|_| p.take().as_millis()).collect::<Vec<_>>();
+        assert_eq!(ms(&mut Pause::new(3)), [50, 100, 200, 200, 200, 200, 200, 200]);
+        assert_eq!(ms(&mut Pause::new(1)), [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(Pause::new(2).take(), Duration::from_millis(50));
+    }
 }

@@ -464,7 +464,8 @@ impl Inner {
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let started = std::time::Instant::now();
-        let (mut tries, mut wait, mut reproved) = (0, Duration::from_millis(50), false);
+        let (mut tries, mut reproved) = (0, false);
+        let mut pause = locus_proto::masters::Pause::new(self.masters.len());
         loop {
             let ((i, _, m), n) = (self.masters.current(), self.masters.len());
             let s = match f(m).await {
@@ -484,8 +485,7 @@ impl Inner {
             self.masters.follow(i, hint.as_deref().unwrap_or_default());
             tries += 1;
             if tries % n == 0 {
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(1));
+                tokio::time::sleep(pause.take()).await;
             }
         }
     }

@@ -71,11 +71,20 @@ fn fatal(what: &str, e: impl std::fmt::Display) -> Error {
     Error::internal(format!("the master's replicated log: {what}: {e}"))
 }
 
+/// The leader's heartbeat interval (ms).
+const HEARTBEAT_MS: u64 = 50;
+/// A follower's election timeout is drawn from `ELECTION_MS`. openraft 0.9 adds its
+/// leader lease (the range's end) to it while the follower's vote is of a committed
+/// leader, so a member elects 450 to 600 ms after the leader's last heartbeat: the
+/// failover goal is 1 s. Nine heartbeats fit in the shortest wait, so a leader's pause
+/// (a debug build's CPU shared by three masters) does not start an election.
+const ELECTION_MS: std::ops::Range<u64> = 150..300;
 /// How long a leader takes calls without a quorum's acknowledgement (openraft's
-/// `millis_since_quorum_ack`; heartbeats go every 100 ms): past it, it may be cut off
-/// while the others elect another (their election timeout is 500 to 1,000 ms), so its
-/// callers go to the other members. Reads wait for a read barrier besides.
-const LEASE_MS: u64 = 1000;
+/// `millis_since_quorum_ack`): past it, it may be cut off while the others elect
+/// another, so its callers go to the other members. The followers refuse every other
+/// candidate for as long after the heartbeat they acknowledged (openraft's leader lease
+/// is `election_timeout_max`). Reads wait for a read barrier besides.
+const LEASE_MS: u64 = ELECTION_MS.end;
 
 /// Whether these metrics are of a leader a quorum acknowledged within [`LEASE_MS`].
 fn acknowledged(m: &RaftMetrics<u64, MasterNode>) -> bool {
@@ -108,9 +117,9 @@ impl Group {
         let dirty = sm.dirty();
         let config = openraft::Config {
             cluster_name: "locus".into(),
-            heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 1000,
+            heartbeat_interval: HEARTBEAT_MS,
+            election_timeout_min: ELECTION_MS.start,
+            election_timeout_max: ELECTION_MS.end,
             install_snapshot_timeout: 10_000,
             max_payload_entries: 64,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(50_000),
