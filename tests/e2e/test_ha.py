@@ -1,11 +1,13 @@
 """Three masters with the real binary (`locus master --raft-address A --peers A,B,C`), two
-workers and an S3 gateway, all given the three masters: the leader killed (SIGKILL) under
-32 S3 writers and a CLI writer loses no acknowledged write and shows no client an error;
-the killed master started again rejoins as a follower and catches up."""
+workers and an S3 gateway, all given the three masters, under 32 S3 writers and a CLI
+writer. The leader killed (SIGKILL), or stopped for 15 s (SIGSTOP) and then woken, loses
+no acknowledged write and shows no client an error; the others elect a leader and serve
+meanwhile; the old leader, started again or woken, follows and catches up."""
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -27,69 +29,116 @@ def group(tmp: Path):
         g.cleanup()
 
 
-def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: LocusGroup):
-    s3 = gw_client(f"http://{group.gateway}")
-    s3.create_bucket(Bucket="failover")
-    stop, acked, errors = threading.Event(), [], []
-    lock = threading.Lock()
+class Writers:
+    """32 S3 writers through the gateway and a CLI writer (`locus fs put`), each write's key,
+    digest, begin and end, and every client error."""
 
-    def s3_writer(w: int):
-        c = gw_client(f"http://{group.gateway}")
+    def __init__(self, group: LocusGroup, bucket: str):
+        self.group, self.bucket = group, bucket
+        self.stop, self.lock = threading.Event(), threading.Lock()
+        self.acked: list[tuple[str, str, float, float]] = []
+        self.errors: list[str] = []
+        self.threads = [threading.Thread(target=self._s3, args=(w,)) for w in range(WRITERS)]
+        self.threads.append(threading.Thread(target=self._cli))
+
+    def _s3(self, w: int):
+        c = gw_client(f"http://{self.group.gateway}")
         n = 0
-        while not stop.is_set():
+        while not self.stop.is_set():
             n += 1
             key, body = f"w{w}/{n}", os.urandom(4096 + 97 * n % 60000)
             start = time.monotonic()
             try:
-                c.put_object(Bucket="failover", Key=key, Body=body)
-                with lock:
-                    acked.append((key, sha256(body), start, time.monotonic()))
+                c.put_object(Bucket=self.bucket, Key=key, Body=body)
+                with self.lock:
+                    self.acked.append((key, sha256(body), start, time.monotonic()))
             except Exception as e:  # noqa: BLE001 - every failure is a finding
-                with lock:
-                    errors.append(f"{key}: {e}")
+                with self.lock:
+                    self.errors.append(f"{key}: {e}")
 
-    def cli_writer():
+    def _cli(self):
         n = 0
-        while not stop.is_set():
+        while not self.stop.is_set():
             n += 1
             body, start = os.urandom(10_000 + n), time.monotonic()
-            r = group.run("fs", "put", "-", f"/failover/cli/{n}", input=body, timeout=120)
-            with lock:
+            r = self.group.run("fs", "put", "-", f"/{self.bucket}/cli/{n}", input=body, timeout=120)
+            with self.lock:
                 if r.returncode == 0:
-                    acked.append((f"cli/{n}", sha256(body), start, time.monotonic()))
+                    self.acked.append((f"cli/{n}", sha256(body), start, time.monotonic()))
                 else:
-                    errors.append(f"cli/{n}: exit {r.returncode}: {r.stderr.decode(errors='replace')}")
+                    self.errors.append(f"cli/{n}: exit {r.returncode}: {r.stderr.decode(errors='replace')}")
 
-    threads = [threading.Thread(target=s3_writer, args=(w,)) for w in range(WRITERS)]
-    threads.append(threading.Thread(target=cli_writer))
-    for t in threads:
-        t.start()
-    try:
+    def __enter__(self):
+        gw_client(f"http://{self.group.gateway}").create_bucket(Bucket=self.bucket)
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=180)
+
+    def between(self, t0: float, t1: float = float("inf")) -> list[float]:
+        """The ends of the writes begun at or after `t0` and acknowledged before `t1`."""
+        return [end for _, _, start, end in self.acked if start >= t0 and end < t1]
+
+    def check_every_acknowledged_write(self):
+        """No client error, and every acknowledged write reads back through the gateway."""
+        assert not self.errors, f"{len(self.errors)} client errors, the first: {self.errors[:3]}"
+        s3 = gw_client(f"http://{self.group.gateway}")
+        for key, digest, _, _ in self.acked:
+            assert sha256(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()) == digest, key
+
+
+def follows_again(group: LocusGroup, old: int, what: str) -> dict:
+    """The group once it is whole again with master `old` following, caught up."""
+    return group.wait_group(lambda g: len(g["members"]) == 3 and all(m["lag"] == 0 for m in g["members"])
+                            and next(m["role"] for m in g["members"] if m["rpc_address"] == group.rpc[old])
+                            == "follower", what)
+
+
+def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: LocusGroup):
+    with Writers(group, "failover") as w:
         time.sleep(3)
         old = group.leader()
         term = group.group()["term"]
         killed_at = time.monotonic()
         group.kill_master(old)
         time.sleep(8)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=180)
-    assert not errors, f"{len(errors)} client errors, the first: {errors[:3]}"
-    after = [end for _, _, start, end in acked if start >= killed_at]
+    after = w.between(killed_at)
     assert len(after) >= WRITERS, f"only {len(after)} writes began and ended after the kill"
     print(f"first write begun after the kill acknowledged {min(after) - killed_at:.2f} s after it; "
-          f"{len(acked)} writes acknowledged")
-
+          f"{len(w.acked)} writes acknowledged")
     g = group.wait_group(lambda g: any(m["role"] == "leader" for m in g["members"]), "led again")
     assert g["term"] > term
     assert group.leader() != old
-    # Every acknowledged write reads back, through the gateway and the new leader.
-    for key, digest, _, _ in acked:
-        assert sha256(s3.get_object(Bucket="failover", Key=key)["Body"].read()) == digest, key
+    w.check_every_acknowledged_write()
 
     # The killed master, started again, follows and catches up.
     group.start_master(old)
-    group.wait_group(lambda g: len(g["members"]) == 3 and all(m["lag"] == 0 for m in g["members"])
-                     and next(m["role"] for m in g["members"] if m["rpc_address"] == group.rpc[old]) == "follower",
-                     "whole again")
+    follows_again(group, old, "whole again")
+
+
+def test_the_leader_stopped_for_15_s_acts_on_nothing_and_follows_once_woken(group: LocusGroup):
+    with Writers(group, "paused") as w:
+        time.sleep(3)
+        old = group.leader()
+        term = group.group()["term"]
+        stopped_at = time.monotonic()
+        group.masters[old].send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(15)
+        finally:
+            group.masters[old].send_signal(signal.SIGCONT)
+        woken_at = time.monotonic()
+        time.sleep(3)
+    # The others elected a leader and served while it slept; its callers left it.
+    during = w.between(stopped_at, woken_at)
+    assert len(during) >= WRITERS, f"only {len(during)} writes began and ended while the leader was stopped"
+    print(f"first write begun after the stop acknowledged {min(during) - stopped_at:.2f} s after it")
+    assert w.between(woken_at), "no write began and ended after the old leader woke"
+    # Woken, it learns the later term and follows; nothing it held back is acknowledged.
+    g = follows_again(group, old, "the woken leader following")
+    assert g["term"] > term
+    w.check_every_acknowledged_write()
