@@ -10,6 +10,7 @@ mod common;
 mod availability;
 mod compute;
 mod crate_rules;
+mod feature_parity;
 mod ha;
 mod hardening;
 mod minicluster;
