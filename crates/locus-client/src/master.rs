@@ -75,12 +75,12 @@ impl Client {
     }
 
     pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
-        self.rpc(Retry::IfNotSent, req, |mut m, r| async move { m.mount(r).await }).await
+        self.rpc(Retry::Once, req, |mut m, r| async move { m.mount(r).await }).await
     }
 
     pub async fn unmount(&self, path: &str) -> Result<()> {
         let r = pb::PathRequest { path: path.into(), recursive: false };
-        self.rpc(Retry::IfNotSent, r, |mut m, r| async move { m.unmount(r).await }).await?;
+        self.rpc(Retry::Once, r, |mut m, r| async move { m.unmount(r).await }).await?;
         Ok(())
     }
 

@@ -31,6 +31,8 @@ pub(crate) enum CallKind {
     CreateDirectory = 3,
     Delete = 4,
     Rename = 5,
+    Mount = 6,
+    Unmount = 7,
 }
 
 /// A change call's key in the retry cache: SHA-256 of its kind, the client's id and the

@@ -134,6 +134,20 @@ impl Master {
     }
 
     pub async fn mount(&self, req: pb::MountRequest) -> Result<pb::MountInfo> {
+        self.mount_call(req, &CallId::NONE).await
+    }
+
+    /// [`Master::mount`] for a client's call `id`: its resend (the first try committed, its
+    /// answer lost in a failover) answers the mount the first try added, not "already a
+    /// mount point".
+    pub(crate) async fn mount_call(&self, req: pb::MountRequest, id: &CallId) -> Result<pb::MountInfo> {
+        let first = |r: pb::CommandResult| {
+            r.mount.map(redacted).ok_or_else(|| Error::internal("a mount command's result holds no mount"))
+        };
+        self.once(id, first, self.add_mount(req, id)).await
+    }
+
+    async fn add_mount(&self, req: pb::MountRequest, id: &CallId) -> Result<pb::MountInfo> {
         let path = normalize(&req.path)?;
         let opts: BTreeMap<String, String> = req.options.clone().into_iter().collect();
         locus_ufs::check_mount_target(&req.uri, &opts, &self.inner.protected)?;
@@ -178,7 +192,7 @@ impl Master {
             write_type: req.write_type,
             ..Default::default()
         };
-        let added = self.propose(Op::AddMount(pb::AddMount { info: Some(info) })).await?;
+        let added = self.propose_call(id, Op::AddMount(pb::AddMount { info: Some(info) })).await?;
         let info = added.mount.ok_or_else(|| Error::internal("a mount command returned no mount"))?;
         self.inner.mounts.add(MountEntry { info: info.clone(), ufs });
         tracing::info!(path = %info.path, uri = %info.uri, "mounted");
@@ -186,6 +200,16 @@ impl Master {
     }
 
     pub async fn unmount(&self, path: &str) -> Result<()> {
+        self.unmount_call(path, &CallId::NONE).await
+    }
+
+    /// [`Master::unmount`] for a client's call `id`: its resend answers what the first
+    /// try did, not "not a mount point".
+    pub(crate) async fn unmount_call(&self, path: &str, id: &CallId) -> Result<()> {
+        self.once(id, |_| Ok(()), self.remove_mount(path, id)).await
+    }
+
+    async fn remove_mount(&self, path: &str, id: &CallId) -> Result<()> {
         let path = normalize(path)?;
         if path == "/" {
             return Err(Error::invalid("cannot unmount the root mount"));
@@ -195,10 +219,10 @@ impl Master {
             return Err(Error::new(ErrorKind::FailedPrecondition, format!("{path} has mounts below it")));
         }
         let (parent_path, name) = lpath::parent_and_name(&path)?;
-        let id = m.info.id;
-        let c = pb::RemoveMount { mount_id: id, parent_path: parent_path.to_string(), name: name.to_string() };
-        let (_, fx) = self.propose_only(&CallId::NONE, Op::RemoveMount(c)).await?;
-        self.inner.mounts.remove(id);
+        let mount_id = m.info.id;
+        let c = pb::RemoveMount { mount_id, parent_path: parent_path.to_string(), name: name.to_string() };
+        let (_, fx) = self.propose_only(id, Op::RemoveMount(c)).await?;
+        self.inner.mounts.remove(mount_id);
         self.carry_out(fx);
         Ok(())
     }

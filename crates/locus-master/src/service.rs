@@ -212,10 +212,12 @@ impl pb::master_server::Master for Master {
             .map(|(count, skipped)| pb::CountResponse { count, skipped }))
     }
     async fn mount(&self, r: Request<pb::MountRequest>) -> R<pb::MountInfo> {
-        self.ok(Master::mount(self, r.into_inner()).await)
+        let (id, r, m) = (call_id(&r, CallKind::Mount)?, r.into_inner(), self.clone());
+        reply(self, detached(async move { m.mount_call(r, &id).await }).await)
     }
     async fn unmount(&self, r: Request<pb::PathRequest>) -> R<pb::Empty> {
-        self.ok(Master::unmount(self, &r.into_inner().path).await.map(|_| pb::Empty {}))
+        let (id, r, m) = (call_id(&r, CallKind::Unmount)?, r.into_inner(), self.clone());
+        reply(self, detached(async move { m.unmount_call(&r.path, &id).await }).await.map(|_| pb::Empty {}))
     }
     async fn get_mount_table(&self, _: Request<pb::Empty>) -> R<pb::MountTable> {
         self.ok(Ok(pb::MountTable { mounts: self.mount_table(false) }))

@@ -20,8 +20,8 @@ const FP: &str = "master.after_apply_before_reply";
 
 /// Each change call of the client loses its reply once, as a broken connection loses
 /// it: the client sends it again with the same request id, and the master answers with
-/// the first result instead of making the change again (a mkdir or a delete made twice
-/// would fail, a rename's source would be gone).
+/// the first result instead of making the change again (a mkdir, a delete, a mount or an
+/// unmount made twice would fail, a rename's source would be gone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn changes_whose_replies_are_lost_are_sent_again_and_made_once() {
     let _turn = super::SERIAL.lock().await;
@@ -48,6 +48,15 @@ async fn changes_whose_replies_are_lost_are_sent_again_and_made_once() {
     assert_eq!(e.kind(), locus_common::ErrorKind::NotFound);
     let names = super::names(&cl, "/d").await.unwrap();
     assert_eq!(names, ["e"]);
+    let lake = dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    fail::cfg(FP, "1*return").unwrap();
+    let uri = format!("file://{}", lake.display());
+    let m = cl.mount(locus_proto::pb::MountRequest { path: "/m".into(), uri, ..Default::default() }).await.unwrap();
+    assert_eq!(m.path, "/m");
+    fail::cfg(FP, "1*return").unwrap();
+    cl.unmount("/m").await.unwrap();
+    assert!(cl.mount_table().await.unwrap().iter().all(|t| t.path != "/m"));
     fail::remove(FP);
     c.shutdown().await;
 }

@@ -446,6 +446,13 @@ async fn a_client_cannot_cache_other_bytes_under_a_files_block_id() {
     c.shutdown().await;
 }
 
+/// Request `r` sent with request id `id`, as the client sends a change call.
+fn with_id<T>(id: &str, r: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(r);
+    r.metadata_mut().insert(locus_proto::REQUEST_ID_KEY, id.parse().unwrap());
+    r
+}
+
 /// A request id is no key to another call's result. A resend of the same request gets
 /// the first result; the same id with another path gets its own version and grant (the
 /// first call's would let two files share a version); the same id on another kind of
@@ -455,11 +462,6 @@ async fn a_request_id_answers_only_a_resend_of_its_own_request() {
     let dir = tempfile::tempdir().unwrap();
     let c = common::start(dir.path(), 1, 64 << 20, false).await;
     let mut m = master_as_client(&c).await;
-    fn with_id<T>(id: &str, r: T) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(r);
-        r.metadata_mut().insert(locus_proto::REQUEST_ID_KEY, id.parse().unwrap());
-        r
-    }
     let create = |p: &str| pb::CreateFileRequest { path: p.into(), overwrite: true, ..Default::default() };
     let id = locus_proto::new_request_id();
     let a = m.create_file(with_id(&id, create("/a"))).await.unwrap().into_inner();
@@ -480,5 +482,34 @@ async fn a_request_id_answers_only_a_resend_of_its_own_request() {
     }
     let e = locus_client::Client::status(&c.client(Default::default()).unwrap(), "/c", false).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "a refused call made nothing");
+    c.shutdown().await;
+}
+
+/// Mount and unmount are answered from the retry cache too: the resend of a mount whose
+/// first try committed (its answer lost in a failover) gets that mount, not "already a
+/// mount point", and a resent unmount succeeds, not "not a mount point". Another call
+/// (a new id, or none) is checked as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resent_mount_or_unmount_answers_its_first_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(dir.path(), 1, 64 << 20, false).await;
+    let lake = dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    let mut m = master_as_client(&c).await;
+    let req = pb::MountRequest { path: "/m".into(), uri: format!("file://{}", lake.display()), ..Default::default() };
+    let id = locus_proto::new_request_id();
+    let a = m.mount(with_id(&id, req.clone())).await.unwrap().into_inner();
+    let again = m.mount(with_id(&id, req.clone())).await.unwrap().into_inner();
+    assert_eq!((again.id, &again.path, &again.uri), (a.id, &a.path, &a.uri));
+    for r in [with_id(&locus_proto::new_request_id(), req.clone()), tonic::Request::new(req)] {
+        assert_eq!(m.mount(r).await.unwrap_err().code(), tonic::Code::AlreadyExists);
+    }
+    let un = pb::PathRequest { path: "/m".into(), ..Default::default() };
+    let id = locus_proto::new_request_id();
+    m.unmount(with_id(&id, un.clone())).await.unwrap();
+    m.unmount(with_id(&id, un.clone())).await.unwrap();
+    assert_eq!(m.unmount(tonic::Request::new(un)).await.unwrap_err().code(), tonic::Code::NotFound);
+    let table = c.client(Default::default()).unwrap().mount_table().await.unwrap();
+    assert!(table.iter().all(|x| x.path != "/m"), "{table:?}");
     c.shutdown().await;
 }
