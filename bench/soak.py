@@ -6,6 +6,10 @@ that held 681 MB after a day of mixed probes and kept it while idle).
     bench/soak.py [--duration 3600] [--idle 300] [--out bench/results/soak-1h]
                   [--split] [--server-env KEY=VALUE ...] [--locus-bin BIN]
 
+One file of about 1,500 lines because it is one run a user starts by path: the loads,
+the sampler and the report share that run's cluster and clock, and bench/tests/test_soak.py
+imports its parsers from here.
+
 The cluster is `locus local start` (master, worker and S3 gateway in one process, the
 process the finding calls "the master"); --split runs `locus master`, `locus worker` and
 `locus gateway` as three processes instead, to tell their memory apart. Concurrently,

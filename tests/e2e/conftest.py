@@ -4,6 +4,9 @@ Environment:
   LOCUS_BIN  the locus binary (default: $CARGO_TARGET_DIR/debug/locus, else ./target/debug/locus)
   MINIO_BIN  the minio binary (default: $LOCUS_TOOLS_DIR/bin/minio, else ~/.cache/locus-tools/bin/minio)
 
+One file of about 800 lines because pytest takes a suite's shared fixtures from its
+conftest.py: MinIO, the clusters, the gateway and the RGW are each used by many test files.
+
 Every process listens on 127.0.0.1 on ports picked free at start. Processes are stopped
 by PID (SIGTERM, then wait, then SIGKILL); nothing is ever killed by name.
 """
