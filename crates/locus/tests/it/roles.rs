@@ -487,8 +487,9 @@ async fn a_request_id_answers_only_a_resend_of_its_own_request() {
 
 /// Mount and unmount are answered from the retry cache too: the resend of a mount whose
 /// first try committed (its answer lost in a failover) gets that mount, not "already a
-/// mount point", and a resent unmount succeeds, not "not a mount point". Another call
-/// (a new id, or none) is checked as before.
+/// mount point", and a resent unmount succeeds, not "not a mount point". The same id on
+/// another request (a client trying to have another call's answer) is a call of its own,
+/// and another call (a new id, or none) is checked as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_resent_mount_or_unmount_answers_its_first_result() {
     let dir = tempfile::tempdir().unwrap();
@@ -501,6 +502,10 @@ async fn a_resent_mount_or_unmount_answers_its_first_result() {
     let a = m.mount(with_id(&id, req.clone())).await.unwrap().into_inner();
     let again = m.mount(with_id(&id, req.clone())).await.unwrap().into_inner();
     assert_eq!((again.id, &again.path, &again.uri), (a.id, &a.path, &a.uri));
+    // The id is no key to another call's result: with another path it mounts that path.
+    let b = m.mount(with_id(&id, pb::MountRequest { path: "/m2".into(), ..req.clone() })).await.unwrap().into_inner();
+    assert_eq!(b.path, "/m2");
+    assert_ne!(b.id, a.id);
     for r in [with_id(&locus_proto::new_request_id(), req.clone()), tonic::Request::new(req)] {
         assert_eq!(m.mount(r).await.unwrap_err().code(), tonic::Code::AlreadyExists);
     }
@@ -509,7 +514,11 @@ async fn a_resent_mount_or_unmount_answers_its_first_result() {
     m.unmount(with_id(&id, un.clone())).await.unwrap();
     m.unmount(with_id(&id, un.clone())).await.unwrap();
     assert_eq!(m.unmount(tonic::Request::new(un)).await.unwrap_err().code(), tonic::Code::NotFound);
-    let table = c.client(Default::default()).unwrap().mount_table().await.unwrap();
-    assert!(table.iter().all(|x| x.path != "/m"), "{table:?}");
+    let cl = c.client(Default::default()).unwrap();
+    assert!(cl.mount_table().await.unwrap().iter().any(|x| x.path == "/m2"));
+    // The same id on another path unmounts that path, not answering the first call's "done".
+    m.unmount(with_id(&id, pb::PathRequest { path: "/m2".into(), ..Default::default() })).await.unwrap();
+    let table = cl.mount_table().await.unwrap();
+    assert!(table.iter().all(|x| x.path != "/m" && x.path != "/m2"), "{table:?}");
     c.shutdown().await;
 }
