@@ -161,6 +161,12 @@ class LocusGroup:
         self.masters[i].kill()
         self.masters[i].wait()
 
+    def stop_master(self, i: int):
+        """SIGTERM, as an operator's restart sends it; the process is no longer watched."""
+        p = self.masters[i]
+        stop(p)
+        self.procs.remove(p)
+
     def log_tail(self, n: int = 30) -> str:
         out = []
         for p in dict.fromkeys(self.logs):

@@ -2,100 +2,19 @@
 workers and an S3 gateway, all given the three masters, under 32 S3 writers and a CLI
 writer. The leader killed (SIGKILL), or stopped for 15 s (SIGSTOP) and then woken, loses
 no acknowledged write and shows no client an error; the others elect a leader and serve
-meanwhile; the old leader, started again or woken, follows and catches up."""
+meanwhile; the old leader, started again or woken, follows and catches up. Across a
+failover, every key's history of puts, gets, deletes and lists stays linearizable."""
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
-from pathlib import Path
 
-import pytest
-
-from conftest import LOCUS_BIN, gw_client, sha256
-from ha import LocusGroup  # bench/ha.py: the same group the failover benchmark runs
-
-WRITERS = 32
-
-
-@pytest.fixture
-def group(tmp: Path):
-    g = LocusGroup(LOCUS_BIN, tmp / "g", tmp)
-    try:
-        yield g.start()
-    finally:
-        g.cleanup()
-
-
-class Writers:
-    """32 S3 writers through the gateway and a CLI writer (`locus fs put`), each write's key,
-    digest, begin and end, and every client error."""
-
-    def __init__(self, group: LocusGroup, bucket: str):
-        self.group, self.bucket = group, bucket
-        self.stop, self.lock = threading.Event(), threading.Lock()
-        self.acked: list[tuple[str, str, float, float]] = []
-        self.errors: list[str] = []
-        self.threads = [threading.Thread(target=self._s3, args=(w,)) for w in range(WRITERS)]
-        self.threads.append(threading.Thread(target=self._cli))
-
-    def _s3(self, w: int):
-        c = gw_client(f"http://{self.group.gateway}")
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            key, body = f"w{w}/{n}", os.urandom(4096 + 97 * n % 60000)
-            start = time.monotonic()
-            try:
-                c.put_object(Bucket=self.bucket, Key=key, Body=body)
-                with self.lock:
-                    self.acked.append((key, sha256(body), start, time.monotonic()))
-            except Exception as e:  # noqa: BLE001 - every failure is a finding
-                with self.lock:
-                    self.errors.append(f"{key}: {e}")
-
-    def _cli(self):
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            body, start = os.urandom(10_000 + n), time.monotonic()
-            r = self.group.run("fs", "put", "-", f"/{self.bucket}/cli/{n}", input=body, timeout=120)
-            with self.lock:
-                if r.returncode == 0:
-                    self.acked.append((f"cli/{n}", sha256(body), start, time.monotonic()))
-                else:
-                    self.errors.append(f"cli/{n}: exit {r.returncode}: {r.stderr.decode(errors='replace')}")
-
-    def __enter__(self):
-        gw_client(f"http://{self.group.gateway}").create_bucket(Bucket=self.bucket)
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=180)
-
-    def between(self, t0: float, t1: float = float("inf")) -> list[float]:
-        """The ends of the writes begun at or after `t0` and acknowledged before `t1`."""
-        return [end for _, _, start, end in self.acked if start >= t0 and end < t1]
-
-    def check_every_acknowledged_write(self):
-        """No client error, and every acknowledged write reads back through the gateway."""
-        assert not self.errors, f"{len(self.errors)} client errors, the first: {self.errors[:3]}"
-        s3 = gw_client(f"http://{self.group.gateway}")
-        for key, digest, _, _ in self.acked:
-            assert sha256(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()) == digest, key
-
-
-def follows_again(group: LocusGroup, old: int, what: str) -> dict:
-    """The group once it is whole again with master `old` following, caught up."""
-    return group.wait_group(lambda g: len(g["members"]) == 3 and all(m["lag"] == 0 for m in g["members"])
-                            and next(m["role"] for m in g["members"] if m["rpc_address"] == group.rpc[old])
-                            == "follower", what)
+from conftest import gw_client
+from ha import LocusGroup
+from test_concurrent_consistency import Load, examples
+from ha_writers import WRITERS, Writers, follows_again, group  # noqa: F401 (group: the fixture)
 
 
 def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: LocusGroup):
@@ -142,3 +61,28 @@ def test_the_leader_stopped_for_15_s_acts_on_nothing_and_follows_once_woken(grou
     g = follows_again(group, old, "the woken leader following")
     assert g["term"] > term
     w.check_every_acknowledged_write()
+
+
+def test_per_key_histories_stay_linearizable_across_a_failover(group: LocusGroup):
+    """test_concurrent_consistency.py's load (16 boto3 clients putting, getting, heading,
+    deleting and listing 8 overlapping keys) with the leader killed in the middle: every
+    answer is checked against the history of acknowledged writes (linearizability.py)."""
+    gw_client(f"http://{group.gateway}").create_bucket(Bucket="lin")
+    load = Load(f"http://{group.gateway}", "lin")
+    run = threading.Thread(target=load.run, args=(16.0,))
+    run.start()
+    time.sleep(5)
+    old = group.leader()
+    group.kill_master(old)
+    run.join(240)
+    assert not run.is_alive(), "a client hung"
+    load.final_reads()
+    violations = load.h.check()
+    writes = sum(len(v) for v in load.h.writes.values())
+    print(f"{load.counts}, {writes} writes, {len(violations)} violations, {len(load.unexpected)} errors")
+    assert writes > 100, load.counts
+    assert not violations and not load.unexpected, (
+        f"{len(violations)} consistency violations:\n{examples(violations)}\n"
+        f"{len(load.unexpected)} failed requests:\n{examples(load.unexpected)}")
+    group.start_master(old)
+    follows_again(group, old, "whole again")

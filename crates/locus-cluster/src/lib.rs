@@ -22,6 +22,9 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+mod ports;
+pub use ports::free_address;
+
 /// A master (or a replicated group of masters) and its workers in this process.
 pub struct LocalCluster {
     cfg: Config,
@@ -247,10 +250,7 @@ impl LocalCluster {
         if n <= 1 {
             return Ok(vec![MasterSlot { cfg: self.cfg.master.clone(), running: None }]);
         }
-        let free = || -> Result<String> {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("pick a free port", e))?;
-            Ok(l.local_addr().map_err(|e| Error::io("pick a free port", e))?.to_string())
-        };
+        let free = ports::free_address;
         let mut slots = Vec::new();
         for i in 0..n {
             let mut m = self.cfg.master.clone();

@@ -219,10 +219,9 @@ fn finish(mut child: Child) -> String {
     out
 }
 
-/// A free port on 127.0.0.1.
+/// A free port on 127.0.0.1, below the ephemeral range.
 fn free_address() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    locus_cluster::free_address().unwrap()
 }
 
 /// The real binary's processes for one test: a master (started again at will, with its
