@@ -35,6 +35,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster import SimCluster, sh  # noqa: E402
 from netstage import free_port  # noqa: E402
 
 GW_KEY = GW_SECRET = "locusadmin"
@@ -177,6 +178,103 @@ class LocusGroup:
     def cleanup(self):
         for p in reversed(self.procs):
             stop(p)
+        shutil.rmtree(self.shm, ignore_errors=True)
+
+
+class NetnsGroup(SimCluster):
+    """Three masters, each on a simulated host of its own (bench/cluster.py: a network
+    namespace on a bridge, and a tmpfs of its own for the metadata), and a worker and the
+    S3 gateway on this machine's namespace. `cut(k)` takes host k's link down: its master
+    can reach no other member and no client outside its host. Needs root."""
+
+    RAFT, RPC, WEB = 19997, 19998, 19999
+
+    def __init__(self, dir: Path, locus: str):
+        super().__init__(3, dir, locus, mem="256MiB")
+        self.masters: dict[int, int] = {}  # host: the pid of its master
+        self.shm = Path("/dev/shm") / f"locus-nsha-{uuid.uuid4().hex[:12]}"
+
+    def addr(self, k: int, port: int) -> str:
+        return f"{self.ip(k)}:{port}"
+
+    def _env(self) -> dict:
+        e = {k: v for k, v in os.environ.items() if not k.startswith("LOCUS_")}
+        return dict(e, RUST_LOG="info", LOCUS_SECURITY__SECRET_FILE=str(self.dir / "master" / "cluster.secret"),
+                    LOCUS_SECURITY__TOKEN_FILE=str(self.token_file))
+
+    def start_master(self, k: int):
+        meta = self.dir / "host" / "meta"  # in host k's own tmpfs
+        self.masters[k] = self.spawn(k, f"master-h{k}", [
+            self.locus, "master", "--root-ufs", f"file://{self.dir / 'ufs'}", "--meta-dir", str(meta),
+            "--rpc-address", self.addr(k, self.RPC), "--web-address", self.addr(k, self.WEB),
+            "--raft-address", self.addr(k, self.RAFT),
+            "--peers", ",".join(self.addr(j, self.RAFT) for j in (1, 2, 3))], self._env())
+
+    def _start_locus(self):
+        self.st["master"] = ",".join(self.addr(k, self.RPC) for k in (1, 2, 3))
+        self._save()
+        # The first master makes the cluster secret; the others read the same file.
+        self.start_master(1)
+        deadline = time.monotonic() + 60
+        while not self.token_file.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no client token after 60 s:\n{self.log_tail()}")
+            time.sleep(0.1)
+        self.start_master(2)
+        self.start_master(3)
+        env = dict(self._env(), LOCUS_MASTER=self.master)
+        self.spawn(0, "worker", [self.locus, "worker", "--data-address", f"{self.ip(0)}:{free_port()}",
+                                 "--data-dir", str(self.dir / "worker"), "--tier", f"MEM:{self.shm}:256MiB"], env)
+        self.gateway = f"127.0.0.1:{free_port()}"
+        self.spawn(0, "gateway", [self.locus, "gateway", "--address", self.gateway], env)
+        self.wait_whole()
+
+    def run(self, *args, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """A client command on this machine's namespace, given the three masters."""
+        return self.locus_cmd(0, *map(str, args), check=False, timeout=timeout, input=input)
+
+    def group(self, k: int = 0, master: str | None = None) -> dict | None:
+        """The group as `locus report --json` shows it from host k (through `master`, or all three)."""
+        env = self.client_env(k, {"LOCUS_MASTER": master} if master else None)
+        try:
+            r = self.locus_cmd(k, "report", "--json", env=env, check=False, timeout=30)
+        except subprocess.TimeoutExpired:
+            return None
+        rep = json.loads(r.stdout) if r.returncode == 0 else None
+        return rep and rep.get("masters") and {**rep["masters"], "live_workers": rep["live_workers"]}
+
+    def wait_group(self, pred, what: str, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            g = self.group()
+            if g and g["live_workers"] == 1 and pred(g):
+                return g
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the group is not {what} after {timeout}s: {g}\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def wait_whole(self, timeout: float = 60.0) -> dict:
+        return self.wait_group(lambda g: len(g["members"]) == 3 and all(m["lag"] == 0 for m in g["members"])
+                               and sum(m["role"] == "leader" for m in g["members"]) == 1, "whole", timeout)
+
+    def leader(self) -> int:
+        """The host whose master leads."""
+        g = self.wait_group(lambda g: any(m["role"] == "leader" for m in g["members"]), "led")
+        addr = next(m["rpc_address"] for m in g["members"] if m["role"] == "leader")
+        return next(k for k in (1, 2, 3) if self.addr(k, self.RPC) == addr)
+
+    def _link(self, k: int, state: str):
+        sh("ip", "link", "set", f"lc{self.st['n']}h{k}a", state)
+
+    def cut(self, k: int):
+        """Host k's link down: a partition of its master from the others and from clients."""
+        self._link(k, "down")
+
+    def heal(self, k: int):
+        self._link(k, "up")
+
+    def stop(self):
+        super().stop()
         shutil.rmtree(self.shm, ignore_errors=True)
 
 
