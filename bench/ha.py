@@ -92,7 +92,7 @@ class LocusGroup:
         self.procs.append(p)
         return p
 
-    def run(self, *args, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    def cli(self, *args, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         """A client command against the group."""
         cmd = [str(self.bin), "--master", self.master, *map(str, args)]
         return subprocess.run(cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
@@ -126,7 +126,7 @@ class LocusGroup:
     def group(self) -> dict | None:
         """The group as `locus report --json` shows it, with the live workers."""
         try:
-            r = self.run("report", "--json", timeout=30)
+            r = self.cli("report", "--json", timeout=30)
         except subprocess.TimeoutExpired:
             return None
         if r.returncode != 0:
@@ -229,7 +229,7 @@ class NetnsGroup(SimCluster):
         self.spawn(0, "gateway", [self.locus, "gateway", "--address", self.gateway], env)
         self.wait_whole()
 
-    def run(self, *args, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    def cli(self, *args, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         """A client command on this machine's namespace, given the three masters."""
         return self.locus_cmd(0, *map(str, args), check=False, timeout=timeout, input=input)
 

@@ -58,7 +58,7 @@ class Writers:
         while not self.stop.is_set():
             n += 1
             body, start = os.urandom(10_000 + n), time.monotonic()
-            r = self.group.run("fs", "put", "-", f"/{self.bucket}/cli/{n}", input=body, timeout=120)
+            r = self.group.cli("fs", "put", "-", f"/{self.bucket}/cli/{n}", input=body, timeout=120)
             with self.lock:
                 if r.returncode == 0:
                     self.acked.append((f"cli/{n}", sha256(body), start, time.monotonic()))
