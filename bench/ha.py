@@ -287,7 +287,24 @@ def s3_client(endpoint: str):
                         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}))
 
 
-class Load:
+class Threads:
+    """Its `threads` started on entry; on exit its `stop` is set and they are joined."""
+
+    threads: list[threading.Thread]
+    stop: threading.Event
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=180)
+
+
+class Load(Threads):
     """`n` threads putting small objects through the gateway, each write's begin and end."""
 
     def __init__(self, endpoint: str, bucket: str, n: int):
@@ -311,16 +328,6 @@ class Load:
             except Exception as e:  # noqa: BLE001 - every failure is counted
                 with self.lock:
                     self.errors.append((begun, str(e)[:300]))
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=180)
 
     def first_after(self, t0: float, timeout: float = 60.0) -> float:
         """Seconds from `t0` to the first write begun after it and acknowledged."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOCUS_BIN, gw_client, sha256
-from ha import LocusGroup  # bench/ha.py: the same group the failover benchmark runs
+from ha import LocusGroup, Threads  # bench/ha.py: the same group the failover benchmark runs
 
 WRITERS = 32
 
@@ -26,7 +26,7 @@ def group(tmp: Path):
         g.cleanup()
 
 
-class Writers:
+class Writers(Threads):
     """`n` S3 writers through the gateway and a CLI writer (`locus fs put`), each write's key,
     digest, begin and end, and every client error."""
 
@@ -67,14 +67,7 @@ class Writers:
 
     def __enter__(self):
         gw_client(f"http://{self.group.gateway}").create_bucket(Bucket=self.bucket)
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=180)
+        return super().__enter__()
 
     def between(self, t0: float, t1: float = float("inf")) -> list[float]:
         """The ends of the writes begun at or after `t0` and acknowledged before `t1`."""
