@@ -59,7 +59,73 @@ def stop(p: subprocess.Popen, timeout: float = 20.0):
             p.wait()
 
 
-class LocusGroup:
+class GroupWaits:
+    """Waits on a master group as `locus report --json` shows it, for a group whose members'
+    RPC addresses are `rpc` and whose live workers should number `workers`."""
+
+    rpc: list[str]
+    workers: int
+
+    def cli(self, *args, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        raise NotImplementedError
+
+    def log_tail(self, n: int = 30) -> str:
+        raise NotImplementedError
+
+    def check_processes(self):
+        """Fails if a process of the group is gone that should not be (none checked here)."""
+
+    def wait_for_file(self, path: Path, timeout: float = 60.0):
+        """Until the first master has written `path` (the cluster secret, the client token)."""
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {path} after {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def group(self) -> dict | None:
+        """The group as `locus report --json` shows it, with the live workers."""
+        try:
+            r = self.cli("report", "--json", timeout=30)
+        except subprocess.TimeoutExpired:
+            return None
+        if r.returncode != 0:
+            return None
+        rep = json.loads(r.stdout)
+        return rep.get("masters") and {**rep["masters"], "live_workers": rep["live_workers"]}
+
+    def wait_group(self, pred, what: str, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_processes()
+            g = self.group()
+            if g and g["live_workers"] == self.workers and pred(g):
+                return g
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the group is not {what} after {timeout}s: {g}\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def in_step(self, g: dict) -> bool:
+        """Every member is in the group and has applied all the leader has."""
+        return len(g["members"]) == len(self.rpc) and all(m["lag"] == 0 for m in g["members"])
+
+    def wait_whole(self, timeout: float = 60.0) -> dict:
+        """Until every member is in step, one leading, and every worker is live."""
+        return self.wait_group(lambda g: self.in_step(g) and sum(m["role"] == "leader" for m in g["members"]) == 1,
+                               "whole", timeout)
+
+    def wait_following(self, rpc: str, what: str, timeout: float = 60.0) -> dict:
+        """Until every member is in step, with the one at RPC address `rpc` following."""
+        return self.wait_group(lambda g: self.in_step(g) and next(
+            m["role"] for m in g["members"] if m["rpc_address"] == rpc) == "follower", what, timeout)
+
+    def leader(self) -> int:
+        """The index in `rpc` of the member that leads."""
+        g = self.wait_group(lambda g: any(m["role"] == "leader" for m in g["members"]), "led")
+        return self.rpc.index(next(m["rpc_address"] for m in g["members"] if m["role"] == "leader"))
+
+
+class LocusGroup(GroupWaits):
     """A master group, its workers and a gateway, each its own process."""
 
     def __init__(self, locus_bin: Path, base: Path, log_dir: Path, masters: int = 3, workers: int = 2):
@@ -108,11 +174,7 @@ class LocusGroup:
         self.base.mkdir(parents=True, exist_ok=True)
         # The first master makes the cluster secret; the others read the same file.
         self.start_master(0)
-        deadline = time.monotonic() + 30
-        while not self.secret.exists():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no cluster secret after 30 s:\n{self.log_tail()}")
-            time.sleep(0.1)
+        self.wait_for_file(self.secret, 30)
         for i in range(1, len(self.masters)):
             self.start_master(i)
         for i in range(self.workers):
@@ -123,40 +185,11 @@ class LocusGroup:
         self.wait_whole()
         return self
 
-    def group(self) -> dict | None:
-        """The group as `locus report --json` shows it, with the live workers."""
-        try:
-            r = self.cli("report", "--json", timeout=30)
-        except subprocess.TimeoutExpired:
-            return None
-        if r.returncode != 0:
-            return None
-        rep = json.loads(r.stdout)
-        return rep.get("masters") and {**rep["masters"], "live_workers": rep["live_workers"]}
-
-    def wait_group(self, pred, what: str, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            for p in self.procs:
-                # Only masters killed on purpose (SIGKILL: a negative code) may be gone.
-                if p.poll() is not None and p.returncode >= 0:
-                    raise AssertionError(f"{p.args} exited with {p.returncode}:\n{self.log_tail()}")
-            g = self.group()
-            if g and g["live_workers"] == self.workers and pred(g):
-                return g
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the group is not {what} after {timeout}s: {g}\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def wait_whole(self, timeout: float = 60.0) -> dict:
-        """Until three members are in step, one leading, and every worker is live."""
-        return self.wait_group(lambda g: len(g["members"]) == len(self.masters)
-                               and all(m["lag"] == 0 for m in g["members"])
-                               and sum(m["role"] == "leader" for m in g["members"]) == 1, "whole", timeout)
-
-    def leader(self) -> int:
-        g = self.wait_group(lambda g: any(m["role"] == "leader" for m in g["members"]), "led")
-        return self.rpc.index(next(m["rpc_address"] for m in g["members"] if m["role"] == "leader"))
+    def check_processes(self):
+        for p in self.procs:
+            # Only masters killed on purpose (SIGKILL: a negative code) may be gone.
+            if p.poll() is not None and p.returncode >= 0:
+                raise AssertionError(f"{p.args} exited with {p.returncode}:\n{self.log_tail()}")
 
     def kill_master(self, i: int):
         self.masters[i].kill()
@@ -181,7 +214,7 @@ class LocusGroup:
         shutil.rmtree(self.shm, ignore_errors=True)
 
 
-class NetnsGroup(SimCluster):
+class NetnsGroup(SimCluster, GroupWaits):
     """Three masters, each on a simulated host of its own (bench/cluster.py: a network
     namespace on a bridge, and a tmpfs of its own for the metadata), and a worker and the
     S3 gateway on this machine's namespace. `cut(k)` takes host k's link down: its master
@@ -191,8 +224,9 @@ class NetnsGroup(SimCluster):
 
     def __init__(self, dir: Path, locus: str):
         super().__init__(3, dir, locus, mem="256MiB")
-        self.masters: dict[int, int] = {}  # host: the pid of its master
         self.shm = Path("/dev/shm") / f"locus-nsha-{uuid.uuid4().hex[:12]}"
+        self.rpc: list[str] = []  # the masters' on hosts 1 to 3, once the bridge is numbered
+        self.workers = 1
 
     def addr(self, k: int, port: int) -> str:
         return f"{self.ip(k)}:{port}"
@@ -204,22 +238,19 @@ class NetnsGroup(SimCluster):
 
     def start_master(self, k: int):
         meta = self.dir / "host" / "meta"  # in host k's own tmpfs
-        self.masters[k] = self.spawn(k, f"master-h{k}", [
+        self.spawn(k, f"master-h{k}", [
             self.locus, "master", "--root-ufs", f"file://{self.dir / 'ufs'}", "--meta-dir", str(meta),
             "--rpc-address", self.addr(k, self.RPC), "--web-address", self.addr(k, self.WEB),
             "--raft-address", self.addr(k, self.RAFT),
             "--peers", ",".join(self.addr(j, self.RAFT) for j in (1, 2, 3))], self._env())
 
     def _start_locus(self):
-        self.st["master"] = ",".join(self.addr(k, self.RPC) for k in (1, 2, 3))
+        self.rpc = [self.addr(k, self.RPC) for k in (1, 2, 3)]
+        self.st["master"] = ",".join(self.rpc)
         self._save()
         # The first master makes the cluster secret; the others read the same file.
         self.start_master(1)
-        deadline = time.monotonic() + 60
-        while not self.token_file.exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no client token after 60 s:\n{self.log_tail()}")
-            time.sleep(0.1)
+        self.wait_for_file(self.token_file)
         self.start_master(2)
         self.start_master(3)
         env = dict(self._env(), LOCUS_MASTER=self.master)
@@ -233,35 +264,9 @@ class NetnsGroup(SimCluster):
         """A client command on this machine's namespace, given the three masters."""
         return self.locus_cmd(0, *map(str, args), check=False, timeout=timeout, input=input)
 
-    def group(self, k: int = 0, master: str | None = None) -> dict | None:
-        """The group as `locus report --json` shows it from host k (through `master`, or all three)."""
-        env = self.client_env(k, {"LOCUS_MASTER": master} if master else None)
-        try:
-            r = self.locus_cmd(k, "report", "--json", env=env, check=False, timeout=30)
-        except subprocess.TimeoutExpired:
-            return None
-        rep = json.loads(r.stdout) if r.returncode == 0 else None
-        return rep and rep.get("masters") and {**rep["masters"], "live_workers": rep["live_workers"]}
-
-    def wait_group(self, pred, what: str, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            g = self.group()
-            if g and g["live_workers"] == 1 and pred(g):
-                return g
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the group is not {what} after {timeout}s: {g}\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def wait_whole(self, timeout: float = 60.0) -> dict:
-        return self.wait_group(lambda g: len(g["members"]) == 3 and all(m["lag"] == 0 for m in g["members"])
-                               and sum(m["role"] == "leader" for m in g["members"]) == 1, "whole", timeout)
-
     def leader(self) -> int:
         """The host whose master leads."""
-        g = self.wait_group(lambda g: any(m["role"] == "leader" for m in g["members"]), "led")
-        addr = next(m["rpc_address"] for m in g["members"] if m["role"] == "leader")
-        return next(k for k in (1, 2, 3) if self.addr(k, self.RPC) == addr)
+        return super().leader() + 1
 
     def _link(self, k: int, state: str):
         sh("ip", "link", "set", f"lc{self.st['n']}h{k}a", state)

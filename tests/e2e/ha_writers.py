@@ -79,12 +79,3 @@ class Writers(Threads):
         s3 = gw_client(f"http://{self.group.gateway}")
         for key, digest, _, _ in self.acked:
             assert sha256(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()) == digest, key
-
-
-def follows_again(group: LocusGroup, old: int, what: str) -> dict:
-    """The group once it is whole again with master `old` following, caught up."""
-    return group.wait_group(lambda g: len(g["members"]) == 3 and all(m["lag"] == 0 for m in g["members"])
-                            and next(m["role"] for m in g["members"] if m["rpc_address"] == group.rpc[old])
-                            == "follower", what)
-
-

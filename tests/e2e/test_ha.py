@@ -14,7 +14,7 @@ import time
 from conftest import gw_client
 from ha import LocusGroup
 from test_concurrent_consistency import Load, examples
-from ha_writers import WRITERS, Writers, follows_again, group  # noqa: F401 (group: the fixture)
+from ha_writers import WRITERS, Writers, group  # noqa: F401 (group: the fixture)
 
 
 def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: LocusGroup):
@@ -36,7 +36,7 @@ def test_the_leader_killed_under_load_loses_no_acknowledged_write(group: LocusGr
 
     # The killed master, started again, follows and catches up.
     group.start_master(old)
-    follows_again(group, old, "whole again")
+    group.wait_following(group.rpc[old], "whole again")
 
 
 def test_the_leader_stopped_for_15_s_acts_on_nothing_and_follows_once_woken(group: LocusGroup):
@@ -58,7 +58,7 @@ def test_the_leader_stopped_for_15_s_acts_on_nothing_and_follows_once_woken(grou
     print(f"first write begun after the stop acknowledged {min(during) - stopped_at:.2f} s after it")
     assert w.between(woken_at), "no write began and ended after the old leader woke"
     # Woken, it learns the later term and follows; nothing it held back is acknowledged.
-    g = follows_again(group, old, "the woken leader following")
+    g = group.wait_following(group.rpc[old], "the woken leader following")
     assert g["term"] > term
     w.check_every_acknowledged_write()
 
@@ -85,4 +85,4 @@ def test_per_key_histories_stay_linearizable_across_a_failover(group: LocusGroup
         f"{len(violations)} consistency violations:\n{examples(violations)}\n"
         f"{len(load.unexpected)} failed requests:\n{examples(load.unexpected)}")
     group.start_master(old)
-    follows_again(group, old, "whole again")
+    group.wait_following(group.rpc[old], "whole again")

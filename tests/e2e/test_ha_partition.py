@@ -61,9 +61,7 @@ def test_a_leader_cut_off_acknowledges_nothing_while_the_other_two_serve(ns_grou
 
     # Healed, the old leader learns the later term and follows; the write it was asked for
     # during the cut is nowhere, and every acknowledged write reads back.
-    g.wait_group(lambda s: len(s["members"]) == 3 and all(m["lag"] == 0 for m in s["members"])
-                 and next(m["role"] for m in s["members"] if m["rpc_address"] == g.addr(old, g.RPC)) == "follower",
-                 "whole again with the old leader following")
+    g.wait_following(g.addr(old, g.RPC), "whole again with the old leader following")
     r = g.cli("fs", "cat", "/cut/minority")
     assert r.returncode != 0 and sha256(r.stdout) != sha256(body), "the minority's write appeared"
     w.check_every_acknowledged_write()

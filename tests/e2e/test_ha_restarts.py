@@ -10,7 +10,7 @@ import signal
 import time
 
 from ha import LocusGroup
-from ha_writers import Writers, follows_again, group  # noqa: F401 (group: the fixture)
+from ha_writers import Writers, group  # noqa: F401 (group: the fixture)
 
 # Fewer writers than the failover tests': these run several restarts in turn, and the
 # point is what survives them, not the rate.
@@ -68,7 +68,7 @@ def test_a_follower_whose_data_dir_is_lost_rejoins_and_holds_the_namespace(group
         group.kill_master(lost)
         shutil.rmtree(group.base / f"master{lost}")
         group.start_master(lost)
-        follows_again(group, lost, "whole again with the wiped member caught up")
+        group.wait_following(group.rpc[lost], "whole again with the wiped member caught up")
         time.sleep(2)
     w.check_every_acknowledged_write()
     # It holds the namespace, not only a log index: with the third member stopped
